@@ -1,0 +1,137 @@
+"""Model calls in the Anthropic Messages shape.
+
+Assistant turns must go back to the API exactly as they came, thinking blocks and
+their signatures included, so every block type the current models return is here.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from contracts.base import Command, Event, NonEmptyStr, Reply
+
+
+class TextBlock(msgspec.Struct, kw_only=True, tag="text", tag_field="type"):
+    text: str
+
+
+class ThinkingBlock(msgspec.Struct, kw_only=True, tag="thinking", tag_field="type"):
+    thinking: str
+    signature: str
+
+
+class RedactedThinkingBlock(
+    msgspec.Struct, kw_only=True, tag="redacted_thinking", tag_field="type"
+):
+    data: str
+
+
+class ToolUseBlock(msgspec.Struct, kw_only=True, tag="tool_use", tag_field="type"):
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
+class ToolResultBlock(msgspec.Struct, kw_only=True, tag="tool_result", tag_field="type"):
+    tool_use_id: str
+    content: str | list[TextBlock] = ""
+    is_error: bool = False
+
+
+ContentBlock = TextBlock | ThinkingBlock | RedactedThinkingBlock | ToolUseBlock | ToolResultBlock
+
+
+class Message(msgspec.Struct, kw_only=True):
+    role: Literal["user", "assistant"]
+    content: str | list[ContentBlock]
+
+
+class ToolDefinition(msgspec.Struct, kw_only=True):
+    """An Anthropic tool definition (what rote.api.tools.list returns, used as-is)."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+Effort = Literal["low", "medium", "high"]
+
+
+class CompleteRequest(Command, kw_only=True):
+    """rote.api.llm.complete. `model` is an alias (sonnet, haiku, opus) or a model id."""
+
+    model: NonEmptyStr = "sonnet"
+    messages: Annotated[list[Message], msgspec.Meta(min_length=1)]
+    system: str | None = None
+    tools: list[ToolDefinition] = []
+    max_tokens: Annotated[int, msgspec.Meta(ge=1, le=128_000)] = 4096
+    effort: Effort | None = None
+    run_id: str | None = None
+    task_id: str | None = None
+    purpose: str | None = None
+
+
+class Usage(msgspec.Struct, kw_only=True):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_write_tokens: int = 0
+    cache_read_tokens: int = 0
+
+
+class CompleteReply(Reply, kw_only=True):
+    id: str
+    model: str
+    content: list[ContentBlock]
+    stop_reason: str | None
+    usage: Usage
+    cost_usd: float
+    attempts: int = 1
+
+
+class UsageEvent(Event, kw_only=True):
+    """rote.evt.llm.<run_id>.usage, one per model call."""
+
+    run_id: str
+    task_id: str | None = None
+    model: str
+    usage: Usage
+    cost_usd: float
+    at: datetime
+    purpose: str | None = None
+    attempts: int = 1
+
+
+class TextEvent(Event, kw_only=True):
+    """rote.evt.llm.<run_id>.text, one per text block the model wrote."""
+
+    run_id: str
+    task_id: str | None = None
+    text: str
+    turn: int
+    at: datetime
+
+
+class PriceBand(msgspec.Struct, kw_only=True):
+    """List price per million tokens while the prompt is at most `up_to_prompt_tokens`
+    (None: no upper bound)."""
+
+    input_per_mtok: float
+    output_per_mtok: float
+    up_to_prompt_tokens: int | None = None
+
+
+class ModelPrice(msgspec.Struct, kw_only=True):
+    id: str
+    bands: list[PriceBand]
+    cache_write_5m_multiplier: float = 1.25
+    cache_write_1h_multiplier: float = 2.0
+    cache_read_multiplier: float = 0.1
+    retires_on: date | None = None
+
+
+class ModelsReply(Reply, kw_only=True):
+    aliases: dict[str, str]
+    models: list[ModelPrice]

@@ -1,0 +1,150 @@
+"""Runs: the work queue request, the run lifecycle events, and run queries."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from contracts.base import Command, Event, Reply, SubjectToken
+from contracts.llm import Message
+from contracts.tasks import TaskSpec
+
+RunSource = Literal["full_llm", "executor"]
+RunStatus = Literal["requested", "running", "completed", "failed"]
+FailureReason = Literal[
+    "stuck",
+    "max_iterations",
+    "deadline",
+    "llm_error",
+    "tool_error",
+    "abandoned",
+    "replay_failed",
+]
+RunOrigin = Literal["schedule", "manual", "condition", "operator", "catch_up"]
+
+
+class RunRequest(Event, kw_only=True):
+    """One unit of work on rote.work.runs (Nats-Msg-Id = run_id). Carries a snapshot
+    of the task spec so a runner needs nothing else to start."""
+
+    run_id: SubjectToken
+    task_id: SubjectToken
+    spec: TaskSpec
+    requested_at: datetime
+    origin: RunOrigin = "manual"
+
+
+class StartRun(Command, kw_only=True):
+    """rote.api.runs.start: run an inline task spec now (no scheduler needed)."""
+
+    spec: TaskSpec
+    task_id: SubjectToken | None = None
+    run_id: SubjectToken | None = None
+
+
+class RunStarted(Reply, kw_only=True):
+    run_id: str
+    task_id: str
+
+
+class ModelTokens(msgspec.Struct, kw_only=True):
+    """Tokens and cost spent on one model during a run."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_write_tokens: int = 0
+    cache_read_tokens: int = 0
+    cost_usd: float = 0.0
+    calls: int = 0
+
+
+class ReplayOutcome(msgspec.Struct, kw_only=True):
+    """What happened when a run tried to replay an executor."""
+
+    version: int
+    ok: bool
+    step: int | None = None
+    reason: str | None = None
+    tokens: dict[str, ModelTokens] = {}
+    cost_usd: float = 0.0
+    duration_ms: int = 0
+
+
+class RunEvent(Event, kw_only=True):
+    """Published on rote.evt.run.<task_id>.<run_id>.<event>."""
+
+    task_id: str
+    run_id: str
+    event: Literal["requested", "started", "replay_failed", "completed", "failed"]
+    at: datetime
+    status: RunStatus
+    source: RunSource | None = None
+    executor_version: int | None = None
+    fell_back: bool = False
+    result: str | None = None
+    tokens: dict[str, ModelTokens] = {}
+    cost_usd: float = 0.0
+    cost_saved_usd: float = 0.0
+    duration_ms: int | None = None
+    reason: FailureReason | None = None
+    error: str | None = None
+    replay: ReplayOutcome | None = None
+    spec: TaskSpec | None = None
+    origin: RunOrigin | None = None
+    attempt: int = 1
+
+
+# --- queries ---------------------------------------------------------------------------
+
+
+class RunRef(Command, kw_only=True):
+    run_id: SubjectToken
+
+
+class ListRuns(Command, kw_only=True):
+    task_id: SubjectToken | None = None
+    limit: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 50
+
+
+class RunView(Reply, kw_only=True):
+    """The latest known state of a run."""
+
+    run_id: str
+    task_id: str
+    status: RunStatus
+    source: RunSource | None = None
+    executor_version: int | None = None
+    fell_back: bool = False
+    result: str | None = None
+    tokens: dict[str, ModelTokens] = {}
+    cost_usd: float = 0.0
+    cost_saved_usd: float = 0.0
+    duration_ms: int | None = None
+    reason: FailureReason | None = None
+    error: str | None = None
+    requested_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+class RunList(Reply, kw_only=True):
+    runs: list[RunView]
+
+
+class TranscriptEntry(msgspec.Struct, kw_only=True):
+    """One turn of a run: a message exchanged with the model, or a replayed step."""
+
+    at: datetime
+    kind: Literal["message", "replay_step", "note"]
+    message: Message | None = None
+    step: int | None = None
+    detail: dict[str, Any] | None = None
+
+
+class Transcript(Reply, kw_only=True):
+    run_id: str
+    task_id: str
+    entries: list[TranscriptEntry]
+    truncated: bool = False

@@ -1,0 +1,219 @@
+"""Tasks: what to run, when, and with which limits. Owned by the scheduler."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from contracts.base import (
+    Command,
+    Event,
+    NonEmptyStr,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    Reply,
+    SubjectToken,
+)
+from contracts.errors import ErrorInfo
+
+# Browser tools are safe to allow by default; local tools (shell, files) must be named.
+DEFAULT_ALLOWED_TOOLS: list[str] = [
+    "browser_navigate",
+    "browser_read_page",
+    "browser_extract",
+    "browser_click",
+    "browser_type",
+    "browser_fill_form",
+    "browser_scroll",
+    "browser_screenshot",
+]
+
+# --- condition predicates --------------------------------------------------------------
+
+
+class Contains(Command, tag="contains", tag_field="op", kw_only=True):
+    """True when the tool output (as text) contains `text`."""
+
+    text: NonEmptyStr
+    path: str | None = None
+
+
+class NotContains(Command, tag="not_contains", tag_field="op", kw_only=True):
+    text: NonEmptyStr
+    path: str | None = None
+
+
+class Above(Command, tag="above", tag_field="op", kw_only=True):
+    """True when the number found in the output (at `path`, or the first number in
+    the text) is strictly above `value`."""
+
+    value: float
+    path: str | None = None
+
+
+class Below(Command, tag="below", tag_field="op", kw_only=True):
+    value: float
+    path: str | None = None
+
+
+Predicate = Contains | NotContains | Above | Below
+
+# --- triggers --------------------------------------------------------------------------
+
+
+class IntervalTrigger(Command, tag="interval", tag_field="kind", kw_only=True):
+    every_s: PositiveFloat
+
+
+class CronTrigger(Command, tag="cron", tag_field="kind", kw_only=True):
+    expr: NonEmptyStr
+    tz: str = "UTC"
+
+
+class OnceTrigger(Command, tag="once", tag_field="kind", kw_only=True):
+    at: datetime
+
+
+class ManualTrigger(Command, tag="manual", tag_field="kind", kw_only=True):
+    pass
+
+
+class ConditionTrigger(Command, tag="condition", tag_field="kind", kw_only=True):
+    """Every `every_s`, call `tool` with `input` through the tools service; when
+    `predicate` holds on its output, dispatch a run, then wait `cooldown_s`."""
+
+    tool: NonEmptyStr
+    input: dict[str, Any] = {}
+    predicate: Predicate
+    every_s: PositiveFloat
+    cooldown_s: NonNegativeFloat = 0.0
+
+
+Trigger = IntervalTrigger | CronTrigger | OnceTrigger | ManualTrigger | ConditionTrigger
+TriggerKind = Literal["interval", "cron", "once", "manual", "condition"]
+
+# --- the task spec ---------------------------------------------------------------------
+
+
+class TaskSpec(Command, kw_only=True):
+    """Everything a runner needs to run a task, snapshotted into every run request."""
+
+    name: NonEmptyStr
+    prompt: NonEmptyStr
+    trigger: Trigger = msgspec.field(default_factory=ManualTrigger)
+    model: NonEmptyStr = "sonnet"
+    small_model: NonEmptyStr = "haiku"
+    allowed_tools: list[str] = msgspec.field(default_factory=lambda: list(DEFAULT_ALLOWED_TOOLS))
+    max_iterations: PositiveInt = 30
+    deadline_s: PositiveFloat = 600.0
+    quality_check: bool = False
+    max_failures: PositiveInt = 3
+
+
+# --- commands --------------------------------------------------------------------------
+
+
+class CreateTask(TaskSpec, kw_only=True):
+    """A task spec plus an optional id (generated from the name when absent)."""
+
+    task_id: SubjectToken | None = None
+
+
+class UpdateTask(Command, kw_only=True):
+    """Change some fields of a task; fields left out keep their value."""
+
+    task_id: SubjectToken
+    name: NonEmptyStr | msgspec.UnsetType = msgspec.UNSET
+    prompt: NonEmptyStr | msgspec.UnsetType = msgspec.UNSET
+    trigger: Trigger | msgspec.UnsetType = msgspec.UNSET
+    model: NonEmptyStr | msgspec.UnsetType = msgspec.UNSET
+    small_model: NonEmptyStr | msgspec.UnsetType = msgspec.UNSET
+    allowed_tools: list[str] | msgspec.UnsetType = msgspec.UNSET
+    max_iterations: PositiveInt | msgspec.UnsetType = msgspec.UNSET
+    deadline_s: PositiveFloat | msgspec.UnsetType = msgspec.UNSET
+    quality_check: bool | msgspec.UnsetType = msgspec.UNSET
+    max_failures: PositiveInt | msgspec.UnsetType = msgspec.UNSET
+
+
+class TaskRef(Command, kw_only=True):
+    """Names one task (pause, resume, delete, get, run)."""
+
+    task_id: SubjectToken
+    reason: str | None = None
+
+
+class ListTasks(Command, kw_only=True):
+    status: Literal["active", "paused", "deleted"] | None = None
+    limit: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 100
+
+
+# --- replies ---------------------------------------------------------------------------
+
+TaskStatus = Literal["active", "paused", "deleted"]
+
+
+class TaskView(Reply, kw_only=True):
+    task_id: str
+    spec: TaskSpec
+    status: TaskStatus
+    status_reason: str | None = None
+    version: int
+    created_at: datetime
+    updated_at: datetime
+    next_due_at: datetime | None = None
+    run_in_flight: str | None = None
+    last_run_id: str | None = None
+    last_run_status: str | None = None
+    consecutive_failures: int = 0
+    runs_dispatched: int = 0
+    total_cost_usd: float = 0.0
+
+
+class TaskList(Reply, kw_only=True):
+    tasks: list[TaskView]
+
+
+class RunAccepted(Reply, kw_only=True):
+    task_id: str
+    run_id: str
+
+
+# --- events ----------------------------------------------------------------------------
+
+TaskEventName = Literal[
+    "defined",
+    "updated",
+    "paused",
+    "resumed",
+    "deleted",
+    "run_dispatched",
+    "run_finished",
+    "run_skipped",
+]
+
+
+class TaskEvent(Event, kw_only=True):
+    """A recorded Task aggregate event, published on rote.evt.task.<task_id>.<event>."""
+
+    task_id: str
+    event: TaskEventName
+    version: int
+    at: datetime
+    spec: TaskSpec | None = None
+    reason: str | None = None
+    run_id: str | None = None
+    status: str | None = None
+    cost_usd: float | None = None
+
+
+class TaskRejected(Event, kw_only=True):
+    """An intake command that was refused, with the payload exactly as received."""
+
+    verb: str
+    error: ErrorInfo
+    payload: str
+    at: datetime
+    msg_id: str | None = None

@@ -1,0 +1,63 @@
+"""`rote status`: the running services and their endpoints, from $SRV.INFO."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import anyio
+
+from services.cli.common import load_settings
+from services.kernel.bus import connect
+from services.kernel.discovery import service_infos
+from services.kernel.runtime import running_embedded_url
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = sub.add_parser("status", help="list running services and their endpoints")
+    parser.add_argument(
+        "--nats-url", help="NATS to ask (default: ROTE_NATS_URL or the running embedded one)"
+    )
+    parser.add_argument("--json", action="store_true", help="print the raw $SRV.INFO replies")
+    parser.add_argument("--wait", type=float, default=0.5, help="seconds to collect replies")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = load_settings()
+    url = args.nats_url or settings.nats_url or running_embedded_url(settings)
+    if url is None:
+        print(
+            f"rote: nothing running (no ROTE_NATS_URL, no embedded NATS in {settings.data_dir})",
+            file=sys.stderr,
+        )
+        return 1
+    try:
+        infos = anyio.run(_collect, url, args.wait, backend="asyncio")
+    except Exception as exc:
+        print(f"rote: cannot reach NATS at {url}: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(infos, indent=2))
+    else:
+        print(render(url, infos))
+    return 0
+
+
+async def _collect(url: str, wait_s: float) -> list[dict[str, Any]]:
+    bus = await connect(url, name="rote-status", connect_timeout=3)
+    try:
+        return await service_infos(bus, wait_s=wait_s)
+    finally:
+        await bus.close()
+
+
+def render(url: str, infos: list[dict[str, Any]]) -> str:
+    lines = [f"NATS {url}: {len(infos)} service instance(s)"]
+    for info in infos:
+        lines.append(f"  {info.get('name')} {info.get('version')}  id={info.get('id')}")
+        for endpoint in info.get("endpoints") or []:
+            lines.append(f"      {endpoint.get('subject')}")
+    return "\n".join(lines)

@@ -1,0 +1,62 @@
+"""`rote up` (every service in one process) and `rote serve NAME` (one service)."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+
+import anyio
+
+from services.cli.common import load_settings
+from services.kernel.logs import get_logger
+from services.kernel.runtime import SERVICE_MODULES, UnknownServiceError, open_stack
+from services.kernel.settings import Settings
+
+log = get_logger("rote.cli")
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    up = sub.add_parser("up", help="run every service in one process (embedded NATS by default)")
+    up.add_argument("--nats-url", help="use this NATS instead of the embedded one")
+    up.set_defaults(func=lambda args: run(args, list(SERVICE_MODULES)))
+
+    serve = sub.add_parser("serve", help="run one service")
+    serve.add_argument("name", choices=list(SERVICE_MODULES), help="the service to run")
+    serve.add_argument("--nats-url", help="use this NATS instead of the embedded one")
+    serve.set_defaults(func=lambda args: run(args, [args.name]))
+
+
+def run(args: argparse.Namespace, names: list[str]) -> int:
+    settings = load_settings()
+    if args.nats_url:
+        settings = settings.with_(nats_url=args.nats_url)
+    try:
+        anyio.run(_serve_until_signal, settings, names, backend="asyncio")
+    except UnknownServiceError as exc:
+        print(f"rote: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+async def _serve_until_signal(settings: Settings, names: list[str]) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with open_stack(settings, names) as stack:
+            where = "embedded" if stack.embedded else "external"
+            # One plain line for people and scripts; the structured log has the rest.
+            print(
+                f"rote up: NATS {stack.nats_url} ({where}); services: {', '.join(names)}",
+                flush=True,
+            )
+            log.info(
+                "rote_ready",
+                nats_url=stack.nats_url,
+                services=names,
+                data_dir=str(settings.data_dir),
+            )
+            async for signum in signals:
+                log.info("rote_stopping", signal=signal.Signals(signum).name)
+                break
+    log.info("rote_stopped")

@@ -1,0 +1,2 @@
+"""Shared code every service stands on: settings, logging, the bus, micro endpoints,
+stream provisioning, the embedded NATS server, event-store configuration."""

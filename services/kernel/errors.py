@@ -1,0 +1,69 @@
+"""Errors a handler raises to answer with a structured error, and errors a caller gets
+back from a remote endpoint. Both carry the stable string codes of contracts.errors."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import msgspec
+
+from contracts.errors import ErrorInfo, status_for
+from services.kernel.secrets import redact
+
+_FIELD_AT = re.compile(r"at `\$\.?(?P<path>[^`]*)`")
+_UNKNOWN_FIELD = re.compile(r"unknown field `(?P<name>[^`]+)`")
+
+
+class ServiceError(Exception):
+    """Raise inside an endpoint handler to answer with this error."""
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        *,
+        field: str | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.field = field
+        self.details = details
+
+    @property
+    def status(self) -> int:
+        return status_for(self.code)
+
+    def info(self) -> ErrorInfo:
+        return ErrorInfo(
+            code=self.code, message=redact(self.message), field=self.field, details=self.details
+        )
+
+
+class RemoteError(Exception):
+    """An endpoint we called answered with an error (or did not answer at all)."""
+
+    def __init__(self, subject: str, info: ErrorInfo, status: int | None = None) -> None:
+        super().__init__(f"{subject}: {info.code}: {info.message}")
+        self.subject = subject
+        self.info = info
+        self.code = info.code
+        self.message = info.message
+        self.status = status if status is not None else status_for(info.code)
+
+
+def validation_error(exc: msgspec.ValidationError | msgspec.DecodeError) -> ServiceError:
+    """Turn a msgspec decode failure into an error naming the offending field."""
+    text = str(exc)
+    if isinstance(exc, msgspec.ValidationError):
+        field = None
+        at = _FIELD_AT.search(text)
+        if at:
+            field = at.group("path") or None
+        unknown = _UNKNOWN_FIELD.search(text)
+        if unknown:
+            field = f"{field}.{unknown.group('name')}" if field else unknown.group("name")
+        return ServiceError("invalid_request", text, field=field)
+    return ServiceError("malformed", f"body is not valid JSON: {text}")

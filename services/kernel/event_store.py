@@ -1,0 +1,55 @@
+"""Where eventsourcing applications keep their events.
+
+ROTE_EVENT_STORE selects the store for every event-sourced service:
+  sqlite (default)      one file per application under <data_dir>/events/
+  memory                shared-cache in-memory SQLite (tests; safe across threads)
+  postgresql://...      PostgreSQL; each application gets its own tables
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from services.kernel.settings import Settings
+
+
+def application_env(settings: Settings, app_name: str) -> dict[str, str]:
+    """The eventsourcing environment for one application (passed as `env=`)."""
+    kind = settings.event_store_kind
+    if kind == "memory":
+        # Plain ":memory:" is one database per connection; eventsourcing uses a
+        # connection per thread, so a named shared-cache database is required.
+        return {
+            "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+            "SQLITE_DBNAME": f"file:rote_{app_name}_{id(settings)}?mode=memory&cache=shared",
+            "SQLITE_LOCK_TIMEOUT": "10",
+        }
+    if kind == "sqlite":
+        folder = Path(settings.data_dir) / "events"
+        folder.mkdir(parents=True, exist_ok=True)
+        return {
+            "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+            "SQLITE_DBNAME": str(folder / f"{app_name}.sqlite"),
+            "SQLITE_LOCK_TIMEOUT": "10",
+        }
+    return postgres_env(settings.event_store)
+
+
+def postgres_env(url: str) -> dict[str, str]:
+    parts = urlsplit(url)
+    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    env = {
+        "PERSISTENCE_MODULE": "eventsourcing.postgres",
+        "POSTGRES_DBNAME": unquote(parts.path.lstrip("/")) or "rote",
+        "POSTGRES_HOST": parts.hostname or "127.0.0.1",
+        "POSTGRES_PORT": str(parts.port or 5432),
+        "POSTGRES_USER": unquote(parts.username or "postgres"),
+        "POSTGRES_PASSWORD": unquote(parts.password or ""),
+        "POSTGRES_CONNECT_TIMEOUT": query.get("connect_timeout", "10"),
+        "POSTGRES_LOCK_TIMEOUT": query.get("lock_timeout", "5"),
+        "POSTGRES_POOL_SIZE": query.get("pool_size", "5"),
+    }
+    if "schema" in query:
+        env["POSTGRES_SCHEMA"] = query["schema"]
+    return env

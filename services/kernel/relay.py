@@ -1,0 +1,128 @@
+"""Publishes recorded events from an event store's notification log to NATS.
+
+The store is the source of truth: an event reaches the bus only after it was recorded,
+and every recorded event reaches the bus eventually. The relay remembers how far it
+got in the `rote_relay` key-value bucket; if it dies after publishing but before
+saving its position, the republished events carry the same Nats-Msg-Id and the stream
+drops them as duplicates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import msgspec
+from anyio.abc import TaskStatus
+from eventsourcing.application import Application
+from eventsourcing.persistence import Notification
+from nats.js.errors import KeyNotFoundError
+from nats.js.kv import KeyValue
+
+from contracts import subjects as s
+from services.kernel.bus import Bus
+from services.kernel.logs import get_logger
+
+log = get_logger("rote.relay")
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    subject: str
+    event: msgspec.Struct
+
+
+# Maps a stored domain event to what goes on the bus (None: not published).
+Convert = Callable[[Any], Outgoing | None]
+
+
+class EventRelay:
+    def __init__(
+        self,
+        app: Application[Any],
+        bus: Bus,
+        convert: Convert,
+        *,
+        name: str,
+        batch_size: int = 100,
+        poll_interval_s: float = 1.0,
+    ) -> None:
+        self.app = app
+        self.bus = bus
+        self.convert = convert
+        self.name = name
+        self.batch_size = batch_size
+        self.poll_interval_s = poll_interval_s
+        self.position = 0
+        self._lock = anyio.Lock()
+        self._wake = anyio.Event()
+        self._kv: KeyValue | None = None
+
+    async def load_position(self) -> int:
+        self._kv = await self.bus.js.key_value(s.BUCKET_RELAY)
+        try:
+            entry = await self._kv.get(self.name)
+            self.position = int(entry.value or b"0")
+        except KeyNotFoundError:
+            self.position = 0
+        return self.position
+
+    def wake(self) -> None:
+        """Call after saving: publish soon rather than at the next poll."""
+        self._wake.set()
+
+    def _select(self, start: int) -> list[Notification]:
+        return list(self.app.recorder.select_notifications(start=start, limit=self.batch_size))
+
+    async def publish_pending(self) -> int:
+        """Publish everything recorded since the last position; return how many."""
+        async with self._lock:
+            if self._kv is None:
+                await self.load_position()
+            total = 0
+            while True:
+                batch = await anyio.to_thread.run_sync(self._select, self.position + 1)
+                if not batch:
+                    return total
+                for notification in batch:
+                    await self._publish(notification)
+                    self.position = notification.id
+                    total += 1
+                assert self._kv is not None
+                await self._kv.put(self.name, str(self.position).encode())
+
+    async def _publish(self, notification: Notification) -> None:
+        try:
+            outgoing = self.convert(self.app.mapper.to_domain_event(notification))
+        except Exception:
+            # An event this code can no longer read must not block every later one.
+            log.exception(
+                "relay_convert_failed",
+                relay=self.name,
+                notification_id=notification.id,
+                topic=notification.topic,
+            )
+            return
+        if outgoing is None:
+            return
+        await self.bus.publish_event(
+            outgoing.subject,
+            outgoing.event,
+            msg_id=f"{self.name}:{notification.originator_id}:{notification.originator_version}",
+            headers={s.HEADER_NOTIFICATION_ID: str(notification.id)},
+        )
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        await self.load_position()
+        task_status.started()
+        while True:
+            # Reset before publishing, so a wake() that arrives meanwhile is not lost.
+            self._wake = anyio.Event()
+            try:
+                await self.publish_pending()
+            except Exception as exc:  # NATS briefly away: keep the position, try again
+                log.warning("relay_publish_failed", relay=self.name, error=str(exc))
+            with anyio.move_on_after(self.poll_interval_s):
+                await self._wake.wait()

@@ -1,0 +1,129 @@
+"""Runs services: one, several or all of them in one process, on one NATS connection,
+under one anyio task group.
+
+A service is a module with `async def serve(ctx, *, task_status)`: it registers its
+endpoints and consumers, calls `task_status.started()`, and runs until cancelled.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from services.kernel.bus import Bus, connect
+from services.kernel.embedded_nats import URL_FILE, EmbeddedNats, _server_info
+from services.kernel.logs import get_logger
+from services.kernel.settings import Settings
+from services.kernel.streams import ensure_streams
+
+log = get_logger("rote.runtime")
+
+# Every service rote has, in start order (dependencies first). Each issue adds its own.
+SERVICE_MODULES: dict[str, str] = {
+    "system": "services.system.service",
+}
+
+
+class UnknownServiceError(ValueError):
+    pass
+
+
+@dataclass
+class ServiceContext:
+    settings: Settings
+    bus: Bus
+    task_group: TaskGroup
+    services: tuple[str, ...]
+    nats_url: str
+    embedded_nats: bool
+
+
+@dataclass
+class Stack:
+    bus: Bus
+    nats_url: str
+    embedded: EmbeddedNats | None
+    context: ServiceContext
+
+
+def load_service(name: str) -> Any:
+    try:
+        module_name = SERVICE_MODULES[name]
+    except KeyError:
+        known = ", ".join(SERVICE_MODULES)
+        raise UnknownServiceError(f"unknown service {name!r} (known: {known})") from None
+    return importlib.import_module(module_name)
+
+
+def url_file(settings: Settings) -> Path:
+    return Path(settings.data_dir) / URL_FILE
+
+
+def running_embedded_url(settings: Settings) -> str | None:
+    """The URL of an embedded server a `rote up` in this data dir is running, if any."""
+    path = url_file(settings)
+    if not path.exists():
+        return None
+    url = path.read_text().strip()
+    host_port = url.removeprefix("nats://")
+    host, _, port = host_port.rpartition(":")
+    if host and port.isdigit() and _server_info(host, int(port)) is not None:
+        return url
+    return None
+
+
+@asynccontextmanager
+async def open_stack(
+    settings: Settings,
+    names: list[str] | tuple[str, ...],
+    *,
+    join_running: bool = True,
+) -> AsyncIterator[Stack]:
+    """Connect (starting an embedded NATS when no URL is configured), provision streams,
+    start the named services, and stop all of it on exit."""
+    modules = [(name, load_service(name)) for name in names]
+    embedded: EmbeddedNats | None = None
+    url = settings.nats_url
+    if url is None and join_running:
+        url = running_embedded_url(settings)
+    if url is None:
+        if running_embedded_url(settings):
+            raise RuntimeError(
+                f"rote is already running with an embedded NATS in {settings.data_dir}"
+            )
+        embedded = EmbeddedNats(Path(settings.data_dir) / "nats")
+        await anyio.to_thread.run_sync(embedded.start)
+        url = embedded.url
+        url_file(settings).write_text(url + "\n")
+    bus: Bus | None = None
+    try:
+        bus = await connect(url, name="rote:" + ",".join(names))
+        await ensure_streams(bus.js)
+        async with anyio.create_task_group() as tg:
+            ctx = ServiceContext(
+                settings=settings,
+                bus=bus,
+                task_group=tg,
+                services=tuple(names),
+                nats_url=url,
+                embedded_nats=embedded is not None,
+            )
+            for name, module in modules:
+                await tg.start(module.serve, ctx)
+                log.info("service_started", service=name)
+            yield Stack(bus=bus, nats_url=url, embedded=embedded, context=ctx)
+            tg.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            if bus is not None:
+                await bus.close()
+            if embedded is not None:
+                await anyio.to_thread.run_sync(embedded.stop)
+                url_file(settings).unlink(missing_ok=True)

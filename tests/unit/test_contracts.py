@@ -1,0 +1,98 @@
+"""Every contract round-trips through JSON; bad input is rejected naming the field."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from contracts.catalog import CONTRACTS, json_schemas
+from contracts.llm import CompleteRequest, Message, ThinkingBlock, ToolUseBlock
+from contracts.tasks import CreateTask, IntervalTrigger, TaskSpec
+from services.kernel.codec import decode, encode
+from services.kernel.errors import validation_error
+from tests.strategies import contract_values
+
+
+@pytest.mark.parametrize("name", sorted(CONTRACTS))
+def test_contract_round_trips_through_json(name: str) -> None:
+    cls = CONTRACTS[name]
+
+    @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(contract_values(cls))
+    def round_trip(value: msgspec.Struct) -> None:
+        assert decode(encode(value), cls) == value
+
+    round_trip()
+
+
+def test_every_named_message_has_a_contract() -> None:
+    expected = {
+        "TaskSpec", "CreateTask", "UpdateTask", "TaskRef", "TaskView", "TaskEvent",
+        "TaskRejected", "RunRequest", "RunEvent", "RunView", "Transcript", "CompleteRequest",
+        "CompleteReply", "UsageEvent", "TextEvent", "ExecTool", "ToolResult", "ToolEvent",
+        "TraceStep", "Trace", "TraceCaptured", "Executor", "ExecutorHealth", "ExecutorEvent",
+        "ErrorReply", "SystemInfo",
+    }  # fmt: skip
+    assert expected <= set(CONTRACTS)
+    schemas = json_schemas()
+    assert set(schemas) == set(CONTRACTS)
+
+
+def _rejection(raw: bytes, cls: type) -> tuple[str, str | None, str]:
+    with pytest.raises((msgspec.ValidationError, msgspec.DecodeError)) as caught:
+        decode(raw, cls)
+    err = validation_error(caught.value)
+    return err.code, err.field, err.message
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        (b'{"name":"a","prompt":"b","colour":"red"}', "colour"),
+        (b'{"name":"a","prompt":"b","max_iterations":"ten"}', "max_iterations"),
+        (b'{"name":"a","prompt":"b","max_iterations":0}', "max_iterations"),
+        (b'{"name":"a","prompt":"b","trigger":{"kind":"interval","every_s":"x"}}', "trigger.every_s"),
+        (b'{"name":"a","prompt":"b","trigger":{"kind":"interval","every":5}}', "trigger.every"),
+        (b'{"name":"a","prompt":"b","trigger":{"kind":"weekly"}}', "trigger.kind"),
+        (b'{"name":"a","prompt":"b","task_id":"has.dot"}', "task_id"),
+        (b'{"prompt":"b"}', None),
+    ],
+)
+def test_bad_commands_are_rejected_naming_the_field(raw: bytes, field: str | None) -> None:
+    code, got_field, message = _rejection(raw, CreateTask)
+    assert code == "invalid_request"
+    assert got_field == field
+    if field:
+        assert field.split(".")[-1] in message
+    else:
+        assert "name" in message  # the missing required field is named in the message
+
+
+def test_malformed_json_is_its_own_code() -> None:
+    code, field, _ = _rejection(b"{not json", CreateTask)
+    assert (code, field) == ("malformed", None)
+
+
+def test_thinking_blocks_survive_unchanged() -> None:
+    raw = (
+        b'{"model":"sonnet","messages":[{"role":"user","content":"hi"},'
+        b'{"role":"assistant","content":[{"type":"thinking","thinking":"","signature":"c2ln"},'
+        b'{"type":"tool_use","id":"t1","name":"browser_navigate","input":{"url":"http://x"}}]}]}'
+    )
+    request = decode(raw, CompleteRequest)
+    assistant = request.messages[1]
+    assert isinstance(assistant, Message)
+    assert assistant.content == [
+        ThinkingBlock(thinking="", signature="c2ln"),
+        ToolUseBlock(id="t1", name="browser_navigate", input={"url": "http://x"}),
+    ]
+    assert decode(encode(request), CompleteRequest) == request
+
+
+@given(st.floats(min_value=0.001, max_value=1e6))
+def test_task_spec_defaults_fill_in(every: float) -> None:
+    spec = decode(encode({"name": "n", "prompt": "p", "trigger": {"kind": "interval", "every_s": every}}), TaskSpec)
+    assert spec.trigger == IntervalTrigger(every_s=every)
+    assert spec.model == "sonnet" and spec.max_iterations == 30 and spec.max_failures == 3
