@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 _json_scalars = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=20)
 json_values = st.recursive(
     _json_scalars,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
     max_leaves=8,
 )
 
@@ -55,9 +57,7 @@ def strategy_for(t: mi.Type) -> st.SearchStrategy[Any]:
         case mi.ListType():
             return st.lists(strategy_for(t.item_type), min_size=t.min_length or 0, max_size=3)
         case mi.DictType():
-            return st.dictionaries(
-                strategy_for(t.key_type), strategy_for(t.value_type), max_size=3
-            )
+            return st.dictionaries(strategy_for(t.key_type), strategy_for(t.value_type), max_size=3)
         case mi.StrType():
             return _text(t)
         case mi.IntType():

@@ -25,7 +25,8 @@ from services.kernel.streams import ensure_streams
 
 log = get_logger("rote.runtime")
 
-# Every service rote has, in start order (dependencies first). Each issue adds its own.
+# Every service rote has, in start order (dependencies first):
+# system, llm, tools, compiler, tracer, runner, scheduler.
 SERVICE_MODULES: dict[str, str] = {
     "system": "services.system.service",
 }

@@ -11,15 +11,13 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
+import anyio
 
 from contracts import subjects as s
 from contracts.system import SystemInfo
 from services.kernel.bus import connect
 from services.kernel.codec import decode
 from services.kernel.discovery import gather
-
-pytestmark = pytest.mark.anyio
 
 
 def _env(data_dir: Path) -> dict[str, str]:
@@ -37,7 +35,18 @@ def _nats_pids(store: Path) -> list[int]:
     return [int(p) for p in out.stdout.split()]
 
 
-async def test_rote_up_status_and_sigterm(tmp_path: Path) -> None:
+async def _probe(url: str) -> tuple[list[dict], list[dict], SystemInfo]:
+    bus = await connect(url)
+    try:
+        pings = await gather(bus, "$SRV.PING")
+        infos = await gather(bus, "$SRV.INFO")
+        reply = await bus.nc.request(s.SYSTEM_INFO, b"{}", timeout=2)
+        return pings, infos, decode(reply.data, SystemInfo)
+    finally:
+        await bus.close()
+
+
+def test_rote_up_status_and_sigterm(tmp_path: Path) -> None:
     data_dir = tmp_path / "fresh"
     env = _env(data_dir)
     proc = subprocess.Popen(
@@ -51,15 +60,7 @@ async def test_rote_up_status_and_sigterm(tmp_path: Path) -> None:
         assert (data_dir / "nats.url").read_text().strip() == url
         assert _nats_pids(data_dir / "nats"), "embedded nats-server should be running"
 
-        bus = await connect(url)
-        try:
-            pings = await gather(bus, "$SRV.PING")
-            infos = await gather(bus, "$SRV.INFO")
-            info = decode(
-                (await bus.nc.request(s.SYSTEM_INFO, b"{}", timeout=2)).data, SystemInfo
-            )
-        finally:
-            await bus.close()
+        pings, infos, info = anyio.run(_probe, url, backend="asyncio")
         assert {p["name"] for p in pings} >= {"rote-system"}
         system = next(i for i in infos if i["name"] == "rote-system")
         assert [e["subject"] for e in system["endpoints"]] == [s.SYSTEM_INFO]

@@ -53,7 +53,10 @@ def _rejection(raw: bytes, cls: type) -> tuple[str, str | None, str]:
         (b'{"name":"a","prompt":"b","colour":"red"}', "colour"),
         (b'{"name":"a","prompt":"b","max_iterations":"ten"}', "max_iterations"),
         (b'{"name":"a","prompt":"b","max_iterations":0}', "max_iterations"),
-        (b'{"name":"a","prompt":"b","trigger":{"kind":"interval","every_s":"x"}}', "trigger.every_s"),
+        (
+            b'{"name":"a","prompt":"b","trigger":{"kind":"interval","every_s":"x"}}',
+            "trigger.every_s",
+        ),
         (b'{"name":"a","prompt":"b","trigger":{"kind":"interval","every":5}}', "trigger.every"),
         (b'{"name":"a","prompt":"b","trigger":{"kind":"weekly"}}', "trigger.kind"),
         (b'{"name":"a","prompt":"b","task_id":"has.dot"}', "task_id"),
@@ -93,6 +96,9 @@ def test_thinking_blocks_survive_unchanged() -> None:
 
 @given(st.floats(min_value=0.001, max_value=1e6))
 def test_task_spec_defaults_fill_in(every: float) -> None:
-    spec = decode(encode({"name": "n", "prompt": "p", "trigger": {"kind": "interval", "every_s": every}}), TaskSpec)
+    spec = decode(
+        encode({"name": "n", "prompt": "p", "trigger": {"kind": "interval", "every_s": every}}),
+        TaskSpec,
+    )
     assert spec.trigger == IntervalTrigger(every_s=every)
     assert spec.model == "sonnet" and spec.max_iterations == 30 and spec.max_failures == 3

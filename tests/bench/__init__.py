@@ -1,0 +1,1 @@
+"""Benchmarks: targets are ratios and percentiles measured in one run, never timed tests."""

@@ -1,0 +1,83 @@
+"""What every benchmark returns, and how a set of them is printed.
+
+A benchmark module exposes `async def run(quick: bool) -> Section`. The runner prints
+one JSON document (every section) and a readable table, so a person and a machine
+read the same numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class Metric:
+    name: str
+    value: float
+    unit: str
+    # A human-readable target ("<= 50 ms", ">= 100 runs/s") and whether it was met.
+    target: str | None = None
+    ok: bool | None = None
+
+
+@dataclass
+class Section:
+    name: str
+    metrics: list[Metric]
+    notes: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(m.ok is not False for m in self.metrics)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """q in [0, 100]; linear interpolation between closest ranks."""
+    if not values:
+        return float("nan")
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[max(0, min(98, round(q) - 1))]
+
+
+def machine() -> dict[str, Any]:
+    import os
+
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+    }
+
+
+def to_json(sections: list[Section], duration_s: float, quick: bool) -> str:
+    return json.dumps(
+        {
+            "machine": machine(),
+            "quick": quick,
+            "duration_s": round(duration_s, 2),
+            "ok": all(s.ok for s in sections),
+            "sections": {s.name: asdict(s) | {"ok": s.ok} for s in sections},
+        },
+        indent=2,
+    )
+
+
+def render_table(sections: list[Section]) -> str:
+    rows = [("section", "metric", "value", "target", "ok")]
+    for section in sections:
+        for m in section.metrics:
+            value = f"{m.value:.4g} {m.unit}".strip()
+            ok = "" if m.ok is None else ("yes" if m.ok else "NO")
+            rows.append((section.name, m.name, value, m.target or "", ok))
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    notes = [f"{s.name}: {s.notes}" for s in sections if s.notes]
+    return "\n".join(lines + (["", *notes] if notes else []))
