@@ -1,0 +1,167 @@
+"""Durable pull consumers: provisioned explicitly, fetched with a timeout, acked
+explicitly, with `in_progress` heartbeats for long handlers.
+
+Traps this module exists for (see DESIGN.md): `pull_subscribe` with an existing durable
+silently ignores a changed config, so consumers are created-or-updated first; `fetch()`
+can stall, so it always has a timeout and a timeout means "no messages"; ack wait
+defaults to 30 s, so a handler working longer keeps telling the server it is alive.
+
+A handler gets the decoded payload and the raw message. Returning normally acks. Raise
+`Retry` to have the message redelivered later, `Reject` to drop it for good. A message
+that cannot be decoded is logged and terminated: a poison message must never block the
+ones behind it or crash the service. Any other exception is logged and redelivered,
+up to the consumer's `max_deliver`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import anyio
+import msgspec
+import nats.errors
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
+
+from services.kernel.codec import decoder
+from services.kernel.logs import get_logger
+
+log = get_logger("rote.consumers")
+
+T = TypeVar("T")
+
+
+class Retry(Exception):
+    """Redeliver this message after `delay_s`."""
+
+    def __init__(self, reason: str, delay_s: float = 1.0) -> None:
+        super().__init__(reason)
+        self.delay_s = delay_s
+
+
+class Reject(Exception):
+    """Never deliver this message again."""
+
+
+def durable_config(
+    name: str,
+    *,
+    filter_subjects: list[str] | None = None,
+    ack_wait_s: float = 30.0,
+    max_deliver: int = 5,
+    deliver_all: bool = True,
+    max_ack_pending: int = 1000,
+) -> ConsumerConfig:
+    return ConsumerConfig(
+        name=name,
+        durable_name=name,
+        ack_policy=AckPolicy.EXPLICIT,
+        ack_wait=ack_wait_s,
+        max_deliver=max_deliver,
+        deliver_policy=DeliverPolicy.ALL if deliver_all else DeliverPolicy.NEW,
+        filter_subjects=filter_subjects,
+        max_ack_pending=max_ack_pending,
+    )
+
+
+async def ensure_consumer(
+    js: JetStreamContext, stream: str, config: ConsumerConfig
+) -> ConsumerInfo:
+    """Create the durable consumer, or update it in place when its config changed."""
+    return await js.add_consumer(stream, config)
+
+
+async def _heartbeat(msg: Msg, every_s: float) -> None:
+    while True:
+        await anyio.sleep(every_s)
+        try:
+            await msg.in_progress()
+        except Exception as exc:  # connection blip: the next beat may get through
+            log.debug("in_progress_failed", error=str(exc))
+
+
+async def handle_one(
+    msg: Msg,
+    type_: type[T],
+    handler: Callable[[T, Msg], Awaitable[Any]],
+    *,
+    heartbeat_s: float | None,
+    consumer: str,
+) -> str:
+    """Decode, handle, settle; returns the outcome ("ack", "nak", "term")."""
+    try:
+        payload = decoder(type_).decode(msg.data)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        log.error("poison_message", consumer=consumer, subject=msg.subject, error=str(exc))
+        await msg.term()
+        return "term"
+    outcome = "ack"
+    async with anyio.create_task_group() as tg:
+        if heartbeat_s:
+            tg.start_soon(_heartbeat, msg, heartbeat_s)
+        try:
+            await handler(payload, msg)
+        except Retry as retry:
+            outcome = "nak"
+            log.info("message_retry", consumer=consumer, subject=msg.subject, reason=str(retry))
+            await msg.nak(delay=retry.delay_s)
+        except Reject as reject:
+            outcome = "term"
+            log.warning(
+                "message_rejected", consumer=consumer, subject=msg.subject, reason=str(reject)
+            )
+            await msg.term()
+        except Exception:
+            outcome = "nak"
+            log.exception("handler_failed", consumer=consumer, subject=msg.subject)
+            await msg.nak(delay=1.0)
+        tg.cancel_scope.cancel()
+    if outcome == "ack":
+        await msg.ack()
+    return outcome
+
+
+async def consume(
+    js: JetStreamContext,
+    *,
+    stream: str,
+    config: ConsumerConfig,
+    type_: type[T],
+    handler: Callable[[T, Msg], Awaitable[Any]],
+    workers: int = 1,
+    fetch_timeout_s: float = 2.0,
+    heartbeat_s: float | None = None,
+    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run `workers` fetch loops on one durable consumer until cancelled. Each worker
+    handles one message at a time, so `workers` is the concurrency."""
+    await ensure_consumer(js, stream, config)
+    name = config.durable_name or config.name or "?"
+    subs = [await js.pull_subscribe_bind(durable=name, stream=stream) for _ in range(workers)]
+    task_status.started()
+
+    async def worker(sub: JetStreamContext.PullSubscription) -> None:
+        while True:
+            try:
+                msgs = await sub.fetch(1, timeout=fetch_timeout_s)
+            except nats.errors.TimeoutError:
+                continue  # nothing to do; fetch timeouts are normal, not errors
+            except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError):
+                await anyio.sleep(0.5)
+                continue
+            for msg in msgs:
+                await handle_one(msg, type_, handler, heartbeat_s=heartbeat_s, consumer=name)
+
+    try:
+        async with anyio.create_task_group() as tg:
+            for sub in subs:
+                tg.start_soon(worker, sub)
+    finally:
+        with anyio.CancelScope(shield=True):
+            for sub in subs:
+                try:
+                    await sub.unsubscribe()
+                except Exception as exc:  # already gone with the connection
+                    log.debug("unsubscribe_failed", error=str(exc))
