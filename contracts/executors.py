@@ -10,25 +10,50 @@ import msgspec
 from contracts.base import Command, Event, PositiveInt, Reply, SubjectToken
 
 # --- expectations checked on replay ----------------------------------------------------
+# services.compiler.expectations.check() is the one implementation of these checks.
 
 
 class MinItems(msgspec.Struct, kw_only=True, tag="min_items", tag_field="kind"):
+    """The step's output is a list of at least `count` items."""
+
     count: int
 
 
 class ContainsText(msgspec.Struct, kw_only=True, tag="contains_text", tag_field="kind"):
+    """`text` appears in the step's output (strings as they are, other values as JSON)
+    or in its title."""
+
     text: str
 
 
 class HttpStatus(msgspec.Struct, kw_only=True, tag="http_status", tag_field="kind"):
+    """The navigation answered with this HTTP status."""
+
     status: int
 
 
-Expectation = MinItems | ContainsText | HttpStatus
+class ExitCode(msgspec.Struct, kw_only=True, tag="exit_code", tag_field="kind"):
+    """A shell command exited with this code."""
+
+    code: int
+
+
+class InList(msgspec.Struct, kw_only=True, tag="in_list", tag_field="kind"):
+    """The step's output (text) is one of the items of the list `ref` points to, or of
+    their `path` field: a small model's pick must be a real item, not an invention."""
+
+    ref: str
+    path: list[str | int] = []
+
+
+Expectation = MinItems | ContainsText | HttpStatus | ExitCode | InList
 
 # --- steps -----------------------------------------------------------------------------
-# String values in `input` may hold references to earlier results: "{{step_N}}" or
-# "{{step_N.path[0].field}}"; a value that is exactly one reference keeps its JSON type.
+# Steps are numbered 0.. in order (`index`); a step's output is kept under its index.
+# Strings in `input`, `prompt` and `template` may hold references to earlier outputs:
+# "{{step_N}}" or "{{step_N.path[0].field}}" (syntax and rendering:
+# services.compiler.references). A string that is exactly one reference keeps the JSON
+# type of the value; references inside longer strings become text.
 
 
 class ToolStep(msgspec.Struct, kw_only=True, tag="tool", tag_field="type"):
@@ -40,12 +65,16 @@ class ToolStep(msgspec.Struct, kw_only=True, tag="tool", tag_field="type"):
     input: dict[str, Any]
     templated: bool = False
     expect: list[Expectation] = []
+    trace_step: int | None = None  # the trace step this was compiled from
 
 
 class LlmStep(msgspec.Struct, kw_only=True, tag="llm", tag_field="type"):
-    """A step whose input needs judgement over content that changes between runs. The
-    small model is given `prompt` with `variables` filled in; with `tool` set it writes
-    that tool's input (JSON) and the tool runs, otherwise its text is the step's result."""
+    """Judgement over content that changes between runs. The small model is given
+    `prompt` rendered (references filled in; `variables` names the steps it reads, e.g.
+    "step_2"), and its text reply, stripped, is the step's output; later steps refer to
+    it ("{{step_3}}"). The compiler emits these with `tool` unset: one pick or value per
+    step, used by an ordinary templated tool step or the result. With `tool` set, the
+    reply is that tool's input as a JSON object, and the tool's output is the step's."""
 
     index: int
     prompt: str
@@ -53,10 +82,13 @@ class LlmStep(msgspec.Struct, kw_only=True, tag="llm", tag_field="type"):
     tool: str | None = None
     example_input: dict[str, Any] | None = None
     expect: list[Expectation] = []
+    trace_step: int | None = None
 
 
 class ConditionStep(msgspec.Struct, kw_only=True, tag="condition", tag_field="type"):
-    """A check that gates the rest of the replay (e.g. abort when an extract is empty)."""
+    """A check that gates the rest of the replay (e.g. abort when an extract is empty).
+    `ref` is a reference ("{{step_2}}"); on_false "fail" fails the replay at this step,
+    "stop" skips the remaining tool steps and goes on to the result."""
 
     index: int
     ref: str
@@ -67,7 +99,9 @@ class ConditionStep(msgspec.Struct, kw_only=True, tag="condition", tag_field="ty
 
 
 class ResultStep(msgspec.Struct, kw_only=True, tag="result", tag_field="type"):
-    """Produces the run's answer in the same form as the original run's answer."""
+    """Produces the run's answer in the same form as the original run's answer: mode
+    "template" renders `template`; mode "llm" asks the small model with `prompt` rendered
+    (`example` is the original answer, already quoted in the prompt)."""
 
     index: int
     mode: Literal["template", "llm"]
@@ -81,6 +115,10 @@ ExecutorStep = ToolStep | LlmStep | ConditionStep | ResultStep
 
 
 class ExecutorStats(msgspec.Struct, kw_only=True):
+    """deterministic: tool steps replayed as recorded, condition steps, a constant result;
+    templated: tool steps and a result template filled from earlier outputs; llm: steps
+    and a result that call the small model. They add up to total_steps."""
+
     total_steps: int
     deterministic_steps: int
     templated_steps: int
@@ -125,8 +163,28 @@ class ExecutorHealth(Reply, kw_only=True):
     total_steps: int = 0
     deterministic_steps: int = 0
     llm_steps: int = 0
-    full_run_cost_usd: float = 0.0
+    full_run_cost_usd: float = 0.0  # mean cost of this task's recent full LLM runs
     status_reason: str | None = None
+    templated_steps: int = 0
+    compiled_at: datetime | None = None
+    estimated_replay_cost_usd: float = 0.0
+    replays: int = 0  # every version: replays tried, failed
+    replay_failures: int = 0
+
+
+class VersionView(Reply, kw_only=True):
+    """One compiled version and how it fared."""
+
+    version: int
+    status: ExecutorStatus
+    status_reason: str | None = None
+    source_run_id: str
+    compiled_at: datetime
+    success_count: int = 0
+    failure_count: int = 0
+    consecutive_failures: int = 0
+    last_used_at: datetime | None = None
+    cost_saved_usd: float = 0.0
 
 
 class ActiveExecutor(Reply, kw_only=True):
@@ -198,6 +256,7 @@ class ExecutorHistory(Reply, kw_only=True):
     task_id: str
     versions: list[Executor]
     events: list[ExecutorEvent]
+    summaries: list[VersionView] = []
 
 
 class SavingsStats(Reply, kw_only=True):

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from contracts.base import Command, Event, NonEmptyStr, Reply
+from contracts.base import Command, Event, NonEmptyStr, Reply, SubjectToken
 
 
 class TextBlock(msgspec.Struct, kw_only=True, tag="text", tag_field="type"):
@@ -57,7 +57,12 @@ class ToolDefinition(msgspec.Struct, kw_only=True):
     input_schema: dict[str, Any]
 
 
-Effort = Literal["low", "medium", "high"]
+# How hard the model works on a reply (sent as output_config.effort); replay steps use
+# "low".
+Effort = Literal["low", "medium", "high", "xhigh", "max"]
+# Prompt caching: "5m" or "1h" puts a cache breakpoint on the whole prompt (the API's
+# top-level cache_control); cache writes cost 1.25x (5m) or 2x (1h), reads 0.1x.
+CacheTtl = Literal["5m", "1h"]
 
 
 class CompleteRequest(Command, kw_only=True):
@@ -69,16 +74,27 @@ class CompleteRequest(Command, kw_only=True):
     tools: list[ToolDefinition] = []
     max_tokens: Annotated[int, msgspec.Meta(ge=1, le=128_000)] = 4096
     effort: Effort | None = None
-    run_id: str | None = None
-    task_id: str | None = None
+    cache: CacheTtl | None = None
+    # run_id becomes a subject token of the usage event (rote.evt.llm.<run_id>.usage).
+    run_id: SubjectToken | None = None
+    task_id: SubjectToken | None = None
     purpose: str | None = None
 
 
 class Usage(msgspec.Struct, kw_only=True):
+    """Token counts as the API reported them. `input_tokens` excludes cached tokens;
+    `cache_write_1h_tokens` is the part of `cache_write_tokens` written with a 1-hour
+    TTL (the rest used 5 minutes)."""
+
     input_tokens: int = 0
     output_tokens: int = 0
     cache_write_tokens: int = 0
     cache_read_tokens: int = 0
+    cache_write_1h_tokens: int = 0
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.input_tokens + self.cache_write_tokens + self.cache_read_tokens
 
 
 class CompleteReply(Reply, kw_only=True):
@@ -102,6 +118,7 @@ class UsageEvent(Event, kw_only=True):
     at: datetime
     purpose: str | None = None
     attempts: int = 1
+    call_id: str | None = None
 
 
 class TextEvent(Event, kw_only=True):

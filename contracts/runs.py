@@ -127,6 +127,7 @@ class RunView(Reply, kw_only=True):
     requested_at: datetime | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    origin: RunOrigin | None = None
 
 
 class RunList(Reply, kw_only=True):

@@ -150,11 +150,14 @@ CONSUMER_SCHEDULER_INTAKE: Final = "rote-scheduler-intake"
 CONSUMER_SCHEDULER_RUNS: Final = "rote-scheduler-runs"
 CONSUMER_COMPILER_TRACES: Final = "rote-compiler-traces"
 CONSUMER_COMPILER_RUNS: Final = "rote-compiler-runs"
+CONSUMER_TRACER: Final = "rote-tracer"
 
 # Object store for large blobs (screenshots, long tool outputs), keyed by sha256.
 BUCKET_BLOBS: Final = "rote_blobs"
 # Key-value bucket holding how far each event store's notification log was published.
 BUCKET_RELAY: Final = "rote_relay"
+# Object store with the transcript of every run, by run_id.
+BUCKET_TRANSCRIPTS: Final = "rote_transcripts"
 
 # Headers.
 HEADER_MSG_ID: Final = "Nats-Msg-Id"

@@ -139,13 +139,23 @@ class UpdateTask(Command, kw_only=True):
 
 
 class TaskRef(Command, kw_only=True):
-    """Names one task (pause, resume, delete, get, run)."""
+    """Names one task (pause, resume, delete, get)."""
 
     task_id: SubjectToken
     reason: str | None = None
 
 
+class RunTask(Command, kw_only=True):
+    """Run a task now. `run_id` is an optional idempotency key: asking twice with the
+    same run_id starts one run."""
+
+    task_id: SubjectToken
+    run_id: SubjectToken | None = None
+
+
 class ListTasks(Command, kw_only=True):
+    """Without `status`: every task that is not deleted."""
+
     status: Literal["active", "paused", "deleted"] | None = None
     limit: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 100
 
@@ -163,8 +173,11 @@ class TaskView(Reply, kw_only=True):
     version: int
     created_at: datetime
     updated_at: datetime
+    # When the trigger next wants a run (for a condition trigger: its next check).
     next_due_at: datetime | None = None
     run_in_flight: str | None = None
+    # A run someone asked for that waits for a free slot or for the run in flight.
+    run_pending: str | None = None
     last_run_id: str | None = None
     last_run_status: str | None = None
     consecutive_failures: int = 0
@@ -177,8 +190,12 @@ class TaskList(Reply, kw_only=True):
 
 
 class RunAccepted(Reply, kw_only=True):
+    """The run is queued; `queued` means it waits behind a run already in flight or
+    pending for this task (then `run_id` names the pending one)."""
+
     task_id: str
     run_id: str
+    queued: bool = False
 
 
 # --- events ----------------------------------------------------------------------------
@@ -189,7 +206,9 @@ TaskEventName = Literal[
     "paused",
     "resumed",
     "deleted",
+    "run_requested",
     "run_dispatched",
+    "run_started",
     "run_finished",
     "run_skipped",
 ]
@@ -207,6 +226,9 @@ class TaskEvent(Event, kw_only=True):
     run_id: str | None = None
     status: str | None = None
     cost_usd: float | None = None
+    origin: str | None = None
+    error: str | None = None
+    changed: list[str] | None = None
 
 
 class TaskRejected(Event, kw_only=True):

@@ -33,6 +33,9 @@ class ExecTool(Command, kw_only=True):
     timeout_s: Annotated[float, msgspec.Meta(gt=0, le=600)] = 30.0
     step: int | None = None
     source: Literal["full_llm", "executor", "condition"] = "full_llm"
+    # Unique per attempt; part of the events' Nats-Msg-Id, so a retried step publishes
+    # fresh events instead of being de-duplicated away. Generated when absent.
+    call_id: Annotated[str, msgspec.Meta(min_length=1, max_length=128)] | None = None
 
 
 class ToolMetadata(msgspec.Struct, kw_only=True):
@@ -72,6 +75,7 @@ class ToolEvent(Event, kw_only=True):
 
     run_id: str
     task_id: str | None = None
+    call_id: str | None = None
     event: Literal["started", "finished"]
     step: int | None = None
     tool: str
@@ -84,3 +88,109 @@ class ToolEvent(Event, kw_only=True):
     error: ErrorInfo | None = None
     duration_ms: int | None = None
     metadata: ToolMetadata | None = None
+
+
+# --- tool inputs -------------------------------------------------------------------------
+# One Struct per tool: the JSON Schema of each is the tool's Anthropic `input_schema`, and
+# decoding into it validates a call's input. Unknown fields are refused so a misspelt
+# option is an error instead of being silently ignored.
+
+Url = Annotated[str, msgspec.Meta(min_length=1, description="absolute http(s) URL")]
+Css = Annotated[str, msgspec.Meta(min_length=1, description="CSS selector")]
+FormValue = str | int | float | bool
+
+
+class ToolInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Base of every tool's input."""
+
+
+class BrowserNavigateInput(ToolInput):
+    url: Url
+
+
+class BrowserReadPageInput(ToolInput):
+    pass
+
+
+class BrowserExtractInput(ToolInput):
+    selector: Css
+    attribute: (
+        Annotated[
+            str,
+            msgspec.Meta(
+                min_length=1,
+                description="return this attribute of each match instead of its text",
+            ),
+        ]
+        | None
+    ) = None
+    fields: (
+        Annotated[
+            dict[str, str],
+            msgspec.Meta(
+                description=(
+                    "one object per match: name -> 'css' (text of the sub-element), "
+                    "'@attr' (attribute of the match) or 'css@attr'"
+                )
+            ),
+        ]
+        | None
+    ) = None
+    limit: Annotated[int, msgspec.Meta(gt=0, le=10_000)] | None = None
+
+
+class BrowserClickInput(ToolInput):
+    """Exactly one of `selector` and `text`."""
+
+    selector: Css | None = None
+    text: (
+        Annotated[str, msgspec.Meta(min_length=1, description="visible link or button text")] | None
+    ) = None
+
+
+class BrowserTypeInput(ToolInput):
+    selector: Css
+    text: str
+    submit: Annotated[bool, msgspec.Meta(description="press Enter afterwards")] = False
+
+
+class BrowserFillFormInput(ToolInput):
+    fields: Annotated[
+        dict[str, FormValue],
+        msgspec.Meta(
+            description=(
+                "field -> value; a field is a CSS selector, a field name or its label. "
+                "Checkboxes take true/false, selects an option value or label"
+            )
+        ),
+    ]
+    submit: Annotated[bool, msgspec.Meta(description="submit the form afterwards")] = True
+
+
+class BrowserScrollInput(ToolInput):
+    direction: Literal["down", "up"]
+    amount: Annotated[int, msgspec.Meta(gt=0, le=100_000, description="pixels")] | None = None
+
+
+class BrowserScreenshotInput(ToolInput):
+    full_page: bool = False
+
+
+class ShellExecInput(ToolInput):
+    command: Annotated[
+        str,
+        msgspec.Meta(
+            min_length=1,
+            description="a command line, split like a POSIX shell but run without one",
+        ),
+    ]
+    timeout: Annotated[float, msgspec.Meta(gt=0, le=600, description="seconds")] | None = None
+
+
+class FileReadInput(ToolInput):
+    path: NonEmptyStr
+
+
+class FileWriteInput(ToolInput):
+    path: NonEmptyStr
+    content: str

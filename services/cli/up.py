@@ -10,7 +10,12 @@ import anyio
 
 from services.cli.common import load_settings
 from services.kernel.logs import get_logger
-from services.kernel.runtime import SERVICE_MODULES, UnknownServiceError, open_stack
+from services.kernel.runtime import (
+    SERVICE_MODULES,
+    AlreadyRunningError,
+    UnknownServiceError,
+    open_stack,
+)
 from services.kernel.settings import Settings
 
 log = get_logger("rote.cli")
@@ -19,31 +24,35 @@ log = get_logger("rote.cli")
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     up = sub.add_parser("up", help="run every service in one process (embedded NATS by default)")
     up.add_argument("--nats-url", help="use this NATS instead of the embedded one")
-    up.set_defaults(func=lambda args: run(args, list(SERVICE_MODULES)))
+    up.set_defaults(func=lambda args: run(args, list(SERVICE_MODULES), join=False))
 
     serve = sub.add_parser("serve", help="run one service")
     serve.add_argument("name", choices=list(SERVICE_MODULES), help="the service to run")
     serve.add_argument("--nats-url", help="use this NATS instead of the embedded one")
-    serve.set_defaults(func=lambda args: run(args, [args.name]))
+    serve.set_defaults(func=lambda args: run(args, [args.name], join=True))
 
 
-def run(args: argparse.Namespace, names: list[str]) -> int:
+def run(args: argparse.Namespace, names: list[str], *, join: bool) -> int:
+    """`join`: use the embedded NATS a running `rote up` started in this data dir."""
     settings = load_settings()
     if args.nats_url:
         settings = settings.with_(nats_url=args.nats_url)
     try:
-        anyio.run(_serve_until_signal, settings, names, backend="asyncio")
+        anyio.run(_serve_until_signal, settings, names, join, backend="asyncio")
     except UnknownServiceError as exc:
         print(f"rote: {exc}", file=sys.stderr)
         return 2
+    except AlreadyRunningError as exc:
+        print(f"rote: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         pass
     return 0
 
 
-async def _serve_until_signal(settings: Settings, names: list[str]) -> None:
+async def _serve_until_signal(settings: Settings, names: list[str], join: bool) -> None:
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with open_stack(settings, names) as stack:
+        async with open_stack(settings, names, join_running=join) as stack:
             where = "embedded" if stack.embedded else "external"
             # One plain line for people and scripts; the structured log has the rest.
             print(

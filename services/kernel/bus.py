@@ -48,7 +48,7 @@ class Bus:
             raise RemoteError(
                 subject, ErrorInfo(code="unavailable", message=f"no service answers {subject}")
             ) from None
-        except nats.errors.TimeoutError:
+        except (nats.errors.TimeoutError, TimeoutError):
             raise RemoteError(
                 subject,
                 ErrorInfo(code="timeout", message=f"no reply from {subject} within {timeout}s"),

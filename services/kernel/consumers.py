@@ -146,7 +146,7 @@ async def consume(
         while True:
             try:
                 msgs = await sub.fetch(1, timeout=fetch_timeout_s)
-            except nats.errors.TimeoutError:
+            except (nats.errors.TimeoutError, TimeoutError):
                 continue  # nothing to do; fetch timeouts are normal, not errors
             except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError):
                 await anyio.sleep(0.5)

@@ -125,6 +125,10 @@ async def start_service(
             handler=handle,
             metadata={"description": endpoint.description} if endpoint.description else None,
         )
+    # Return only once the server routes to us: nats-py's flush() writes its PING ahead
+    # of SUBs still queued, so it proves nothing, while a request to our own PING
+    # subject travels behind every SUB above and is answered only after them.
+    await bus.nc.request(f"$SRV.PING.{name}.{service.id}", b"", timeout=10)
     return service
 
 

@@ -29,10 +29,20 @@ log = get_logger("rote.runtime")
 # system, llm, tools, compiler, tracer, runner, scheduler.
 SERVICE_MODULES: dict[str, str] = {
     "system": "services.system.service",
+    "llm": "services.llm.service",
+    "tools": "services.tools.service",
+    "compiler": "services.compiler.service",
+    "tracer": "services.tracer.service",
+    "runner": "services.runner.service",
+    "scheduler": "services.scheduler.service",
 }
 
 
 class UnknownServiceError(ValueError):
+    pass
+
+
+class AlreadyRunningError(RuntimeError):
     pass
 
 
@@ -96,8 +106,9 @@ async def open_stack(
         url = running_embedded_url(settings)
     if url is None:
         if running_embedded_url(settings):
-            raise RuntimeError(
+            raise AlreadyRunningError(
                 f"rote is already running with an embedded NATS in {settings.data_dir}"
+                f" ({url_file(settings).read_text().strip()}); stop it or use `rote serve`"
             )
         embedded = EmbeddedNats(Path(settings.data_dir) / "nats")
         await anyio.to_thread.run_sync(embedded.start)

@@ -58,12 +58,19 @@ class Settings:
     # Scheduler: runs in flight overall, and the daily spend limit (None: unlimited).
     max_concurrent: int = 2
     daily_budget_usd: float | None = None
-    # Runner: worker slots per process.
+    # Runner: worker slots per process, and how long JetStream waits for a run's ack
+    # before redelivering it (the runner heartbeats at a third of this while it works).
     runner_slots: int = 2
+    runner_ack_wait_s: float = 30.0
+    # Replay: retries of a failed step, and the wait before the first retry.
+    replay_retries: int = 1
+    replay_backoff_s: float = 1.0
     # LLM: concurrent model calls per process, attempts on retryable errors, price file.
     llm_concurrency: int = 4
     llm_max_attempts: int = 4
     prices_file: Path | None = None
+    # Compiler: snapshot an executor's aggregate every N events (0: never).
+    compiler_snapshot_every: int = 50
     # Tools: a Chromium to use when Playwright has none; allowed shell command patterns
     # (fnmatch, comma separated) and file path roots (os.pathsep separated).
     chromium: str | None = None
@@ -96,9 +103,13 @@ class Settings:
             max_concurrent=_int(env, "ROTE_MAX_CONCURRENT", 2),
             daily_budget_usd=_float(env, "ROTE_DAILY_BUDGET_USD", None),
             runner_slots=_int(env, "ROTE_RUNNER_SLOTS", 2),
+            runner_ack_wait_s=_float(env, "ROTE_RUNNER_ACK_WAIT_S", 30.0) or 30.0,
+            replay_retries=_int(env, "ROTE_REPLAY_RETRIES", 1),
+            replay_backoff_s=_float(env, "ROTE_REPLAY_BACKOFF_S", 1.0) or 0.0,
             llm_concurrency=_int(env, "ROTE_LLM_CONCURRENCY", 4),
             llm_max_attempts=_int(env, "ROTE_LLM_MAX_ATTEMPTS", 4),
             prices_file=Path(prices).expanduser() if prices else None,
+            compiler_snapshot_every=_int(env, "ROTE_COMPILER_SNAPSHOT_EVERY", 50),
             chromium=env.get("ROTE_CHROMIUM") or None,
             allowed_commands=_list(env, "ROTE_TOOLS_ALLOW_COMMANDS"),
             path_roots=_list(env, "ROTE_TOOLS_PATH_ROOTS"),

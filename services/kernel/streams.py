@@ -142,7 +142,11 @@ async def _ensure_buckets(js: JetStreamContext) -> None:
         await js.key_value(s.BUCKET_RELAY)
     except BucketNotFoundError:
         await js.create_key_value(bucket=s.BUCKET_RELAY, description="event-store relay positions")
-    try:
-        await js.object_store(s.BUCKET_BLOBS)
-    except (BucketNotFoundError, NotFoundError):
-        await js.create_object_store(bucket=s.BUCKET_BLOBS, description="large blobs by sha256")
+    for bucket, description in (
+        (s.BUCKET_BLOBS, "large blobs by sha256"),
+        (s.BUCKET_TRANSCRIPTS, "run transcripts by run_id"),
+    ):
+        try:
+            await js.object_store(bucket)
+        except (BucketNotFoundError, NotFoundError):
+            await js.create_object_store(bucket=bucket, description=description)

@@ -1,0 +1,604 @@
+"""compile(task, trace) -> Executor | Skip: a successful full run's tool calls become a
+replayable script. Pure and deterministic: the same task and trace always give the same
+executor (its compiled_at is the trace's captured_at).
+
+What becomes of each successful trace step (the data flow is in dataflow.py):
+  tool       replayed as recorded;
+  templated  an input value came from an earlier output: it becomes a reference;
+  llm        an input needs judgement over content that changes between runs: a small
+             model step decides that one value again (a *pick* of one item from a list,
+             e.g. the cheapest product's link, or a *value* written afresh), and the
+             tool step refers to its answer;
+  dropped    a failed call, a read whose result nothing used (a probe: an extract that
+             found nothing before one that did, a page read before choosing a
+             selector), or a navigation that answered an HTTP error before another.
+Then: expectations the replay checks (items extracted, HTTP status, stable titles), a
+condition step after an extract that later steps pick from (abort when it is empty),
+and a result step producing the answer in the original run's form: a template when the
+answer is a plain function of the extracted data (picks included), else the small
+model given the fresh data and the original answer as the example of the form.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from contracts.executors import (
+    ConditionStep,
+    ContainsText,
+    Executor,
+    ExecutorStats,
+    ExecutorStep,
+    ExitCode,
+    Expectation,
+    HttpStatus,
+    InList,
+    LlmStep,
+    MinItems,
+    ResultStep,
+    Skip,
+    ToolStep,
+)
+from contracts.tasks import OnceTrigger, TaskSpec
+from contracts.traces import Trace, TraceStep
+from services.compiler import references
+from services.compiler.cost import estimate_call
+from services.compiler.dataflow import (
+    Container,
+    Context,
+    ListVerdict,
+    Pointer,
+    Provenance,
+    Source,
+    Template,
+    apply_verdicts,
+    judge_lists,
+    list_position,
+    provenance,
+)
+from services.compiler.references import Path, Ref, escape
+from services.compiler.toolkinds import is_read, value_kind
+from services.llm.pricing import PriceTable
+
+# An extract on replay must find at least this share of what the first run found.
+MIN_ITEMS_FRACTION = 0.5
+MIN_TOOL_STEPS = 2
+
+StepKind = Literal["tool", "templated", "llm"]
+
+_URL = re.compile(r"[a-z][a-z0-9+.-]*://[^\s,]+", re.IGNORECASE)
+
+
+@dataclass
+class _Planned:
+    position: int
+    step: TraceStep
+    values: dict[Path, Provenance] = field(default_factory=dict)
+    kind: StepKind = "tool"
+    sources: set[int] = field(default_factory=set)
+
+
+def skip_reason(task: TaskSpec, trace: Trace) -> str | None:
+    """Why this trace is not worth compiling, before looking at its data flow."""
+    if isinstance(task.trigger, OnceTrigger):
+        return "one-time task: it will not run again"
+    ok = sum(1 for s in trace.steps if s.status == "ok")
+    if ok < MIN_TOOL_STEPS:
+        return f"fewer than {MIN_TOOL_STEPS} successful tool steps ({ok})"
+    return None
+
+
+def compile(
+    task: TaskSpec,
+    trace: Trace,
+    *,
+    version: int = 0,
+    prices: PriceTable | None = None,
+) -> Executor | Skip:
+    """Compile a successful full run. `version` is assigned by the Executor aggregate;
+    `prices` (default: the built-in table) prices the small-model steps."""
+    reason = skip_reason(task, trace)
+    if reason is not None:
+        return Skip(reason=reason)
+    ok = [(pos, step) for pos, step in enumerate(trace.steps) if step.status == "ok"]
+    plans, answer, verdicts = _analyse(task, ok, trace.answer)
+    kept, needed_by_steps = _prune(plans, answer)
+    if not kept:
+        return Skip(reason="no tool step is needed to produce the answer")
+    if all(p.kind == "llm" for p in kept):
+        return Skip(reason="every step needs the model")
+    steps = _Assembler(task, trace, verdicts, needed_by_steps).run(kept, answer)
+    return Executor(
+        task_id=trace.task_id,
+        version=version,
+        source_run_id=trace.run_id,
+        compiled_at=trace.captured_at,
+        small_model=task.small_model,
+        steps=steps,
+        stats=_stats(steps, trace, task, prices),
+    )
+
+
+# --- analysis ---------------------------------------------------------------------------
+
+
+def _analyse(
+    task: TaskSpec, ok: list[tuple[int, TraceStep]], answer_text: str
+) -> tuple[list[_Planned], Provenance, dict[Container, ListVerdict]]:
+    ctx = Context(task.prompt)
+    sources: list[Source] = []
+    plans: list[_Planned] = []
+    last_read: int | None = None
+    for position, step in ok:
+        plan = _Planned(position, step)
+        leaves = list(references.leaves(step.input))
+        for path, value in leaves:
+            kind = value_kind(step.tool, path)
+            plan.values[path] = provenance(value, kind, sources, ctx, context_step=last_read)
+        for path, value in leaves:
+            if plan.values[path].kind == "constant" and value_kind(step.tool, path) != "structure":
+                ctx.add_constant(value)
+        plans.append(plan)
+        if step.output is not None:
+            sources.append(Source.of(position, step.tool, step.output, reads=is_read(step.tool)))
+        if is_read(step.tool) and _non_empty(step.output):
+            last_read = position
+    answer = provenance(answer_text, "data", sources, ctx, context_step=last_read)
+
+    # Whether list picks follow a rule is decided over every consumer at once.
+    uses = [
+        pointer
+        for prov in [*(v for p in plans for v in p.values.values()), answer]
+        if prov.template is not None
+        for pointer in prov.template.pointers
+    ]
+    outputs = {pos: step.output for pos, step in ok}
+    limits = {pos: _int_or_none(step.input.get("limit")) for pos, step in ok}
+    verdicts = judge_lists(uses, outputs, task.prompt, limits)
+    for plan in plans:
+        plan.values = {path: apply_verdicts(v, verdicts) for path, v in plan.values.items()}
+        needs_model = any(
+            v.kind == "judgement" or _picks(v, verdicts) for v in plan.values.values()
+        )
+        templated = any(v.kind == "template" for v in plan.values.values())
+        plan.kind = "llm" if needs_model else "templated" if templated else "tool"
+        plan.sources = {s for v in plan.values.values() for s in v.sources}
+    answer = apply_verdicts(answer, verdicts)
+    if answer.kind == "judgement" and not answer.sources:
+        fallback = _last_read(plans)
+        if fallback is not None:
+            answer = Provenance("judgement", answer.why, sources=(fallback,))
+    return plans, answer, verdicts
+
+
+def _picks(prov: Provenance, verdicts: Mapping[Container, ListVerdict]) -> bool:
+    """Does this templated value use an item only a small-model pick can find?"""
+    if prov.template is None:
+        return False
+    return any(_pick_container(p, verdicts) is not None for p in prov.template.pointers)
+
+
+def _pick_container(
+    pointer: Pointer, verdicts: Mapping[Container, ListVerdict]
+) -> tuple[Container, Path] | None:
+    """(the list, the path inside the item) when `pointer` goes through a picked item."""
+    position = list_position(pointer.path)
+    if position is None:
+        return None
+    prefix, _ = position
+    verdict = verdicts.get((pointer.step, prefix))
+    if verdict is None or verdict.ok or verdict.pick is None:
+        return None
+    return (pointer.step, prefix), pointer.path[len(prefix) + 1 :]
+
+
+def _last_read(plans: list[_Planned]) -> int | None:
+    """The last read with content, else the last read at all (it was the last word)."""
+    reads = [p for p in plans if is_read(p.step.tool)]
+    with_content = [p for p in reads if _non_empty(p.step.output)]
+    chosen = with_content or reads
+    return chosen[-1].position if chosen else None
+
+
+def _prune(plans: list[_Planned], answer: Provenance) -> tuple[list[_Planned], set[int]]:
+    """Keep every action and the reads something depends on (walking backwards: a step
+    only depends on earlier ones). Returns the kept plans and the positions that later
+    tool steps (not only the answer) depend on."""
+    needed = set(answer.sources)
+    needed_by_steps: set[int] = set()
+    later_navigation = False
+    kept: list[_Planned] = []
+    for plan in reversed(plans):
+        step = plan.step
+        keep = plan.position in needed if is_read(step.tool) else True
+        if step.tool == "browser_navigate":
+            if later_navigation and _http_error(step) and plan.position not in needed:
+                keep = False
+            later_navigation = True
+        if keep:
+            kept.append(plan)
+            needed |= plan.sources
+            needed_by_steps |= plan.sources
+    kept.reverse()
+    return kept, needed_by_steps
+
+
+# --- assembly ---------------------------------------------------------------------------
+
+
+def task_context(prompt: str) -> str:
+    """The task prompt as context for a small-model step, with its URLs elided: the
+    step is one decision, not the task, and must not read as an invitation to browse."""
+    return escape(_URL.sub("<url>", prompt))
+
+
+class _Assembler:
+    def __init__(
+        self,
+        task: TaskSpec,
+        trace: Trace,
+        verdicts: Mapping[Container, ListVerdict],
+        needed_by_steps: set[int],
+    ) -> None:
+        self.task = task
+        self.trace = trace
+        self.verdicts = verdicts
+        self.needed_by_steps = needed_by_steps
+        self.steps: list[ExecutorStep] = []
+        self.index_of: dict[int, int] = {}  # trace position -> executor step index
+        self.tool_of: dict[int, str] = {}
+        self.picks: dict[tuple[Container, Path], int] = {}  # -> index of the pick step
+        self.first_pick: dict[Container, tuple[Path, int]] = {}
+
+    def run(self, kept: list[_Planned], answer: Provenance) -> list[ExecutorStep]:
+        for plan in kept:
+            self._tool_step(plan)
+        self.steps.append(self._result(answer))
+        return self.steps
+
+    # -- tool steps --
+
+    def _tool_step(self, plan: _Planned) -> None:
+        step = plan.step
+        self.tool_of[plan.position] = step.tool
+        values: dict[Path, str] = {}
+        for path, prov in plan.values.items():
+            if prov.kind == "template" and prov.template is not None:
+                values[path] = self._template(prov.template)
+            elif prov.kind == "judgement":
+                values[path] = Ref(self._value_step(plan, path, prov)).format()
+        index = len(self.steps)
+        self.index_of[plan.position] = index
+        self.steps.append(
+            ToolStep(
+                index=index,
+                tool=step.tool,
+                input=_rebuild(step.input, values),
+                templated=bool(values),
+                expect=expectations_for(step, "tool" if not values else "templated"),
+                trace_step=step.index,
+            )
+        )
+        if (
+            step.tool == "browser_extract"
+            and plan.position in self.needed_by_steps
+            and _non_empty(step.output)
+        ):
+            self.steps.append(
+                ConditionStep(
+                    index=len(self.steps),
+                    ref=Ref(index).format(),
+                    check="not_empty",
+                    on_false="fail",
+                    message=f"step {index} extracted nothing; the page may have changed",
+                )
+            )
+
+    def _template(self, template: Template) -> str:
+        out = []
+        for part in template.parts:
+            if isinstance(part, str):
+                out.append(escape(part))
+                continue
+            picked = _pick_container(part, self.verdicts)
+            if picked is None:
+                out.append(Ref(self.index_of[part.step], part.path).format())
+            else:
+                out.append(Ref(self._pick_step(*picked)).format())
+        return "".join(out)
+
+    # -- small-model steps --
+
+    def _data_block(self, positions: set[int] | tuple[int, ...], refs: list[Ref]) -> str:
+        """The fresh data a small-model step reads, last in its prompt: one line per
+        step with a reference filled in on replay."""
+        lines = [
+            f"{ref.name} ({self.tool_of[pos]}): {ref.format()}"
+            for pos, ref in zip(sorted(positions), refs, strict=True)
+        ]
+        return "\n".join(lines) if lines else "(none)"
+
+    def _refs(self, positions: set[int] | tuple[int, ...]) -> list[Ref]:
+        return [Ref(self.index_of[p]) for p in sorted(positions)]
+
+    def _pick_step(self, container: Container, item_path: Path) -> int:
+        """The step that picks the item again (one per field used; a later field is
+        asked of the item the first pick named, so every field is of the same item)."""
+        key = (container, item_path)
+        if key in self.picks:
+            return self.picks[key]
+        position, prefix = container
+        verdict = self.verdicts[container]
+        assert verdict.pick is not None
+        items = references.lookup(self._output(position), prefix)
+        previous = references.lookup(items[verdict.pick], item_path)
+        list_ref = Ref(self.index_of[position], prefix)
+        what = _field_words(item_path)
+        first = self.first_pick.get(container)
+        if first is None:
+            ask = (
+                f"The task needs one item from the list below. Last time it chose item "
+                f"{verdict.pick + 1} of {verdict.size}, whose {what} was "
+                f"{escape(json.dumps(previous, ensure_ascii=False))} ({verdict.why}). "
+                f"Choose again the same way from today's list, and answer with "
+                f"{_answer_words(item_path)} only."
+            )
+        else:
+            first_path, first_index = first
+            ask = (
+                f"The task chose one item from the list below: the one whose "
+                f"{_field_words(first_path)} is {Ref(first_index).format()}. Answer with "
+                f"{_answer_words(item_path)} only."
+            )
+        prompt = (
+            f"Task (for context; do not perform it): {task_context(self.task.prompt)}\n\n"
+            f"{ask}\n\n{list_ref.name} ({self.tool_of[position]}): {list_ref.format()}"
+        )
+        index = len(self.steps)
+        self.steps.append(
+            LlmStep(
+                index=index,
+                prompt=prompt,
+                variables=[list_ref.name] + ([Ref(first[1]).name] if first else []),
+                expect=[InList(ref=list_ref.format(), path=list(item_path))],
+            )
+        )
+        self.picks[key] = index
+        self.first_pick.setdefault(container, (item_path, index))
+        return index
+
+    def _value_step(self, plan: _Planned, path: Path, prov: Provenance) -> int:
+        """A step that writes one input value afresh (it was not fixed, and no earlier
+        output holds it where a rule can find it)."""
+        step = plan.step
+        name = references.format_path(path).lstrip(".")
+        previous = references.lookup(step.input, path)
+        sources = tuple(p for p in sorted(prov.sources or plan.sources) if p in self.index_of)
+        refs = self._refs(sources)
+        prompt = (
+            f"Task (for context; do not perform it): {task_context(self.task.prompt)}\n\n"
+            f"One step of this task calls the tool `{step.tool}`. Last time its `{name}` "
+            f"was:\n{escape(json.dumps(previous, ensure_ascii=False))}\n"
+            f"That value is not fixed ({prov.why}). Decide it again the same way for "
+            f"today, and reply with only the new value of `{name}`, without quotes.\n\n"
+            f"Today's data:\n{self._data_block(sources, refs)}"
+        )
+        index = len(self.steps)
+        self.steps.append(
+            LlmStep(
+                index=index,
+                prompt=prompt,
+                variables=[r.name for r in refs],
+                trace_step=step.index,
+            )
+        )
+        return index
+
+    def _result(self, answer: Provenance) -> ResultStep:
+        original = self.trace.answer
+        if answer.kind == "template" and answer.template is not None:
+            template = self._template(answer.template)
+            return ResultStep(
+                index=len(self.steps),
+                mode="template",
+                template=template,
+                variables=sorted({r.name for r in references.find(template)}),
+                example=original,
+            )
+        if answer.kind == "constant":
+            return ResultStep(
+                index=len(self.steps), mode="template", template=escape(original), example=original
+            )
+        sources = tuple(p for p in sorted(answer.sources) if p in self.index_of)
+        refs = self._refs(sources)
+        prompt = (
+            f"Task (for context): {task_context(self.task.prompt)}\n\n"
+            "Answer the task again from today's data, in exactly the same form as this "
+            "earlier answer (same structure, wording and formatting; only the data may "
+            f"differ):\n<example>\n{escape(original)}\n</example>\n"
+            "Reply with only the answer.\n\n"
+            f"Today's data:\n{self._data_block(sources, refs)}"
+        )
+        return ResultStep(
+            index=len(self.steps),
+            mode="llm",
+            prompt=prompt,
+            variables=[r.name for r in refs],
+            example=original,
+        )
+
+    def _output(self, position: int) -> Any:
+        return self.trace.steps[position].output
+
+
+def _field_words(path: Path) -> str:
+    return references.format_path(path).lstrip(".") if path else "text"
+
+
+def _answer_words(path: Path) -> str:
+    return f"its {_field_words(path)}" if path else "the item exactly as written"
+
+
+def _rebuild(value: Any, replaced: Mapping[Path, str], path: Path = ()) -> Any:
+    """The recorded input with some strings replaced by templates; the others escaped,
+    so nothing recorded is ever read as a reference."""
+    if isinstance(value, str):
+        return replaced[path] if path in replaced else escape(value)
+    if isinstance(value, dict):
+        return {k: _rebuild(v, replaced, (*path, k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rebuild(v, replaced, (*path, i)) for i, v in enumerate(value)]
+    return value
+
+
+# --- expectations -----------------------------------------------------------------------
+
+
+def _status(step: TraceStep) -> int | None:
+    status = step.metadata.http_status
+    if status is None and isinstance(step.output, dict):
+        raw = step.output.get("status")
+        status = raw if isinstance(raw, int) else None
+    return status
+
+
+def _title(step: TraceStep) -> str:
+    title = step.metadata.title
+    if not title and isinstance(step.output, dict):
+        raw = step.output.get("title")
+        title = raw if isinstance(raw, str) else None
+    return (title or "").strip()
+
+
+def _stable_text(text: str) -> bool:
+    """Titles with digits (dates, counts, prices) change from run to run."""
+    return 0 < len(text) <= 120 and not any(ch.isdigit() for ch in text)
+
+
+def expectations_for(step: TraceStep, kind: StepKind) -> list[Expectation]:
+    """What the replay checks after this step. A title is expected only of a page the
+    step reaches the same way every time (not through a reference)."""
+    expect: list[Expectation] = []
+    status = _status(step)
+    if step.tool == "browser_navigate":
+        if status is not None and 200 <= status < 400:
+            expect.append(HttpStatus(status=status))
+        title = _title(step)
+        if kind == "tool" and _stable_text(title):
+            expect.append(ContainsText(text=title))
+    elif step.tool == "browser_extract":
+        if isinstance(step.output, list) and step.output:
+            count = max(1, math.floor(len(step.output) * MIN_ITEMS_FRACTION))
+            expect.append(MinItems(count=count))
+    elif step.tool == "browser_read_page":
+        title = _title(step)
+        if isinstance(step.output, str) and _stable_text(title) and title in step.output:
+            expect.append(ContainsText(text=title))
+    elif step.tool in ("browser_click", "browser_type", "browser_fill_form"):
+        code = step.metadata.http_status
+        if code is not None and 200 <= code < 400:
+            expect.append(HttpStatus(status=code))
+    elif step.tool == "shell_exec":
+        exit_code = step.metadata.exit_code
+        if exit_code is None and isinstance(step.output, dict):
+            exit_code = step.output.get("exit_code")
+        if exit_code == 0:
+            expect.append(ExitCode(code=0))
+    return expect
+
+
+# --- stats ------------------------------------------------------------------------------
+
+
+def _stats(
+    steps: list[ExecutorStep], trace: Trace, task: TaskSpec, prices: PriceTable | None
+) -> ExecutorStats:
+    """Counts, and the small model's cost estimated on the recorded data (it stands in
+    for the fresh data when sizing prompts; a pick or value answers like last time)."""
+    by_trace = {step.index: step for step in trace.steps}
+    outputs: dict[int, Any] = {}
+    deterministic = templated = llm = 0
+    cost = 0.0
+    for step in steps:
+        match step:
+            case ToolStep():
+                recorded = by_trace.get(step.trace_step) if step.trace_step is not None else None
+                outputs[step.index] = recorded.output if recorded is not None else None
+                if step.templated:
+                    templated += 1
+                else:
+                    deterministic += 1
+            case ConditionStep():
+                deterministic += 1
+            case LlmStep():
+                llm += 1
+                reply = _expected_reply(step, outputs)
+                outputs[step.index] = reply
+                cost += _estimate(step.prompt, reply, outputs, task, prices)
+            case ResultStep(mode="llm"):
+                llm += 1
+                cost += _estimate(step.prompt or "", trace.answer, outputs, task, prices)
+            case ResultStep():
+                if step.variables:
+                    templated += 1
+                else:
+                    deterministic += 1
+    return ExecutorStats(
+        total_steps=len(steps),
+        deterministic_steps=deterministic,
+        templated_steps=templated,
+        llm_steps=llm,
+        estimated_replay_cost_usd=round(cost, 9),
+        source_run_cost_usd=trace.cost_usd,
+    )
+
+
+def _expected_reply(step: LlmStep, outputs: Mapping[int, Any]) -> str:
+    """What the small model would answer on the recorded data (for sizing only)."""
+    for expectation in step.expect:
+        if isinstance(expectation, InList):
+            try:
+                items = references.render_string(expectation.ref, outputs)
+                if isinstance(items, list) and items:
+                    return references.stringify(
+                        references.lookup(items[0], tuple(expectation.path))
+                    )
+            except (references.BadReference, KeyError, IndexError, TypeError):
+                break
+    return " " * 40
+
+
+def _estimate(
+    prompt: str,
+    expected: str,
+    outputs: Mapping[int, Any],
+    task: TaskSpec,
+    prices: PriceTable | None,
+) -> float:
+    try:
+        rendered = references.render_string(prompt, outputs)
+    except references.BadReference:
+        rendered = prompt
+    text = rendered if isinstance(rendered, str) else references.stringify(rendered)
+    return estimate_call(text, expected, task.small_model, prices)[1]
+
+
+# --- small helpers ----------------------------------------------------------------------
+
+
+def _non_empty(output: Any) -> bool:
+    return output not in (None, "", [], {})
+
+
+def _http_error(step: TraceStep) -> bool:
+    status = _status(step)
+    return status is not None and status >= 400
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -1,0 +1,453 @@
+"""Where each value a run used came from: the data-flow half of the compiler.
+
+For a string in a step's input (or the run's answer) the question is what produced it:
+  constant   the task prompt, the model's own earlier input, or a stable choice of how
+             (a selector, a URL, a UI label): replayed as recorded;
+  template   an earlier step's output, found by exact string match against list items
+             and object fields (or embedded in a longer string: a relative href behind a
+             constant origin, extracted headlines inside an answer): becomes references;
+  judgement  content that changes between runs, picked or rewritten in a way no rule
+             expresses: the small model decides again on replay.
+
+What the model wrote before a call (`model_text`, thinking) is never consulted: "Let me
+open the page" is not reasoning about data.
+
+Picking items from a list is a rule only when the positions explain themselves: the
+first, the last, an ordinal the prompt names, or the first k in order (top-k); a task
+prompt that asks for a judgement (cheapest, best, most relevant...) makes every pick a
+judgement, and using every item of a list is a rule only when its length is fixed. A
+single item picked by judgement stays a template whose pointer goes through a *pick*
+(compile.py asks the small model for that item's field); other judgements are redone
+whole by the small model.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from services.compiler import references
+from services.compiler.references import Path
+from services.compiler.toolkinds import Kind
+
+_TOKEN = re.compile(r"[a-z0-9]+")
+
+
+def tokens(text: str) -> set[str]:
+    """Words of 3+ characters and every number, lowercased: what content is made of."""
+    return {t for t in _TOKEN.findall(text.lower()) if len(t) >= 3 or t.isdigit()}
+
+
+# --- sources: earlier outputs a value may come from -------------------------------------
+
+
+@dataclass(frozen=True)
+class Source:
+    step: int  # position of the step in the trace
+    tool: str
+    output: Any
+    leaves: tuple[tuple[Path, str], ...]
+    tokens: frozenset[str]
+    reads: bool  # a read tool: its output is page/file content
+
+    @classmethod
+    def of(cls, step: int, tool: str, output: Any, *, reads: bool) -> Source:
+        leaves = tuple(references.leaves(output))
+        words: set[str] = set()
+        for _, leaf in leaves:
+            words |= tokens(leaf)
+        return cls(step, tool, output, leaves, frozenset(words), reads)
+
+
+@dataclass(frozen=True)
+class Pointer:
+    """A path into the output of the trace step at position `step`."""
+
+    step: int
+    path: Path
+
+
+@dataclass(frozen=True)
+class Template:
+    """A string split into literal text and pointers to earlier outputs."""
+
+    parts: tuple[str | Pointer, ...]
+
+    @property
+    def exact(self) -> bool:
+        return len(self.parts) == 1 and isinstance(self.parts[0], Pointer)
+
+    @property
+    def pointers(self) -> list[Pointer]:
+        return [p for p in self.parts if isinstance(p, Pointer)]
+
+    @property
+    def literal(self) -> str:
+        return " ".join(p for p in self.parts if isinstance(p, str))
+
+    def with_pointers(self, rewrite: Mapping[Pointer, Pointer]) -> Template:
+        return Template(
+            tuple(rewrite.get(p, p) if isinstance(p, Pointer) else p for p in self.parts)
+        )
+
+
+ProvenanceKind = Literal["constant", "template", "judgement"]
+
+
+@dataclass(frozen=True)
+class Provenance:
+    kind: ProvenanceKind
+    why: str
+    template: Template | None = None
+    sources: tuple[int, ...] = ()  # trace positions whose outputs the value depends on
+
+
+@dataclass
+class Context:
+    """What is constant for the task: its prompt and the model's own constant inputs."""
+
+    prompt: str
+    constants: set[str] = field(default_factory=set)
+    constant_tokens: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.prompt_lower = self.prompt.lower()
+        self.prompt_tokens = tokens(self.prompt)
+
+    def add_constant(self, value: str) -> None:
+        self.constants.add(value)
+        self.constant_tokens |= tokens(value)
+
+    @property
+    def allowed_tokens(self) -> set[str]:
+        return self.prompt_tokens | self.constant_tokens
+
+
+def _bounded(text: str, start: int, end: int) -> bool:
+    """The match does not cut a word in two."""
+    before = text[start - 1] if start > 0 else ""
+    after = text[end] if end < len(text) else ""
+    if text[start].isalnum() and before.isalnum():
+        return False
+    return not (text[end - 1].isalnum() and after.isalnum())
+
+
+def find_exact(value: str, sources: Sequence[Source], ctx: Context) -> Pointer | None:
+    """The latest earlier output holding exactly `value` (first path in document order)."""
+    if value in ctx.constants:
+        return None
+    for source in reversed(sources):
+        for path, leaf in source.leaves:
+            if leaf == value:
+                return Pointer(source.step, path)
+    return None
+
+
+def _embeddable(leaf: str, kind: Kind) -> bool:
+    """Can this output string stand inside a longer value? Short words would match by
+    accident: in text, 3+ characters (2 with a digit); in a URL or command, only
+    path- or URL-like strings or long ones."""
+    if not any(ch.isalnum() for ch in leaf):
+        return False
+    if kind == "data":
+        return len(leaf) >= 3 or (len(leaf) == 2 and any(ch.isdigit() for ch in leaf))
+    return len(leaf) >= 8 or (len(leaf) >= 3 and ("/" in leaf or "?" in leaf))
+
+
+def find_template(
+    value: str, sources: Sequence[Source], ctx: Context, kind: Kind = "data"
+) -> Template | None:
+    """Split `value` into literal text and earlier output strings found inside it
+    (longest first, whole words only, latest step first). None when nothing is found."""
+    found: dict[str, Pointer] = {}
+    for source in reversed(sources):
+        for path, leaf in source.leaves:
+            if (
+                leaf == value
+                or leaf in found
+                or leaf in ctx.constants
+                or leaf not in value
+                or not _embeddable(leaf, kind)
+            ):
+                continue
+            found[leaf] = Pointer(source.step, path)
+    if not found:
+        return None
+    taken: list[tuple[int, int, Pointer]] = []
+    for leaf in sorted(found, key=lambda s: (-len(s), s)):
+        start = value.find(leaf)
+        while start != -1:
+            end = start + len(leaf)
+            if _bounded(value, start, end) and all(end <= a or start >= b for a, b, _ in taken):
+                taken.append((start, end, found[leaf]))
+            start = value.find(leaf, start + 1)
+    if not taken:
+        return None
+    taken.sort(key=lambda t: t[0])
+    parts: list[str | Pointer] = []
+    cursor = 0
+    for start, end, pointer in taken:
+        if start > cursor:
+            parts.append(value[cursor:start])
+        parts.append(pointer)
+        cursor = end
+    if cursor < len(value):
+        parts.append(value[cursor:])
+    return Template(tuple(parts))
+
+
+def leaked_content(
+    template: Template, sources: Sequence[Source], ctx: Context
+) -> tuple[str, tuple[int, ...]] | None:
+    """Does the literal text of a template still carry data? A word that the task prompt
+    does not have but an earlier read found on the page, or a number other than a small
+    enumerator ("1.", "Top 3"), means the text is more than its references."""
+    allowed = ctx.allowed_tokens
+    n_refs = len(template.pointers)
+    for token in sorted(tokens(template.literal) - allowed):
+        if token.isdigit():
+            if n_refs and int(token) <= n_refs:
+                continue
+            return f"the text has the number {token}, which the references do not explain", ()
+        steps = tuple(s.step for s in sources if s.reads and token in s.tokens)
+        if steps:
+            return f"the text has {token!r} from the content of step {steps[-1]}", steps
+    return None
+
+
+def provenance(
+    value: str,
+    kind: Kind,
+    sources: Sequence[Source],
+    ctx: Context,
+    *,
+    context_step: int | None = None,
+) -> Provenance:
+    """Classify one string input value (or the answer, as kind "data").
+    `context_step` is the read the small model would look at when the value came from
+    nowhere."""
+    if kind == "structure":
+        return Provenance("constant", "how, not what")
+    if not value.strip():
+        return Provenance("constant", "blank")
+    if value in ctx.constants:
+        return Provenance("constant", "repeats an earlier constant input")
+    if value.lower() in ctx.prompt_lower:
+        return Provenance("constant", "from the task prompt")
+    pointer = find_exact(value, sources, ctx)
+    if pointer is not None:
+        return Provenance(
+            "template",
+            f"the output of step {pointer.step}",
+            Template((pointer,)),
+            (pointer.step,),
+        )
+    template = find_template(value, sources, ctx, kind)
+    if template is not None:
+        steps = tuple(sorted({p.step for p in template.pointers}))
+        if kind == "data":
+            leak = leaked_content(template, sources, ctx)
+            if leak is not None:
+                why, leak_steps = leak
+                return Provenance("judgement", why, sources=tuple(sorted({*steps, *leak_steps})))
+        return Provenance("template", "built from earlier outputs", template, steps)
+    if kind != "data":
+        return Provenance("constant", "not found in any earlier output")
+    words = tokens(value) - ctx.allowed_tokens
+    if not words:
+        return Provenance("constant", "made of the task prompt's words")
+    if len(value) >= 3:
+        containing = tuple(s.step for s in sources if any(value in leaf for _, leaf in s.leaves))
+        if containing:
+            return Provenance(
+                "judgement", f"taken from the text of step {containing[-1]}", sources=containing
+            )
+    overlapping = tuple(s.step for s in sources if s.reads and words & s.tokens)
+    if overlapping:
+        return Provenance(
+            "judgement",
+            f"derived from the content of step {overlapping[-1]}",
+            sources=overlapping,
+        )
+    steps = (context_step,) if context_step is not None else ()
+    return Provenance(
+        "judgement", "appears in no earlier output nor in the task prompt", sources=steps
+    )
+
+
+# --- picking items from lists -----------------------------------------------------------
+
+_JUDGEMENT = re.compile(
+    r"\b(cheap(?:est|er)|pricie(?:st|r)|(?:most|least|less|more) (?:expensive|relevant|"
+    r"important|interesting|popular|useful)|lowest|highest|best|worst|largest|smallest|"
+    r"biggest|top[- ]rated|highest[- ]rated|compare|decide|choose|pick|whichever|recommend\w*|"
+    r"relevant|interesting|important)\b",
+    re.IGNORECASE,
+)
+_ORDINAL_WORDS = {
+    "first": 1,
+    "second": 2,
+    "third": 3,
+    "fourth": 4,
+    "fifth": 5,
+    "sixth": 6,
+    "seventh": 7,
+    "eighth": 8,
+    "ninth": 9,
+    "tenth": 10,
+}
+_NUMBER_WORDS = {
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "twelve": 12,
+    "twenty": 20,
+}
+_ORDINAL_FORMS = re.compile(
+    r"\b(\d+)(?:st|nd|rd|th)\b|#(\d+)\b|\b(?:item|number|no\.?|entry|result|position)\s*(\d+)\b",
+    re.IGNORECASE,
+)
+
+
+def judgement_word(prompt: str) -> str | None:
+    match = _JUDGEMENT.search(prompt)
+    return match.group(0).lower() if match else None
+
+
+def ordinals(prompt: str) -> set[int]:
+    """1-based positions the prompt names ("the third", "2nd", "#4", "item 5")."""
+    found = {n for word, n in _ORDINAL_WORDS.items() if re.search(rf"\b{word}\b", prompt, re.I)}
+    for match in _ORDINAL_FORMS.finditer(prompt):
+        found.add(int(next(g for g in match.groups() if g)))
+    return found
+
+
+def numbers(prompt: str) -> set[int]:
+    found = {int(t) for t in _TOKEN.findall(prompt.lower()) if t.isdigit() and len(t) < 7}
+    found |= {n for word, n in _NUMBER_WORDS.items() if re.search(rf"\b{word}\b", prompt, re.I)}
+    return found
+
+
+@dataclass(frozen=True)
+class ListVerdict:
+    """How values picked from one list are replayed: by position (`ok`; `last` means
+    refer to the item as [-1]), by a small-model pick of the one item (`pick`: a single
+    item chosen by a rule the data cannot express), or not at all (the consumers need
+    judgement as a whole)."""
+
+    ok: bool
+    why: str = ""
+    last: bool = False
+    pick: int | None = None  # the index picked last time, when a pick step can redo it
+    size: int = 0
+
+
+def list_position(path: Path) -> tuple[Path, int] | None:
+    """(the path of the list, the index into it) for the first index in `path`."""
+    for i, item in enumerate(path):
+        if isinstance(item, int):
+            return path[:i], item
+    return None
+
+
+Container = tuple[int, Path]
+
+
+def judge_lists(
+    uses: Iterable[Pointer],
+    outputs: Mapping[int, Any],
+    prompt: str,
+    limits: Mapping[int, int | None],
+) -> dict[Container, ListVerdict]:
+    """Decide, for every list some value was picked from, whether the picks follow a
+    rule. `uses` are the pointers of every consumer in run order; `limits` the `limit`
+    input of the step that produced each output (it fixes the list's length)."""
+    picked: dict[Container, list[int]] = {}
+    for pointer in uses:
+        position = list_position(pointer.path)
+        if position is None:
+            continue
+        prefix, index = position
+        indexes = picked.setdefault((pointer.step, prefix), [])
+        if index not in indexes:
+            indexes.append(index)
+    word = judgement_word(prompt)
+    named = ordinals(prompt)
+    counts = numbers(prompt)
+    verdicts: dict[Container, ListVerdict] = {}
+    for container, indexes in picked.items():
+        step, prefix = container
+        try:
+            items = references.lookup(outputs[step], prefix)
+        except (KeyError, IndexError, TypeError):
+            verdicts[container] = ListVerdict(False, "the list is not in the output")
+            continue
+        n = len(items)
+        if n <= 1:
+            verdicts[container] = ListVerdict(True)
+        elif word is not None:
+            why = f"picked from a list for a task that asks for a judgement ({word!r})"
+            pick = indexes[0] if len(indexes) == 1 else None
+            verdicts[container] = ListVerdict(False, why, pick=pick, size=n)
+        elif len(indexes) >= 2 and indexes == list(range(len(indexes))):
+            k = len(indexes)
+            if k == n and not (limits.get(step) == k or k in counts):
+                verdicts[container] = ListVerdict(
+                    False, f"uses all {n} items of a list whose length may change"
+                )
+            else:
+                verdicts[container] = ListVerdict(True, f"the first {k} items")
+        elif len(indexes) == 1:
+            index = indexes[0]
+            if index == 0:
+                verdicts[container] = ListVerdict(True, "the first item")
+            elif index + 1 in named:
+                verdicts[container] = ListVerdict(True, f"item {index + 1}, named by the task")
+            elif index == n - 1:
+                verdicts[container] = ListVerdict(True, "the last item", last=True)
+            else:
+                verdicts[container] = ListVerdict(
+                    False,
+                    f"item {index + 1} of {n}, a position no rule explains",
+                    pick=index,
+                    size=n,
+                )
+        else:
+            verdicts[container] = ListVerdict(
+                False, f"picks items {[i + 1 for i in indexes]} in an order no rule explains"
+            )
+    return verdicts
+
+
+def apply_verdicts(prov: Provenance, verdicts: Mapping[Container, ListVerdict]) -> Provenance:
+    """A templated value whose list picks follow no rule (and are not a single pick a
+    small-model step can redo) becomes a judgement; a pick of the last item is rewritten
+    to index -1."""
+    if prov.kind != "template" or prov.template is None:
+        return prov
+    rewrite: dict[Pointer, Pointer] = {}
+    for pointer in prov.template.pointers:
+        position = list_position(pointer.path)
+        if position is None:
+            continue
+        prefix, _ = position
+        verdict = verdicts.get((pointer.step, prefix))
+        if verdict is None:
+            continue
+        if not verdict.ok and verdict.pick is None:
+            return Provenance("judgement", verdict.why, sources=prov.sources)
+        if verdict.last:
+            rest = pointer.path[len(prefix) + 1 :]
+            rewrite[pointer] = Pointer(pointer.step, (*prefix, -1, *rest))
+    if not rewrite:
+        return prov
+    return replace(prov, template=prov.template.with_pointers(rewrite))

@@ -1,0 +1,112 @@
+"""Checks a replayed step's result against what the compiler expected of it, and the
+gate of a condition step. Pure: the runner's replay calls these with what the tools
+service answered."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from contracts.executors import (
+    ConditionStep,
+    ContainsText,
+    ExitCode,
+    Expectation,
+    HttpStatus,
+    InList,
+    MinItems,
+)
+from contracts.tools import ToolMetadata
+from services.compiler import references
+
+
+def output_text(output: Any) -> str:
+    """The text a ContainsText expectation searches: strings as they are, else JSON."""
+    return references.stringify(output)
+
+
+def check(
+    expectation: Expectation,
+    output: Any,
+    metadata: ToolMetadata | None = None,
+    outputs: Mapping[int, Any] | None = None,
+) -> str | None:
+    """None when the expectation holds, else why it does not (a replay failure reason).
+    `outputs` (earlier steps' outputs by index) is needed by InList."""
+    meta = metadata or ToolMetadata()
+    match expectation:
+        case MinItems(count=count):
+            if not isinstance(output, list):
+                return f"expected a list of at least {count} items, got {type(output).__name__}"
+            if len(output) < count:
+                return f"expected at least {count} items, got {len(output)}"
+        case ContainsText(text=text):
+            if text not in output_text(output) and text not in (meta.title or ""):
+                return f"expected the text {text!r}"
+        case HttpStatus(status=status):
+            got = meta.http_status
+            if got is None and isinstance(output, dict):
+                got = output.get("status")
+            if got != status:
+                return f"expected HTTP status {status}, got {got}"
+        case ExitCode(code=code):
+            got = meta.exit_code
+            if got is None and isinstance(output, dict):
+                got = output.get("exit_code")
+            if got != code:
+                return f"expected exit code {code}, got {got}"
+        case InList(ref=ref, path=path):
+            return _in_list(output, ref, tuple(path), outputs or {})
+    return None
+
+
+def _in_list(
+    output: Any, ref: str, path: references.Path, outputs: Mapping[int, Any]
+) -> str | None:
+    try:
+        items = references.render(ref, outputs)
+    except references.BadReference as exc:
+        return str(exc)
+    if not isinstance(items, list):
+        return f"{ref} is not a list"
+    allowed = set()
+    for item in items:
+        try:
+            allowed.add(references.stringify(references.lookup(item, path)).strip())
+        except (KeyError, IndexError, TypeError):
+            continue
+    answer = references.stringify(output).strip()
+    if answer not in allowed:
+        return f"{answer[:80]!r} is not one of the {len(allowed)} items of {ref}"
+    return None
+
+
+def check_all(
+    expectations: list[Expectation],
+    output: Any,
+    metadata: ToolMetadata | None = None,
+    outputs: Mapping[int, Any] | None = None,
+) -> str | None:
+    """The first failed expectation's reason, or None when all hold."""
+    for expectation in expectations:
+        reason = check(expectation, output, metadata, outputs)
+        if reason is not None:
+            return reason
+    return None
+
+
+def condition_holds(step: ConditionStep, outputs: Mapping[int, Any]) -> bool:
+    """Evaluate a condition step against the outputs so far. A reference that cannot be
+    resolved counts as false (the data the gate needs is not there)."""
+    try:
+        value = references.render(step.ref, outputs)
+    except references.BadReference:
+        return False
+    match step.check:
+        case "not_empty":
+            return value not in (None, "", [], {})
+        case "contains":
+            return str(step.value) in output_text(value)
+        case "equals":
+            return bool(value == step.value)
+    return False

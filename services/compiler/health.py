@@ -1,0 +1,624 @@
+"""Executor health: the rules, as pure functions over a task's executor events.
+
+An executor's history is a list of events (compiled, replay succeeded/failed, superseded,
+invalidated, pinned/unpinned, skipped, full run recorded). `apply` folds one event into
+the `Health` state; nothing else changes it, so health is always what the events say.
+The `decide_*` functions turn a command and the current state into the events to
+record: every status change is an explicit event, so the bus shows why it happened.
+
+Rules:
+- a new compilation gets the next version and supersedes the active one, unless that
+  one is pinned: a pinned version stays current (the new one waits, active, for the pin
+  to go) and still records its failures;
+- 3 consecutive replay failures supersede a version (a success resets the count), a
+  pinned one too (its pin goes with it);
+- at lookup, a current version unused for 30 days is superseded (stale), and one whose
+  stored executor no longer decodes is superseded (never retried forever);
+- an invalidated version is never replayed or pinned again;
+- each run counts once: a redelivered outcome, trace or full-run cost is ignored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import msgspec
+
+from contracts.executors import Executor, ExecutorEvent, ExecutorHealth, VersionView
+
+# Run ids remembered for idempotency (a redelivery comes within minutes, not 1000 runs).
+REMEMBERED_RUNS = 1000
+# The mean cost of this many recent full runs is what a replay saves against.
+RECENT_FULL_RUNS = 10
+
+
+@dataclass(frozen=True)
+class Rules:
+    max_consecutive_failures: int = 3
+    max_idle: timedelta = timedelta(days=30)
+
+
+# --- events -----------------------------------------------------------------------------
+
+
+class _Ev(msgspec.Struct, kw_only=True, tag_field="kind"):
+    at: datetime
+
+
+class Compiled(_Ev, tag="compiled"):
+    version: int
+    executor: dict[str, Any]  # kept raw: a contract change must not make history unreadable
+    source_run_id: str
+    source_cost_usd: float = 0.0
+
+
+class Skipped(_Ev, tag="skipped"):
+    run_id: str
+    reason: str
+
+
+class ReplaySucceeded(_Ev, tag="replay_succeeded"):
+    version: int
+    run_id: str
+    tokens: int = 0
+    cost_usd: float = 0.0
+    cost_saved_usd: float = 0.0
+
+
+class ReplayFailed(_Ev, tag="replay_failed"):
+    version: int
+    run_id: str
+    step: int | None = None
+    reason: str = ""
+    tokens: int = 0
+    cost_usd: float = 0.0
+
+
+class Superseded(_Ev, tag="superseded"):
+    version: int
+    reason: str
+
+
+class Invalidated(_Ev, tag="invalidated"):
+    version: int
+    reason: str
+    by: str = "operator"
+
+
+class Pinned(_Ev, tag="pinned"):
+    version: int
+    by: str = "operator"
+
+
+class Unpinned(_Ev, tag="unpinned"):
+    version: int
+    reason: str = ""
+
+
+class FullRunRecorded(_Ev, tag="full_run_recorded"):
+    run_id: str
+    cost_usd: float
+
+
+HealthEvent = (
+    Compiled
+    | Skipped
+    | ReplaySucceeded
+    | ReplayFailed
+    | Superseded
+    | Invalidated
+    | Pinned
+    | Unpinned
+    | FullRunRecorded
+)
+
+
+def event_to_data(event: HealthEvent) -> dict[str, Any]:
+    return msgspec.to_builtins(event)  # type: ignore[no-any-return]
+
+
+def event_from_data(data: Any) -> HealthEvent:
+    return msgspec.convert(data, HealthEvent)  # type: ignore[arg-type]
+
+
+# --- state ------------------------------------------------------------------------------
+
+
+class VersionState(msgspec.Struct, kw_only=True):
+    version: int
+    status: str = "active"  # active | superseded | invalidated
+    status_reason: str | None = None
+    source_run_id: str
+    compiled_at: datetime
+    executor: dict[str, Any]
+    source_cost_usd: float = 0.0
+    success_count: int = 0
+    failure_count: int = 0
+    consecutive_failures: int = 0
+    last_used_at: datetime | None = None
+    cost_saved_usd: float = 0.0
+
+
+class Health(msgspec.Struct, kw_only=True):
+    task_id: str
+    versions: list[VersionState] = []
+    pinned: int | None = None
+    pinned_at: datetime | None = None
+    total_cost_saved_usd: float = 0.0
+    replays: int = 0
+    replay_failures: int = 0
+    full_run_costs: list[float] = []
+    last_skip_reason: str | None = None
+    # Insertion-ordered set of "<kind>:<run_id>" (values unused), oldest dropped first.
+    seen: dict[str, int] = {}
+    events: int = 0
+
+    def version(self, number: int) -> VersionState | None:
+        # Versions are 1..n in order, so the list index is the version - 1.
+        if 1 <= number <= len(self.versions):
+            found = self.versions[number - 1]
+            if found.version == number:
+                return found
+        return next((v for v in self.versions if v.version == number), None)
+
+
+def new(task_id: str) -> Health:
+    return Health(task_id=task_id)
+
+
+def _remember(health: Health, key: str) -> None:
+    health.seen[key] = 1
+    while len(health.seen) > REMEMBERED_RUNS:
+        del health.seen[next(iter(health.seen))]
+
+
+def apply(health: Health, event: HealthEvent) -> None:
+    """Fold one event into the state (in place)."""
+    health.events += 1
+    match event:
+        case Compiled():
+            health.versions.append(
+                VersionState(
+                    version=event.version,
+                    source_run_id=event.source_run_id,
+                    compiled_at=event.at,
+                    executor=event.executor,
+                    source_cost_usd=event.source_cost_usd,
+                )
+            )
+            _remember(health, f"trace:{event.source_run_id}")
+        case Skipped():
+            health.last_skip_reason = event.reason
+            _remember(health, f"trace:{event.run_id}")
+        case ReplaySucceeded():
+            health.replays += 1
+            health.total_cost_saved_usd += event.cost_saved_usd
+            _remember(health, f"replay:{event.run_id}")
+            found = health.version(event.version)
+            if found is not None:
+                found.success_count += 1
+                found.consecutive_failures = 0
+                found.last_used_at = event.at
+                found.cost_saved_usd += event.cost_saved_usd
+        case ReplayFailed():
+            health.replays += 1
+            health.replay_failures += 1
+            _remember(health, f"replay:{event.run_id}")
+            found = health.version(event.version)
+            if found is not None:
+                found.failure_count += 1
+                found.consecutive_failures += 1
+                found.last_used_at = event.at
+        case Superseded():
+            found = health.version(event.version)
+            if found is not None:
+                found.status, found.status_reason = "superseded", event.reason
+        case Invalidated():
+            found = health.version(event.version)
+            if found is not None:
+                found.status = "invalidated"
+                found.status_reason = f"{event.reason} (by {event.by})"
+        case Pinned():
+            health.pinned, health.pinned_at = event.version, event.at
+            found = health.version(event.version)
+            if found is not None:
+                found.status, found.status_reason = "active", f"pinned by {event.by}"
+                found.consecutive_failures = 0
+        case Unpinned():
+            if health.pinned == event.version:
+                health.pinned, health.pinned_at = None, None
+        case FullRunRecorded():
+            health.full_run_costs.append(event.cost_usd)
+            del health.full_run_costs[:-RECENT_FULL_RUNS]
+            _remember(health, f"full:{event.run_id}")
+
+
+def fold(task_id: str, events: list[HealthEvent]) -> Health:
+    health = new(task_id)
+    for event in events:
+        apply(health, event)
+    return health
+
+
+# --- derived values ---------------------------------------------------------------------
+
+
+def current(health: Health) -> VersionState | None:
+    """The version to replay: the pinned one, else the newest active one."""
+    if health.pinned is not None:
+        pinned = health.version(health.pinned)
+        if pinned is not None and pinned.status == "active":
+            return pinned
+    for version in reversed(health.versions):
+        if version.status == "active":
+            return version
+    return None
+
+
+def next_version(health: Health) -> int:
+    return max((v.version for v in health.versions), default=0) + 1
+
+
+def full_run_cost(health: Health) -> float:
+    """What a full LLM run of this task costs: the mean of the recent ones seen, else
+    the cost of the run the current executor was compiled from."""
+    if health.full_run_costs:
+        return sum(health.full_run_costs) / len(health.full_run_costs)
+    version = current(health) or (health.versions[-1] if health.versions else None)
+    return version.source_cost_usd if version is not None else 0.0
+
+
+def cost_saved(health: Health, replay_cost_usd: float, reported_usd: float = 0.0) -> float:
+    """What a replay saved: as the runner reported it, else a full run's cost minus the
+    replay's."""
+    if reported_usd:
+        return reported_usd
+    return round(full_run_cost(health) - replay_cost_usd, 9)
+
+
+def last_activity(health: Health, version: VersionState) -> datetime:
+    moments = [version.compiled_at]
+    if version.last_used_at is not None:
+        moments.append(version.last_used_at)
+    if health.pinned == version.version and health.pinned_at is not None:
+        moments.append(health.pinned_at)
+    return max(moments)
+
+
+def stale_reason(health: Health, now: datetime, rules: Rules) -> str | None:
+    version = current(health)
+    if version is None:
+        return None
+    idle = now - last_activity(health, version)
+    if idle > rules.max_idle:
+        return f"stale: unused for {idle.days} days (limit {rules.max_idle.days})"
+    return None
+
+
+def decode_executor(raw: dict[str, Any]) -> Executor:
+    """The stored executor as the current contract reads it (raises on mismatch)."""
+    return msgspec.convert(raw, Executor)
+
+
+def status(health: Health) -> str:
+    version = current(health)
+    if version is not None:
+        return "active"
+    if not health.versions:
+        return "none"
+    return health.versions[-1].status
+
+
+def _stats_of(version: VersionState) -> dict[str, Any]:
+    stats = version.executor.get("stats")
+    return stats if isinstance(stats, dict) else {}
+
+
+def summary(health: Health) -> ExecutorHealth:
+    """What rote.api.executors.get answers: the current version (or the latest, when none
+    is current) and how it fared."""
+    version = current(health) or (health.versions[-1] if health.versions else None)
+    reason = None
+    if version is not None and version.status != "active":
+        reason = version.status_reason
+    elif version is None:
+        reason = health.last_skip_reason and f"skipped: {health.last_skip_reason}"
+    stats = _stats_of(version) if version is not None else {}
+    return ExecutorHealth(
+        task_id=health.task_id,
+        status=status(health),  # type: ignore[arg-type]
+        version=version.version if version else None,
+        pinned_version=health.pinned,
+        versions=len(health.versions),
+        success_count=version.success_count if version else 0,
+        failure_count=version.failure_count if version else 0,
+        consecutive_failures=version.consecutive_failures if version else 0,
+        last_used_at=version.last_used_at if version else None,
+        total_cost_saved_usd=round(health.total_cost_saved_usd, 9),
+        source_run_id=version.source_run_id if version else None,
+        total_steps=int(stats.get("total_steps", 0)),
+        deterministic_steps=int(stats.get("deterministic_steps", 0)),
+        llm_steps=int(stats.get("llm_steps", 0)),
+        templated_steps=int(stats.get("templated_steps", 0)),
+        estimated_replay_cost_usd=float(stats.get("estimated_replay_cost_usd", 0.0)),
+        full_run_cost_usd=round(full_run_cost(health), 9),
+        status_reason=reason,
+        compiled_at=version.compiled_at if version else None,
+        replays=health.replays,
+        replay_failures=health.replay_failures,
+    )
+
+
+def version_views(health: Health) -> list[VersionView]:
+    return [
+        VersionView(
+            version=v.version,
+            status=v.status,  # type: ignore[arg-type]
+            status_reason=v.status_reason,
+            source_run_id=v.source_run_id,
+            compiled_at=v.compiled_at,
+            success_count=v.success_count,
+            failure_count=v.failure_count,
+            consecutive_failures=v.consecutive_failures,
+            last_used_at=v.last_used_at,
+            cost_saved_usd=round(v.cost_saved_usd, 9),
+        )
+        for v in health.versions
+    ]
+
+
+# --- decisions: command + state -> events to record -------------------------------------
+
+
+class HealthError(Exception):
+    """A command the state does not allow; `code` is an error code (contracts.errors)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _settle(health: Health, at: datetime, keep: set[int], reason: str) -> list[HealthEvent]:
+    """Supersede every active version not in `keep` (at most the pin and the newest
+    stay active)."""
+    return [
+        Superseded(at=at, version=v.version, reason=reason)
+        for v in health.versions
+        if v.status == "active" and v.version not in keep
+    ]
+
+
+def decide_trace(
+    health: Health, executor: Executor | None, skip_reason: str | None, run_id: str, at: datetime
+) -> list[HealthEvent]:
+    """A captured trace compiled (executor) or skipped (skip_reason)."""
+    if f"trace:{run_id}" in health.seen or any(v.source_run_id == run_id for v in health.versions):
+        return []
+    if executor is None:
+        return [Skipped(at=at, run_id=run_id, reason=skip_reason or "skipped")]
+    version = next_version(health)
+    raw = msgspec.to_builtins(msgspec.structs.replace(executor, version=version))
+    events: list[HealthEvent] = [
+        Compiled(
+            at=at,
+            version=version,
+            executor=raw,
+            source_run_id=run_id,
+            source_cost_usd=executor.stats.source_run_cost_usd,
+        )
+    ]
+    keep = {version} | ({health.pinned} if health.pinned is not None else set())
+    events += _settle(health, at, keep, f"replaced by v{version}")
+    return events
+
+
+def decide_replay(
+    health: Health,
+    *,
+    run_id: str,
+    version: int,
+    ok: bool,
+    at: datetime,
+    rules: Rules,
+    step: int | None = None,
+    reason: str | None = None,
+    tokens: int = 0,
+    cost_usd: float = 0.0,
+    cost_saved_usd: float = 0.0,
+) -> list[HealthEvent]:
+    if f"replay:{run_id}" in health.seen:
+        return []
+    state = health.version(version)
+    if state is None:
+        return []
+    if ok:
+        return [
+            ReplaySucceeded(
+                at=at,
+                version=version,
+                run_id=run_id,
+                tokens=tokens,
+                cost_usd=cost_usd,
+                cost_saved_usd=cost_saved_usd,
+            )
+        ]
+    events: list[HealthEvent] = [
+        ReplayFailed(
+            at=at,
+            version=version,
+            run_id=run_id,
+            step=step,
+            reason=reason or "replay failed",
+            tokens=tokens,
+            cost_usd=cost_usd,
+        )
+    ]
+    failures = state.consecutive_failures + 1
+    if state.status == "active" and failures >= rules.max_consecutive_failures:
+        events += _retire(health, version, at, f"{failures} consecutive replay failures")
+    return events
+
+
+def _retire(health: Health, version: int, at: datetime, reason: str) -> list[HealthEvent]:
+    events: list[HealthEvent] = [Superseded(at=at, version=version, reason=reason)]
+    if health.pinned == version:
+        events.append(Unpinned(at=at, version=version, reason=reason))
+    return events
+
+
+def decide_full_run(
+    health: Health, *, run_id: str, cost_usd: float, at: datetime
+) -> list[HealthEvent]:
+    if f"full:{run_id}" in health.seen or cost_usd < 0:
+        return []
+    return [FullRunRecorded(at=at, run_id=run_id, cost_usd=cost_usd)]
+
+
+def decide_lookup(health: Health, *, now: datetime, rules: Rules) -> list[HealthEvent]:
+    """Health applied at lookup: a stale or undecodable current version is superseded
+    (then the next candidate is checked too)."""
+    events: list[HealthEvent] = []
+    probe = msgspec.convert(msgspec.to_builtins(health), Health)  # scratch copy to fold into
+    while (version := current(probe)) is not None:
+        reason = stale_reason(probe, now, rules)
+        if reason is None:
+            try:
+                decode_executor(version.executor)
+            except (msgspec.ValidationError, TypeError) as exc:
+                reason = f"cannot be decoded: {exc}"
+        if reason is None:
+            break
+        step = _retire(probe, version.version, now, reason)
+        for event in step:
+            apply(probe, event)
+        events += step
+    return events
+
+
+def decide_invalidate(health: Health, *, reason: str, by: str, at: datetime) -> list[HealthEvent]:
+    version = current(health)
+    if version is None:
+        if not health.versions:
+            raise HealthError("not_found", f"task {health.task_id} has no executor")
+        raise HealthError("conflict", f"task {health.task_id} has no active executor")
+    events: list[HealthEvent] = [Invalidated(at=at, version=version.version, reason=reason, by=by)]
+    if health.pinned == version.version:
+        events.append(Unpinned(at=at, version=version.version, reason="invalidated"))
+    return events
+
+
+def decide_pin(health: Health, *, version: int | None, by: str, at: datetime) -> list[HealthEvent]:
+    if not health.versions:
+        raise HealthError("not_found", f"task {health.task_id} has no executor")
+    if version is None:
+        if health.pinned is None:
+            return []
+        events: list[HealthEvent] = [Unpinned(at=at, version=health.pinned, reason=f"by {by}")]
+        newest = _newest_active(health, exclude=None)
+        keep = {newest} if newest is not None else set()
+        return events + _settle(health, at, keep, f"unpinned; v{newest} is current")
+    state = health.version(version)
+    if state is None:
+        known = ", ".join(str(v.version) for v in health.versions)
+        raise HealthError("not_found", f"task {health.task_id} has no version {version} ({known})")
+    if state.status == "invalidated":
+        raise HealthError("conflict", f"v{version} was invalidated: {state.status_reason}")
+    if health.pinned == version:
+        return []
+    events = [Pinned(at=at, version=version, by=by)]
+    newest = _newest_active(health, exclude=version)
+    keep = {version} | ({newest} if newest is not None else set())
+    return events + _settle(health, at, keep, f"v{version} pinned")
+
+
+def _newest_active(health: Health, exclude: int | None) -> int | None:
+    for v in reversed(health.versions):
+        if v.status == "active" and v.version != exclude:
+            return v.version
+    return None
+
+
+# --- the wire form ----------------------------------------------------------------------
+
+
+def to_wire(task_id: str, event: HealthEvent) -> ExecutorEvent | None:
+    """The ExecutorEvent published for a recorded event (None: kept, not published)."""
+    match event:
+        case Compiled():
+            try:
+                executor: Executor | None = decode_executor(event.executor)
+            except (msgspec.ValidationError, TypeError):
+                executor = None
+            return ExecutorEvent(
+                task_id=task_id,
+                event="compiled",
+                at=event.at,
+                version=event.version,
+                run_id=event.source_run_id,
+                executor=executor,
+                cost_usd=event.source_cost_usd,
+            )
+        case Skipped():
+            return ExecutorEvent(
+                task_id=task_id,
+                event="skipped",
+                at=event.at,
+                run_id=event.run_id,
+                reason=event.reason,
+            )
+        case ReplaySucceeded():
+            return ExecutorEvent(
+                task_id=task_id,
+                event="replay_succeeded",
+                at=event.at,
+                version=event.version,
+                run_id=event.run_id,
+                tokens=event.tokens,
+                cost_usd=event.cost_usd,
+                cost_saved_usd=event.cost_saved_usd,
+            )
+        case ReplayFailed():
+            return ExecutorEvent(
+                task_id=task_id,
+                event="replay_failed",
+                at=event.at,
+                version=event.version,
+                run_id=event.run_id,
+                step=event.step,
+                reason=event.reason,
+                tokens=event.tokens,
+                cost_usd=event.cost_usd,
+            )
+        case Superseded():
+            return ExecutorEvent(
+                task_id=task_id,
+                event="superseded",
+                at=event.at,
+                version=event.version,
+                reason=event.reason,
+            )
+        case Invalidated():
+            return ExecutorEvent(
+                task_id=task_id,
+                event="invalidated",
+                at=event.at,
+                version=event.version,
+                reason=event.reason,
+                by=event.by,
+            )
+        case Pinned():
+            return ExecutorEvent(
+                task_id=task_id, event="pinned", at=event.at, version=event.version, by=event.by
+            )
+        case Unpinned():
+            return ExecutorEvent(
+                task_id=task_id,
+                event="unpinned",
+                at=event.at,
+                version=event.version,
+                reason=event.reason,
+            )
+    return None

@@ -1,0 +1,51 @@
+"""What a run event tells the compiler: a replay outcome (for an executor's health) and
+the cost of a full LLM run (for what replays save). Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from contracts.runs import ModelTokens, RunEvent
+
+
+@dataclass(frozen=True)
+class ReplayReport:
+    version: int
+    ok: bool
+    step: int | None
+    reason: str | None
+    tokens: int
+    cost_usd: float
+    reported_saved_usd: float
+
+
+def total_tokens(tokens: dict[str, ModelTokens]) -> int:
+    return sum(
+        t.input_tokens + t.output_tokens + t.cache_write_tokens + t.cache_read_tokens
+        for t in tokens.values()
+    )
+
+
+def replay_report(run: RunEvent) -> ReplayReport | None:
+    """The replay outcome a run event carries, if any."""
+    replay = run.replay
+    if replay is None:
+        return None
+    return ReplayReport(
+        version=replay.version,
+        ok=replay.ok,
+        step=replay.step,
+        reason=replay.reason or (run.error if not replay.ok else None),
+        tokens=total_tokens(replay.tokens),
+        cost_usd=replay.cost_usd,
+        reported_saved_usd=run.cost_saved_usd if replay.ok else 0.0,
+    )
+
+
+def full_run_cost(run: RunEvent) -> float | None:
+    """The cost of a completed full LLM run (a fallback's failed replay not included),
+    or None when the event is not one."""
+    if run.event != "completed" or run.source != "full_llm":
+        return None
+    replay_cost = run.replay.cost_usd if run.replay is not None else 0.0
+    return max(0.0, round(run.cost_usd - replay_cost, 9))

@@ -1,0 +1,249 @@
+"""References from one executor step's input to an earlier step's output.
+
+Syntax (inside any string of a step's input, a prompt or a result template):
+
+    {{step_N}}                      the whole output of executor step N
+    {{step_N.field}}                a field of an object output
+    {{step_N[0]}}  {{step_N[-1]}}   an item of a list output (negative counts from the end)
+    {{step_N[0].href}}              paths chain: fields and indexes in any order
+    {{step_N["a key"]}}             a field whose name is not an identifier (JSON string)
+
+Whitespace just inside the braces is allowed (`{{ step_2[0] }}`). A string that is
+exactly one reference becomes the referenced value with its JSON type (a list stays a
+list); references inside a longer string are replaced by their text (strings as they
+are, anything else as compact JSON). Text that does not match the syntax is left alone,
+so `{{name}}` in a recorded input is not a reference. A backslash just before a
+reference makes it literal text: `\\{{step_1}}` renders as `{{step_1}}` (`escape` adds
+the backslash; every further backslash is kept).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+PathItem = str | int
+Path = tuple[PathItem, ...]
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+_PATH_PART = r"\.[A-Za-z_][A-Za-z0-9_-]*|\[-?\d+\]|\[\"(?:[^\"\\]|\\.)*\"\]"
+_REF_BODY = rf"step_(?P<step>\d+)(?P<path>(?:{_PATH_PART})*)"
+# A reference anywhere in a string, with the backslashes just before it (for escaping).
+_REF = re.compile(rf"(?P<bs>\\*)\{{\{{\s*{_REF_BODY}\s*\}}\}}")
+_PART = re.compile(_PATH_PART)
+
+
+class BadReference(ValueError):
+    """Base class of reference errors."""
+
+
+class ReferenceSyntaxError(BadReference):
+    """The text is not a reference."""
+
+
+class UnresolvedReference(BadReference):
+    """A reference names a step, field or index the outputs do not have."""
+
+    def __init__(self, ref: Ref, message: str) -> None:
+        super().__init__(f"{ref.format()}: {message}")
+        self.ref = ref
+
+
+@dataclass(frozen=True, slots=True)
+class Ref:
+    step: int
+    path: Path = ()
+
+    def format(self) -> str:
+        """`{{step_N.path}}`: the reference as it appears in a template."""
+        return "{{" + self.name + format_path(self.path) + "}}"
+
+    @property
+    def name(self) -> str:
+        return f"step_{self.step}"
+
+    def child(self, *items: PathItem) -> Ref:
+        return Ref(self.step, self.path + items)
+
+
+def format_path(path: Path) -> str:
+    out = []
+    for item in path:
+        if isinstance(item, int):
+            out.append(f"[{item}]")
+        elif _IDENT.fullmatch(item):
+            out.append(f".{item}")
+        else:
+            out.append("[" + json.dumps(item, ensure_ascii=False) + "]")
+    return "".join(out)
+
+
+def _parse_path(text: str) -> Path:
+    items: list[PathItem] = []
+    for part in _PART.findall(text):
+        if part.startswith("."):
+            items.append(part[1:])
+        elif part.startswith('["'):
+            items.append(json.loads(part[1:-1]))
+        else:
+            items.append(int(part[1:-1]))
+    return tuple(items)
+
+
+def parse(text: str) -> Ref:
+    """Parse a string that is exactly one reference (`{{step_2[0].href}}`)."""
+    match = _REF.fullmatch(text.strip())
+    if match is None or match.group("bs"):
+        raise ReferenceSyntaxError(f"not a reference: {text!r}")
+    return Ref(int(match.group("step")), _parse_path(match.group("path")))
+
+
+def exact(text: str) -> Ref | None:
+    """The reference when `text` is exactly one reference (nothing around it), else None."""
+    match = _REF.fullmatch(text)
+    if match is None or match.group("bs"):
+        return None
+    return Ref(int(match.group("step")), _parse_path(match.group("path")))
+
+
+def find(value: Any) -> list[Ref]:
+    """Every reference in a JSON value (strings at any depth), in document order."""
+    return list(_iter_refs(value))
+
+
+def _iter_refs(value: Any) -> Iterator[Ref]:
+    if isinstance(value, str):
+        for match in _REF.finditer(value):
+            if len(match.group("bs")) == 0:
+                yield Ref(int(match.group("step")), _parse_path(match.group("path")))
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _iter_refs(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _iter_refs(item)
+
+
+def lookup(value: Any, path: Path) -> Any:
+    """Follow `path` into a JSON value; KeyError/IndexError/TypeError say why it failed."""
+    for item in path:
+        if isinstance(item, int):
+            if not isinstance(value, list):
+                raise TypeError(f"index [{item}] into {_kind(value)}")
+            if not -len(value) <= item < len(value):
+                raise IndexError(f"index [{item}] out of range (list of {len(value)})")
+            value = value[item]
+        else:
+            if not isinstance(value, dict):
+                raise TypeError(f"field {item!r} of {_kind(value)}")
+            if item not in value:
+                raise KeyError(f"no field {item!r}")
+            value = value[item]
+    return value
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(
+        type(value), "a number"
+    )
+
+
+def resolve(ref: Ref, outputs: Mapping[int, Any]) -> Any:
+    """The value `ref` points to, given the outputs of earlier steps by step index."""
+    if ref.step not in outputs:
+        raise UnresolvedReference(ref, f"no output from step {ref.step} (yet)")
+    try:
+        return lookup(outputs[ref.step], ref.path)
+    except (KeyError, IndexError, TypeError) as exc:
+        message = exc.args[0] if exc.args else str(exc)
+        raise UnresolvedReference(ref, str(message)) from None
+
+
+def stringify(value: Any) -> str:
+    """How a value reads inside a longer string: strings as they are, else compact JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def render_string(text: str, outputs: Mapping[int, Any]) -> Any:
+    ref = exact(text)
+    if ref is not None:
+        return resolve(ref, outputs)
+
+    def substitute(match: re.Match[str]) -> str:
+        backslashes = match.group("bs")
+        if backslashes:  # escaped: drop one backslash, keep the reference as text
+            return backslashes[1:] + match.group(0)[len(backslashes) :]
+        ref = Ref(int(match.group("step")), _parse_path(match.group("path")))
+        return stringify(resolve(ref, outputs))
+
+    return _REF.sub(substitute, text)
+
+
+def render(value: Any, outputs: Mapping[int, Any]) -> Any:
+    """Fill every reference in a JSON value (a step's input, a prompt, a template)."""
+    if isinstance(value, str):
+        return render_string(value, outputs)
+    if isinstance(value, dict):
+        return {key: render(item, outputs) for key, item in value.items()}
+    if isinstance(value, list):
+        return [render(item, outputs) for item in value]
+    return value
+
+
+def render_text(template: str, outputs: Mapping[int, Any]) -> str:
+    """Render a template that must give text (a result, a prompt): a lone reference to
+    a list or number becomes its compact JSON."""
+    return stringify(render_string(template, outputs))
+
+
+def escape(text: str) -> str:
+    """Make every reference-shaped part of `text` literal, so render(escape(t)) == t."""
+    return _REF.sub(lambda m: "\\" + m.group(0), text)
+
+
+def escape_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return escape(value)
+    if isinstance(value, dict):
+        return {key: escape_value(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [escape_value(item) for item in value]
+    return value
+
+
+def paths_to(value: Any, target: str) -> list[Path]:
+    """Every path at which `value` holds exactly the string `target` (document order)."""
+    found: list[Path] = []
+
+    def walk(node: Any, path: Path) -> None:
+        if isinstance(node, str):
+            if node == target:
+                found.append(path)
+        elif isinstance(node, dict):
+            for key, item in node.items():
+                walk(item, (*path, key))
+        elif isinstance(node, list):
+            for index, item in enumerate(node):
+                walk(item, (*path, index))
+
+    walk(value, ())
+    return found
+
+
+def leaves(value: Any, path: Path = ()) -> Iterator[tuple[Path, str]]:
+    """Every string in a JSON value with its path (document order)."""
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from leaves(item, (*path, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from leaves(item, (*path, index))

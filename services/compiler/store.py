@@ -1,0 +1,262 @@
+"""The Executor aggregate (one per task) and the eventsourcing application that keeps
+it: SQLite under the data dir by default, PostgreSQL when configured
+(services.kernel.event_store). Synchronous, like the library: the service calls it from
+worker threads.
+
+The aggregate's only state is `health`, folded from its events by health.apply; every
+command is decide (pure, health.py) -> record -> save, retried on a concurrent write
+(RecordConflictError: another process saved first, so reload and decide again). That
+is what gives two concurrent compilations two distinct versions.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import msgspec
+from eventsourcing.application import AggregateNotFoundError, Application
+from eventsourcing.domain import Aggregate, event
+from eventsourcing.persistence import JSONTranscoder, RecordConflictError, Transcoding
+from eventsourcing.utils import get_topic
+
+from contracts.base import utc_now
+from contracts.executors import Executor
+from services.compiler import health as h
+from services.kernel.logs import get_logger
+
+log = get_logger("rote.compiler.store")
+
+# Executor aggregate ids are derived from task ids, so every process finds the same one.
+NAMESPACE = uuid.UUID("5b0f6a52-3f1e-4c4e-9a57-7f1c0d2e8a11")
+DEFAULT_SNAPSHOT_EVERY = 50
+MAX_ATTEMPTS = 25
+
+
+def aggregate_id(task_id: str) -> uuid.UUID:
+    return uuid.uuid5(NAMESPACE, task_id)
+
+
+class ExecutorAggregate(Aggregate):
+    """A task's executors: versions and health. Created with the first event recorded
+    for the task."""
+
+    @event("Created")
+    def __init__(self, task_id: str) -> None:
+        self.task_id = task_id
+        self.health = h.new(task_id)
+
+    @staticmethod
+    def create_id(task_id: str) -> uuid.UUID:  # type: ignore[override]
+        return aggregate_id(task_id)
+
+    class Recorded(Aggregate.Event):
+        """One health event (health.HealthEvent as plain data)."""
+
+        task_id: str
+        data: dict[str, Any]
+
+        def apply(self, aggregate: Any) -> None:
+            h.apply(aggregate.health, h.event_from_data(self.data))
+
+    def record(self, events: list[h.HealthEvent]) -> None:
+        for item in events:
+            self.trigger_event(self.Recorded, task_id=self.task_id, data=h.event_to_data(item))
+
+
+class _HealthAsDict(Transcoding):
+    """Snapshots hold the folded Health; stored as its plain-data form."""
+
+    type = h.Health
+    name = "rote_executor_health"
+
+    def encode(self, obj: h.Health) -> dict[str, Any]:
+        return msgspec.to_builtins(obj)  # type: ignore[no-any-return]
+
+    def decode(self, data: dict[str, Any]) -> h.Health:
+        return msgspec.convert(data, h.Health)
+
+
+CREATED_TOPIC = get_topic(ExecutorAggregate.Created)
+
+
+class ExecutorStore(Application[uuid.UUID]):
+    """Commands (record_*, pin, invalidate, lookup_active) and queries over the Executor
+    aggregates of every task."""
+
+    name = "compiler"
+
+    def __init__(
+        self,
+        env: dict[str, str],
+        *,
+        snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
+        rules: h.Rules | None = None,
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
+        if snapshot_every > 0:
+            env = {**env, "IS_SNAPSHOTTING_ENABLED": "y"}
+        super().__init__(env)
+        # An instance attribute: the interval is configuration, not a class constant.
+        self.snapshotting_intervals = (  # type: ignore[misc]
+            {ExecutorAggregate: snapshot_every} if snapshot_every > 0 else {}
+        )
+        self.rules = rules or h.Rules()
+        self.clock = clock
+        self._tasks: dict[str, None] = {}
+        self._tasks_position = 0
+        self._tasks_lock = threading.Lock()
+
+    def register_transcodings(self, transcoder: JSONTranscoder) -> None:
+        super().register_transcodings(transcoder)
+        transcoder.register(_HealthAsDict())
+
+    # --- the command loop ---------------------------------------------------------------
+
+    def load(self, task_id: str) -> ExecutorAggregate | None:
+        try:
+            return self.repository.get(aggregate_id(task_id))  # type: ignore[return-value]
+        except AggregateNotFoundError:
+            return None
+
+    def execute(
+        self,
+        task_id: str,
+        decide: Callable[[h.Health], list[h.HealthEvent]],
+        *,
+        create: bool = True,
+    ) -> tuple[h.Health, list[h.HealthEvent]]:
+        """Decide on the latest state and record; on a concurrent write, reload and
+        decide again. Returns the new state and the events recorded."""
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            aggregate = self.load(task_id)
+            if aggregate is None:
+                if not create:
+                    raise h.HealthError("not_found", f"task {task_id} has no executor")
+                aggregate = ExecutorAggregate(task_id)
+                events = decide(aggregate.health)
+                if not events:  # nothing to say: do not create an empty aggregate
+                    return aggregate.health, []
+            else:
+                events = decide(aggregate.health)
+                if not events:
+                    return aggregate.health, []
+            aggregate.record(events)
+            try:
+                self.save(aggregate)
+            except RecordConflictError:
+                log.info("executor_write_conflict", task_id=task_id, attempt=attempt)
+                continue
+            return aggregate.health, events
+        raise h.HealthError("conflict", f"task {task_id}: too many concurrent writes")
+
+    # --- commands -----------------------------------------------------------------------
+
+    def record_trace(
+        self, task_id: str, run_id: str, result: Executor | str
+    ) -> tuple[h.Health, list[h.HealthEvent]]:
+        """A trace compiled (an Executor; its version is assigned here) or skipped (the
+        reason)."""
+        now = self.clock()
+        executor = result if isinstance(result, Executor) else None
+        reason = None if isinstance(result, Executor) else result
+        return self.execute(task_id, lambda s: h.decide_trace(s, executor, reason, run_id, now))
+
+    def record_replay(
+        self,
+        task_id: str,
+        *,
+        run_id: str,
+        version: int,
+        ok: bool,
+        step: int | None = None,
+        reason: str | None = None,
+        tokens: int = 0,
+        cost_usd: float = 0.0,
+        reported_saved_usd: float = 0.0,
+    ) -> tuple[h.Health, list[h.HealthEvent]]:
+        now = self.clock()
+
+        def decide(state: h.Health) -> list[h.HealthEvent]:
+            return h.decide_replay(
+                state,
+                run_id=run_id,
+                version=version,
+                ok=ok,
+                at=now,
+                rules=self.rules,
+                step=step,
+                reason=reason,
+                tokens=tokens,
+                cost_usd=cost_usd,
+                cost_saved_usd=h.cost_saved(state, cost_usd, reported_saved_usd) if ok else 0.0,
+            )
+
+        return self.execute(task_id, decide)  # an unknown task or version records nothing
+
+    def record_full_run(
+        self, task_id: str, *, run_id: str, cost_usd: float
+    ) -> tuple[h.Health, list[h.HealthEvent]]:
+        now = self.clock()
+        return self.execute(
+            task_id, lambda s: h.decide_full_run(s, run_id=run_id, cost_usd=cost_usd, at=now)
+        )
+
+    def invalidate(self, task_id: str, *, reason: str, by: str) -> h.Health:
+        now = self.clock()
+        return self.execute(
+            task_id,
+            lambda s: h.decide_invalidate(s, reason=reason, by=by, at=now),
+            create=False,
+        )[0]
+
+    def pin(self, task_id: str, *, version: int | None, by: str = "operator") -> h.Health:
+        now = self.clock()
+        return self.execute(
+            task_id, lambda s: h.decide_pin(s, version=version, by=by, at=now), create=False
+        )[0]
+
+    def lookup_active(self, task_id: str) -> tuple[Executor | None, h.Health | None]:
+        """The executor to replay, health applied first (stale or undecodable versions
+        are superseded, and recorded as such)."""
+        now = self.clock()
+        state, _ = self.execute(task_id, lambda s: h.decide_lookup(s, now=now, rules=self.rules))
+        if not state.versions and state.events == 0:
+            return None, None
+        version = h.current(state)
+        if version is None:
+            return None, state
+        return h.decode_executor(version.executor), state
+
+    # --- queries ------------------------------------------------------------------------
+
+    def health(self, task_id: str) -> h.Health | None:
+        aggregate = self.load(task_id)
+        return aggregate.health if aggregate is not None else None
+
+    def history(self, task_id: str) -> list[h.HealthEvent]:
+        """Every recorded event of the task, oldest first."""
+        return [
+            h.event_from_data(stored.data)
+            for stored in self.events.get(aggregate_id(task_id))
+            if isinstance(stored, ExecutorAggregate.Recorded)
+        ]
+
+    def task_ids(self) -> list[str]:
+        """Every task with an executor aggregate, in creation order (read from the
+        notification log once, then only what is new)."""
+        with self._tasks_lock:
+            while True:
+                batch = self.recorder.select_notifications(
+                    start=self._tasks_position + 1, limit=500, topics=[CREATED_TOPIC]
+                )
+                if not batch:
+                    break
+                for notification in batch:
+                    created = self.mapper.to_domain_event(notification)
+                    self._tasks[created.task_id] = None  # type: ignore[attr-defined]
+                    self._tasks_position = notification.id
+            return list(self._tasks)

@@ -1,0 +1,51 @@
+"""What the compiler knows about each tool: whether it only reads (and so may be an
+exploratory probe), and what kind of value each input field holds.
+
+The kind of a value decides what its provenance may be:
+  structure  selectors, directions, sizes: the model's choice of how, never data
+  url        where to go: constant unless it came from an earlier output
+  label      visible text to click: constant (a stable UI label) unless it came from an
+             earlier structured output (a link text picked from an extract)
+  data       text typed or written: constant only when the task prompt supplies it;
+             derived from page content, or from nowhere (a date, a sum), it needs judgement
+  generic    anything else (unknown tools): like url
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from services.compiler.references import Path
+
+Kind = Literal["structure", "url", "label", "data", "generic"]
+
+# Tools that only read: a call whose result nothing uses can be dropped.
+READ_TOOLS = frozenset({"browser_extract", "browser_read_page", "file_read"})
+
+_KINDS: dict[str, dict[str, Kind]] = {
+    "browser_navigate": {"url": "url"},
+    "browser_read_page": {},
+    "browser_extract": {},
+    "browser_click": {"text": "label"},
+    "browser_type": {"text": "data"},
+    "browser_fill_form": {"fields": "data"},
+    "browser_scroll": {},
+    "browser_screenshot": {},
+    "shell_exec": {"command": "generic"},
+    "file_read": {"path": "generic"},
+    "file_write": {"path": "generic", "content": "data"},
+}
+
+
+def value_kind(tool: str, path: Path) -> Kind:
+    """The kind of the input value at `path` (its first item is the top-level field)."""
+    fields = _KINDS.get(tool)
+    if fields is None:
+        return "generic"
+    if not path or not isinstance(path[0], str):
+        return "structure"
+    return fields.get(path[0], "structure")
+
+
+def is_read(tool: str) -> bool:
+    return tool in READ_TOOLS

@@ -1,0 +1,93 @@
+"""One model call through the anthropic SDK: a per-process concurrency limit, and our
+own retry loop (the SDK's is switched off) so attempts are counted and configurable."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import anthropic
+import anyio
+
+from services.kernel.logs import get_logger
+from services.llm.failures import Failure, backoff_s, classify
+
+log = get_logger("rote.llm")
+
+# One attempt may take this long; a long completion with many output tokens fits.
+ATTEMPT_TIMEOUT_S = 300.0
+
+
+class CallFailed(Exception):
+    def __init__(self, failure: Failure, attempts: int) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
+        self.attempts = attempts
+
+
+@dataclass(frozen=True)
+class CallResult:
+    message: dict[str, Any]  # the API's Message object as JSON
+    attempts: int
+
+
+def make_client(env: Mapping[str, str] | None = None) -> anthropic.AsyncAnthropic:
+    """An AsyncAnthropic that honours ANTHROPIC_API_KEY / ANTHROPIC_AUTH_TOKEN and
+    ANTHROPIC_BASE_URL, with the SDK's retries off."""
+    env = os.environ if env is None else env
+    kwargs: dict[str, Any] = {"max_retries": 0, "timeout": ATTEMPT_TIMEOUT_S}
+    has_key = env.get("ANTHROPIC_API_KEY") or env.get("ANTHROPIC_AUTH_TOKEN")
+    if not has_key and env.get("ANTHROPIC_BASE_URL"):
+        # Local Anthropic-compatible servers (rote model serve, Ollama) want no key, but
+        # the SDK refuses to send a request without one.
+        kwargs["api_key"] = "no-key"
+    return anthropic.AsyncAnthropic(**kwargs)
+
+
+class ModelCaller:
+    def __init__(
+        self,
+        client: anthropic.AsyncAnthropic,
+        *,
+        concurrency: int,
+        max_attempts: int,
+        sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+    ) -> None:
+        self.client = client
+        self.limiter = anyio.CapacityLimiter(max(1, concurrency))
+        self.max_attempts = max(1, max_attempts)
+        self._sleep = sleep
+
+    async def call(self, params: dict[str, Any]) -> CallResult:
+        """Retry 429/529/5xx/timeouts/connection failures with backoff; anything else
+        fails at once. Raises CallFailed with the last failure and the attempts made."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                async with self.limiter:
+                    message = await self.client.messages.create(**params)
+            except Exception as exc:
+                failure = classify(exc)
+                if failure is None:
+                    raise
+                if not failure.retryable or attempt >= self.max_attempts:
+                    raise CallFailed(failure, attempt) from None
+                wait = backoff_s(attempt, failure)
+                log.warning(
+                    "llm_retry",
+                    code=failure.code,
+                    status=failure.status,
+                    attempt=attempt,
+                    wait_s=round(wait, 3),
+                    request_id=failure.request_id,
+                )
+                await self._sleep(wait)
+                continue
+            data = message.model_dump(mode="json", exclude_none=True)
+            return CallResult(message=data, attempts=attempt)
+
+    async def aclose(self) -> None:
+        await self.client.close()

@@ -1,0 +1,137 @@
+"""What a failed model call means for the caller: a stable error code, whether trying
+again can help, and how long to wait before the next attempt.
+
+Codes (contracts.errors): rate_limited (429), overloaded (529), upstream (other 5xx,
+409, connection failures, answers the SDK cannot read), timeout (no answer in time,
+408), auth (401, 403, 402, no credentials), invalid_request (other 4xx: the request
+itself is wrong, so repeating it cannot succeed).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import anthropic
+
+from services.kernel.secrets import redact
+
+# Never wait longer than this for one retry, whatever the server's retry-after says.
+MAX_RETRY_AFTER_S = 60.0
+BACKOFF_BASE_S = 0.5
+BACKOFF_CAP_S = 8.0
+
+_RETRYABLE_STATUS = {408: "timeout", 409: "upstream", 429: "rate_limited", 529: "overloaded"}
+_AUTH_STATUS = {401, 402, 403}
+
+
+@dataclass(frozen=True)
+class Failure:
+    code: str
+    retryable: bool
+    message: str
+    status: int | None = None
+    request_id: str | None = None
+    retry_after_s: float | None = None
+
+
+def retry_after(headers: Mapping[str, str]) -> float | None:
+    """The server's requested wait: retry-after-ms, else retry-after (seconds or an
+    HTTP date). None when absent or unreadable."""
+    raw_ms = headers.get("retry-after-ms")
+    if raw_ms:
+        try:
+            return max(0.0, float(raw_ms) / 1000)
+        except ValueError:
+            pass
+    raw = headers.get("retry-after")
+    if not raw:
+        return None
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(raw)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _status_failure(exc: anthropic.APIStatusError) -> Failure:
+    status = exc.status_code
+    kind = exc.type or "error"
+    detail = exc.api_message or exc.message
+    message = redact(f"model API answered {status} {kind}: {detail}")
+    wait = retry_after(exc.response.headers)
+    if status in _RETRYABLE_STATUS:
+        code, retryable = _RETRYABLE_STATUS[status], True
+    elif status in _AUTH_STATUS:
+        code, retryable = "auth", False
+    elif status >= 500:
+        code, retryable = ("timeout" if status == 504 else "upstream"), True
+    else:
+        code, retryable = "invalid_request", False
+    return Failure(
+        code=code,
+        retryable=retryable,
+        message=message,
+        status=status,
+        request_id=exc.request_id,
+        retry_after_s=wait,
+    )
+
+
+def classify(exc: BaseException) -> Failure | None:
+    """Map an exception from `AsyncAnthropic.messages.create` to a Failure; None for
+    anything that is not a model API failure (a bug of ours)."""
+    if isinstance(exc, anthropic.APIStatusError):
+        return _status_failure(exc)
+    if isinstance(exc, anthropic.APITimeoutError):
+        return Failure(
+            code="timeout", retryable=True, message="the model API did not answer in time"
+        )
+    if isinstance(exc, anthropic.APIConnectionError):
+        cause = exc.__cause__ or exc
+        return Failure(
+            code="upstream",
+            retryable=True,
+            message=redact(f"cannot reach the model API: {type(cause).__name__}: {cause}"),
+        )
+    if isinstance(exc, anthropic.APIError):
+        return Failure(
+            code="upstream",
+            retryable=False,
+            message=redact(f"the model API answered something unreadable: {exc}"),
+        )
+    credentials_error = getattr(anthropic, "CredentialsError", None)
+    if (credentials_error is not None and isinstance(exc, credentials_error)) or (
+        isinstance(exc, TypeError) and "authentication method" in str(exc)
+    ):
+        return Failure(
+            code="auth",
+            retryable=False,
+            message="no model API credentials: set ANTHROPIC_API_KEY (or point "
+            "ANTHROPIC_BASE_URL at an Anthropic-compatible server such as `rote model serve`)",
+        )
+    return None
+
+
+def backoff_s(
+    attempt: int,
+    failure: Failure,
+    *,
+    base_s: float = BACKOFF_BASE_S,
+    cap_s: float = BACKOFF_CAP_S,
+    rand: Callable[[], float] = random.random,
+) -> float:
+    """How long to wait after failed attempt number `attempt` (1-based): the server's
+    retry-after when it gave one, else exponential backoff with jitter."""
+    if failure.retry_after_s is not None:
+        return min(failure.retry_after_s, MAX_RETRY_AFTER_S)
+    delay = min(cap_s, base_s * 2 ** (attempt - 1))
+    # Up to 25% less, so callers that failed together do not retry together.
+    return delay * (1 - 0.25 * rand())

@@ -1,0 +1,79 @@
+"""Between rote's contracts and the Messages API: request parameters out, content and
+usage back.
+
+Assistant turns go back exactly as they came (thinking blocks with their signatures,
+redacted_thinking blocks), because the current models reject a conversation whose
+earlier thinking was dropped or altered. rote never sends what the 5.5 models refuse:
+`thinking: {"type": "disabled"}`, a forced `tool_choice`, sampling parameters
+(temperature, top_p, top_k) or assistant prefill. The contract has no field for the
+first three; prefill is refused here before any call is made.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from contracts.llm import CompleteRequest, ContentBlock, Usage
+
+
+class RequestRefused(ValueError):
+    """The request cannot be sent as it is; `field` names the culprit."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class UnreadableReply(ValueError):
+    """The API answered content rote's contracts cannot carry."""
+
+
+def check_request(req: CompleteRequest) -> None:
+    if req.messages[-1].role != "user":
+        raise RequestRefused(
+            "the last message must have role 'user': rote never sends assistant prefill "
+            "(the current models answer it with 400)",
+            field=f"messages[{len(req.messages) - 1}].role",
+        )
+
+
+def api_params(req: CompleteRequest, model_id: str) -> dict[str, Any]:
+    """Keyword arguments for `AsyncAnthropic.messages.create`."""
+    params: dict[str, Any] = {
+        "model": model_id,
+        "max_tokens": req.max_tokens,
+        "messages": msgspec.to_builtins(req.messages),
+    }
+    if req.system:
+        params["system"] = req.system
+    if req.tools:
+        params["tools"] = msgspec.to_builtins(req.tools)
+    if req.effort is not None:
+        params["output_config"] = {"effort": req.effort}
+    if req.cache is not None:
+        params["cache_control"] = {"type": "ephemeral", "ttl": req.cache}
+    return params
+
+
+def content_from_api(blocks: list[dict[str, Any]]) -> list[ContentBlock]:
+    try:
+        return msgspec.convert(blocks, list[ContentBlock])
+    except msgspec.ValidationError as exc:
+        kinds = sorted({str(block.get("type")) for block in blocks})
+        raise UnreadableReply(
+            f"the model answered content rote cannot carry (block types {kinds}): {exc}"
+        ) from None
+
+
+def usage_from_api(usage: dict[str, Any]) -> Usage:
+    """The API's usage object: cache_creation splits cache writes by TTL when present."""
+    creation = usage.get("cache_creation") or {}
+    return Usage(
+        input_tokens=int(usage.get("input_tokens") or 0),
+        output_tokens=int(usage.get("output_tokens") or 0),
+        cache_write_tokens=int(usage.get("cache_creation_input_tokens") or 0),
+        cache_read_tokens=int(usage.get("cache_read_input_tokens") or 0),
+        cache_write_1h_tokens=int(creation.get("ephemeral_1h_input_tokens") or 0),
+    )

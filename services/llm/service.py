@@ -1,0 +1,200 @@
+"""rote.api.llm.complete and rote.api.llm.models: model calls through the anthropic SDK,
+priced from the usage the API returned, with a usage event per successful call."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+
+import anyio
+import structlog
+from anyio.abc import TaskStatus
+
+from contracts import subjects
+from contracts.base import Empty, utc_now
+from contracts.llm import CompleteReply, CompleteRequest, ModelsReply, UsageEvent
+from services import __version__
+from services.kernel.endpoints import Endpoint, start_service, stop_service
+from services.kernel.errors import ServiceError
+from services.kernel.logs import get_logger
+from services.kernel.runtime import ServiceContext
+from services.kernel.secrets import redact, register_secret
+from services.llm.calls import CallFailed, ModelCaller, make_client
+from services.llm.messages import (
+    RequestRefused,
+    UnreadableReply,
+    api_params,
+    check_request,
+    content_from_api,
+    usage_from_api,
+)
+from services.llm.pricing import PriceTable, PriceTableError, load_price_table
+
+log = get_logger("rote.llm")
+
+# Usage events of calls made outside any run go to rote.evt.llm.adhoc.usage.
+ADHOC_RUN = "adhoc"
+
+
+class LlmService:
+    """The endpoint handlers, separate from wiring so tests can build one directly."""
+
+    def __init__(self, ctx: ServiceContext, caller: ModelCaller, prices: PriceTable) -> None:
+        self.ctx = ctx
+        self.caller = caller
+        self.prices = prices
+        self._unpriced_warned: set[str] = set()
+
+    async def models(self, _: Empty) -> ModelsReply:
+        return self.prices.listing()
+
+    async def complete(self, req: CompleteRequest) -> CompleteReply:
+        with structlog.contextvars.bound_contextvars(run_id=req.run_id, task_id=req.task_id):
+            return await self._complete(req)
+
+    async def _complete(self, req: CompleteRequest) -> CompleteReply:
+        try:
+            check_request(req)
+        except RequestRefused as exc:
+            raise ServiceError("invalid_request", str(exc), field=exc.field) from None
+        model_id = self.prices.resolve(req.model)
+        call_id = uuid.uuid4().hex
+        started = time.perf_counter()
+        try:
+            result = await self.caller.call(api_params(req, model_id))
+        except CallFailed as exc:
+            failure = exc.failure
+            log.warning(
+                "llm_call_failed",
+                model=model_id,
+                code=failure.code,
+                status=failure.status,
+                attempts=exc.attempts,
+                error=redact(failure.message),
+            )
+            details: dict[str, object] = {"attempts": exc.attempts, "model": model_id}
+            if failure.status is not None:
+                details["status"] = failure.status
+            if failure.request_id:
+                details["request_id"] = failure.request_id
+            raise ServiceError(failure.code, failure.message, details=details) from None
+        message = result.message
+        try:
+            content = content_from_api(message.get("content") or [])
+        except UnreadableReply as exc:
+            raise ServiceError(
+                "upstream", str(exc), details={"attempts": result.attempts}
+            ) from None
+        usage = usage_from_api(message.get("usage") or {})
+        priced = self.prices.cost(model_id, usage)
+        if priced is None:
+            priced = self.prices.cost(str(message.get("model") or ""), usage)
+        if priced is None and model_id not in self._unpriced_warned:
+            self._unpriced_warned.add(model_id)
+            log.warning("llm_model_unpriced", model=model_id, hint="add it to ROTE_PRICES_FILE")
+        cost_usd = priced or 0.0
+        reply = CompleteReply(
+            id=str(message.get("id") or call_id),
+            model=str(message.get("model") or model_id),
+            content=content,
+            stop_reason=message.get("stop_reason"),
+            usage=usage,
+            cost_usd=cost_usd,
+            attempts=result.attempts,
+        )
+        await self._publish_usage(req, model_id, reply, call_id)
+        log.info(
+            "llm_call",
+            model=model_id,
+            stop_reason=reply.stop_reason,
+            attempts=result.attempts,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cache_write_tokens=usage.cache_write_tokens,
+            cache_read_tokens=usage.cache_read_tokens,
+            cost_usd=cost_usd,
+            duration_ms=round((time.perf_counter() - started) * 1000),
+            purpose=req.purpose,
+        )
+        return reply
+
+    async def _publish_usage(
+        self, req: CompleteRequest, model_id: str, reply: CompleteReply, call_id: str
+    ) -> None:
+        run = req.run_id or ADHOC_RUN
+        event = UsageEvent(
+            run_id=run,
+            task_id=req.task_id,
+            model=model_id,
+            usage=reply.usage,
+            cost_usd=reply.cost_usd,
+            at=utc_now(),
+            purpose=req.purpose,
+            attempts=reply.attempts,
+            call_id=call_id,
+        )
+        try:
+            await self.ctx.bus.publish_event(
+                subjects.llm_event(run, "usage"), event, msg_id=f"llm-usage-{call_id}"
+            )
+        except Exception as exc:
+            # The tokens are spent either way: answer the caller rather than make it
+            # pay again, and leave the numbers in the log.
+            log.error(
+                "llm_usage_event_lost",
+                error=redact(f"{type(exc).__name__}: {exc}"),
+                call_id=call_id,
+                cost_usd=reply.cost_usd,
+            )
+
+
+async def serve(
+    ctx: ServiceContext, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"):
+        register_secret(os.environ.get(name))
+    try:
+        prices = load_price_table(ctx.settings.prices_file)
+    except PriceTableError as exc:
+        log.error("llm_price_file_invalid", error=str(exc), hint="fix or unset ROTE_PRICES_FILE")
+        raise
+    caller = ModelCaller(
+        make_client(),
+        concurrency=ctx.settings.llm_concurrency,
+        max_attempts=ctx.settings.llm_max_attempts,
+    )
+    llm = LlmService(ctx, caller, prices)
+    service = await start_service(
+        ctx.bus,
+        name="rote-llm",
+        version=__version__,
+        description="Model calls (Anthropic Messages API) with pricing and usage events",
+        endpoints=[
+            Endpoint(
+                "complete",
+                subjects.LLM_COMPLETE,
+                CompleteRequest,
+                llm.complete,
+                concurrent=True,
+                description="one model call: messages in, content blocks, usage and cost out",
+            ),
+            Endpoint(
+                "models", subjects.LLM_MODELS, Empty, llm.models, description="aliases and prices"
+            ),
+        ],
+        task_group=ctx.task_group,
+    )
+    log.info(
+        "llm_ready",
+        base_url=redact(os.environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com"),
+        concurrency=ctx.settings.llm_concurrency,
+        max_attempts=ctx.settings.llm_max_attempts,
+    )
+    task_status.started()
+    try:
+        await anyio.sleep_forever()
+    finally:
+        await stop_service(service)
+        with anyio.CancelScope(shield=True):
+            await caller.aclose()

@@ -1,0 +1,34 @@
+"""What a run needs from the rest of rote, as plain async callables.
+
+The agent loop and the replay are written against these, so they can be read and
+tested without NATS; service.py supplies implementations that call the llm and tools
+services over the bus.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from contracts.executors import ActiveExecutor
+from contracts.llm import CompleteReply, CompleteRequest, TextEvent, ToolDefinition
+from contracts.tools import ExecTool, ToolResult
+
+
+class PortError(Exception):
+    """A call to another service failed (it answered an error or did not answer)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Ports:
+    complete: Callable[[CompleteRequest], Awaitable[CompleteReply]]
+    exec_tool: Callable[[ExecTool], Awaitable[ToolResult]]
+    list_tools: Callable[[list[str]], Awaitable[list[ToolDefinition]]]
+    publish_text: Callable[[TextEvent], Awaitable[None]]
+    # The executor to replay for a task (None: the compiler has none, or cannot say).
+    active_executor: Callable[[str], Awaitable[ActiveExecutor | None]]

@@ -1,0 +1,215 @@
+"""Path A: replay a compiled executor, step by step, in the run's own browser session.
+
+Tool steps go through the tools service with references to earlier outputs filled in;
+llm steps ask the small model (tokens and cost counted); condition steps gate the rest;
+expectations check every result. A step that fails is retried (once, after a second, by
+default) before the replay gives up; the caller then falls back to the full agent loop.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from contracts.executors import ConditionStep, Executor, LlmStep, ResultStep, ToolStep
+from contracts.llm import CompleteRequest, Message
+from contracts.tasks import TaskSpec
+from contracts.tools import ExecTool, ToolMetadata
+from services.compiler import references
+from services.compiler.expectations import check_all, condition_holds
+from services.runner.accounting import Ledger
+from services.runner.agent_loop import final_text
+from services.runner.ports import PortError, Ports
+from services.runner.transcript import TranscriptRecorder
+
+LLM_STEP_MAX_TOKENS = 1024
+
+
+@dataclass
+class ReplayResult:
+    ok: bool
+    answer: str | None = None
+    failed_step: int | None = None
+    reason: str | None = None
+    ledger: Ledger = field(default_factory=Ledger)
+    duration_ms: int = 0
+
+
+class StepFailed(Exception):
+    def __init__(self, step: int, reason: str) -> None:
+        super().__init__(f"step {step}: {reason}")
+        self.step = step
+        self.reason = reason
+
+
+class Replayer:
+    def __init__(
+        self,
+        executor: Executor,
+        spec: TaskSpec,
+        ports: Ports,
+        *,
+        run_id: str,
+        task_id: str,
+        attempt: int,
+        transcript: TranscriptRecorder,
+        retries: int = 1,
+        backoff_s: float = 1.0,
+        tool_timeout_s: float = 30.0,
+    ) -> None:
+        self.executor = executor
+        self.spec = spec
+        self.ports = ports
+        self.run_id = run_id
+        self.task_id = task_id
+        self.attempt = attempt
+        self.transcript = transcript
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.tool_timeout_s = tool_timeout_s
+        self.ledger = Ledger()
+        self.outputs: dict[int, Any] = {}
+
+    async def run(self) -> ReplayResult:
+        started = time.monotonic()
+        answer: str | None = None
+        stopped = False
+        try:
+            for step in self.executor.steps:
+                if isinstance(step, ResultStep):
+                    answer = await self._with_retries(step.index, lambda s=step: self._result(s))
+                    continue
+                if stopped:
+                    continue
+                if isinstance(step, ConditionStep):
+                    if not condition_holds(step, self.outputs):
+                        reason = step.message or f"condition on {step.ref} does not hold"
+                        self.transcript.replay_step(
+                            step.index, {"condition": step.ref, "held": False}
+                        )
+                        if step.on_false == "fail":
+                            raise StepFailed(step.index, reason)
+                        stopped = True
+                    continue
+                output = await self._with_retries(step.index, lambda s=step: self._step(s))
+                self.outputs[step.index] = output
+        except StepFailed as failed:
+            return ReplayResult(
+                ok=False,
+                failed_step=failed.step,
+                reason=failed.reason,
+                ledger=self.ledger,
+                duration_ms=int((time.monotonic() - started) * 1000),
+            )
+        if answer is None:
+            answer = ""
+        return ReplayResult(
+            ok=True,
+            answer=answer,
+            ledger=self.ledger,
+            duration_ms=int((time.monotonic() - started) * 1000),
+        )
+
+    async def _with_retries(self, index: int, attempt_once: Any) -> Any:
+        """Run a step; on failure wait and try again, `retries` more times."""
+        last: StepFailed | None = None
+        for attempt in range(self.retries + 1):
+            if attempt:
+                await anyio.sleep(self.backoff_s * attempt)
+            try:
+                return await attempt_once()
+            except StepFailed as failed:
+                last = failed
+                self.transcript.replay_step(index, {"failed": failed.reason, "try": attempt + 1})
+            except references.BadReference as exc:
+                # A missing field will not appear by asking again.
+                raise StepFailed(index, f"reference: {exc}") from None
+        assert last is not None
+        raise last
+
+    async def _step(self, step: ToolStep | LlmStep) -> Any:
+        if isinstance(step, ToolStep):
+            tool_input = references.render(step.input, self.outputs)
+            output, metadata = await self._tool(step.index, step.tool, tool_input)
+            reason = check_all(step.expect, output, metadata, self.outputs)
+            if reason is not None:
+                raise StepFailed(step.index, reason)
+            return output
+        text = await self._small_model(
+            step.index, references.render_text(step.prompt, self.outputs)
+        )
+        if step.tool is None:
+            output: Any = text
+            metadata: ToolMetadata | None = None
+        else:
+            try:
+                tool_input = json.loads(text)
+            except ValueError:
+                raise StepFailed(step.index, "the small model did not write a JSON input") from None
+            if not isinstance(tool_input, dict):
+                raise StepFailed(step.index, "the small model's tool input is not an object")
+            output, metadata = await self._tool(step.index, step.tool, tool_input)
+        reason = check_all(step.expect, output, metadata, self.outputs)
+        if reason is not None:
+            raise StepFailed(step.index, reason)
+        return output
+
+    async def _result(self, step: ResultStep) -> str:
+        if step.mode == "template":
+            return references.render_text(step.template or "", self.outputs)
+        return await self._small_model(
+            step.index, references.render_text(step.prompt or "", self.outputs)
+        )
+
+    async def _tool(
+        self, index: int, tool: str, tool_input: dict[str, Any]
+    ) -> tuple[Any, ToolMetadata]:
+        request = ExecTool(
+            run_id=self.run_id,
+            task_id=self.task_id,
+            allowed_tools=self.spec.allowed_tools,
+            tool=tool,
+            input=tool_input,
+            timeout_s=self.tool_timeout_s,
+            step=index,
+            source="executor",
+            call_id=f"a{self.attempt}-x{index}-{time.monotonic_ns() % 1_000_000_000}",
+        )
+        try:
+            result = await self.ports.exec_tool(request)
+        except PortError as exc:
+            raise StepFailed(index, f"{tool}: {exc.code}: {exc.message}") from None
+        self.transcript.replay_step(
+            index,
+            {"tool": tool, "input": tool_input, "ok": result.ok, "output": result.output},
+        )
+        if not result.ok:
+            error = result.error
+            raise StepFailed(index, f"{tool}: {error.code}: {error.message}" if error else tool)
+        return result.output, result.metadata
+
+    async def _small_model(self, index: int, prompt: str) -> str:
+        try:
+            reply = await self.ports.complete(
+                CompleteRequest(
+                    model=self.executor.small_model or self.spec.small_model,
+                    messages=[Message(role="user", content=prompt)],
+                    max_tokens=LLM_STEP_MAX_TOKENS,
+                    effort="low",
+                    run_id=self.run_id,
+                    task_id=self.task_id,
+                    purpose="replay_step",
+                )
+            )
+        except PortError as exc:
+            raise StepFailed(index, f"small model: {exc.code}: {exc.message}") from None
+        self.ledger.add(reply)
+        text = final_text(reply.content)
+        self.transcript.replay_step(index, {"prompt": prompt, "reply": text})
+        if not text:
+            raise StepFailed(index, "the small model gave no answer")
+        return text

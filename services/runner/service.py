@@ -1,0 +1,391 @@
+"""The runner service: consumes rote.work.runs (a durable pull consumer shared by every
+runner process), runs each request, and publishes the run's lifecycle.
+
+Endpoints: rote.api.runs.start (enqueue a run from an inline task spec),
+rote.api.runs.get (a run's latest state, from its events) and rote.api.runs.transcript.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import anyio
+import structlog
+from anyio.abc import TaskStatus
+from nats.aio.msg import Msg
+
+from contracts import subjects as s
+from contracts.base import utc_now
+from contracts.executors import ActiveExecutor, ExecutorRef
+from contracts.llm import CompleteReply, CompleteRequest, TextEvent, ToolDefinition
+from contracts.runs import (
+    ReplayOutcome,
+    RunEvent,
+    RunRef,
+    RunRequest,
+    RunSource,
+    RunStarted,
+    RunView,
+    StartRun,
+    Transcript,
+)
+from contracts.tools import CloseSession, ExecTool, ListTools, SessionClosed, ToolList, ToolResult
+from services import __version__
+from services.kernel.bus import Bus
+from services.kernel.consumers import consume, durable_config
+from services.kernel.endpoints import Endpoint, start_service, stop_service
+from services.kernel.errors import RemoteError, ServiceError
+from services.kernel.ids import new_run_id, slug
+from services.kernel.logs import get_logger
+from services.kernel.run_store import RunStore
+from services.kernel.runtime import ServiceContext
+from services.runner.accounting import Ledger
+from services.runner.agent_loop import AgentLoop, AgentOutcome
+from services.runner.ports import PortError, Ports
+from services.runner.replay import Replayer, ReplayResult
+from services.runner.run_view import fold
+from services.runner.transcript import TranscriptRecorder
+
+log = get_logger("rote.runner")
+
+LLM_TIMEOUT_S = 300.0
+
+
+def bus_ports(bus: Bus) -> Ports:
+    """The runner's view of the llm and tools services, over NATS."""
+
+    async def complete(request: CompleteRequest) -> CompleteReply:
+        try:
+            return await bus.request(s.LLM_COMPLETE, request, CompleteReply, timeout=LLM_TIMEOUT_S)
+        except RemoteError as exc:
+            raise PortError(exc.code, exc.message) from None
+
+    async def exec_tool(request: ExecTool) -> ToolResult:
+        try:
+            return await bus.request(
+                s.TOOLS_EXEC, request, ToolResult, timeout=request.timeout_s + 15
+            )
+        except RemoteError as exc:
+            raise PortError(exc.code, exc.message) from None
+
+    async def list_tools(names: list[str]) -> list[ToolDefinition]:
+        try:
+            return (await bus.request(s.TOOLS_LIST, ListTools(names=names), ToolList)).tools
+        except RemoteError as exc:
+            raise PortError(exc.code, exc.message) from None
+
+    async def publish_text(event: TextEvent) -> None:
+        await bus.publish_event(
+            s.llm_event(event.run_id, "text"),
+            event,
+            msg_id=f"{event.run_id}:text:{event.turn}:{hash(event.text) & 0xFFFFFFFF:x}",
+        )
+
+    async def active_executor(task_id: str) -> ActiveExecutor | None:
+        try:
+            return await bus.request(
+                s.EXECUTORS_ACTIVE, ExecutorRef(task_id=task_id), ActiveExecutor, timeout=10
+            )
+        except RemoteError as exc:
+            # No compiler, or it cannot answer: run the full loop rather than not at all.
+            log.warning("executor_lookup_failed", code=exc.code, error=exc.message)
+            return None
+
+    return Ports(
+        complete=complete,
+        exec_tool=exec_tool,
+        list_tools=list_tools,
+        publish_text=publish_text,
+        active_executor=active_executor,
+    )
+
+
+@dataclass
+class _Attempt:
+    """What one attempt at a run has done so far (path A, then perhaps path B)."""
+
+    outcome: AgentOutcome | None = None
+    source: RunSource = "full_llm"
+    version: int | None = None
+    fell_back: bool = False
+    replay: ReplayOutcome | None = None
+    full_run_cost_usd: float = 0.0
+
+
+class Runner:
+    def __init__(self, ctx: ServiceContext, ports: Ports | None = None) -> None:
+        self.ctx = ctx
+        self.bus = ctx.bus
+        self.ports = ports or bus_ports(ctx.bus)
+        self.store = RunStore(ctx.bus)
+
+    async def publish(self, event: RunEvent, msg_id: str) -> None:
+        await self.bus.publish_event(
+            s.run_event(event.task_id, event.run_id, event.event), event, msg_id=msg_id
+        )
+
+    async def enqueue(self, request: RunRequest) -> None:
+        await self.bus.publish_event(s.WORK_RUNS, request, msg_id=request.run_id)
+        await self.publish(
+            RunEvent(
+                task_id=request.task_id,
+                run_id=request.run_id,
+                event="requested",
+                at=request.requested_at,
+                status="requested",
+                spec=request.spec,
+                origin=request.origin,
+            ),
+            msg_id=f"{request.run_id}:requested",
+        )
+
+    async def handle(self, request: RunRequest, msg: Msg) -> None:
+        attempt = msg.metadata.num_delivered if msg.metadata else 1
+        with structlog.contextvars.bound_contextvars(
+            run_id=request.run_id, task_id=request.task_id, attempt=attempt
+        ):
+            # The same run delivered twice (redelivery, a duplicate request past the
+            # de-duplication window) must never complete twice.
+            done = await self.store.finished(request.run_id)
+            if done is not None:
+                log.info("run_already_finished", status=done.status)
+                return
+            await self.execute(request, attempt)
+
+    async def execute(self, request: RunRequest, attempt: int) -> RunEvent:
+        spec = request.spec
+        started = time.monotonic()
+        await self.publish(
+            RunEvent(
+                task_id=request.task_id,
+                run_id=request.run_id,
+                event="started",
+                at=utc_now(),
+                status="running",
+                spec=spec,
+                origin=request.origin,
+                attempt=attempt,
+            ),
+            msg_id=f"{request.run_id}:started:{attempt}",
+        )
+        log.info("run_started", model=spec.model)
+        transcript = TranscriptRecorder(request.run_id, request.task_id)
+        ledger = Ledger()
+        attempt_ = _Attempt()
+        with anyio.move_on_after(spec.deadline_s) as deadline:
+            await self._path_a(request, attempt, transcript, ledger, attempt_)
+            if attempt_.outcome is None:
+                attempt_.outcome = await AgentLoop(
+                    spec,
+                    self.ports,
+                    run_id=request.run_id,
+                    task_id=request.task_id,
+                    attempt=attempt,
+                    transcript=transcript,
+                    ledger=ledger,
+                    tool_timeout_s=min(60.0, spec.deadline_s),
+                ).run()
+        outcome = attempt_.outcome
+        if deadline.cancelled_caught or outcome is None:
+            outcome = AgentOutcome(
+                ok=False,
+                reason="deadline",
+                error=f"the run passed its {spec.deadline_s:g} s deadline",
+                ledger=ledger,
+            )
+        replayed = attempt_.source == "executor" and outcome.ok
+        cost = ledger.cost_usd
+        saved = max(0.0, attempt_.full_run_cost_usd - cost) if replayed else 0.0
+        with anyio.CancelScope(shield=True):
+            await self.close_session(request.run_id)
+            if outcome.error:
+                transcript.note(outcome.error, reason=outcome.reason)
+            try:
+                await self.store.save_transcript(transcript.build())
+            except Exception as exc:  # the run's outcome matters more than its record
+                log.warning("transcript_save_failed", error=str(exc))
+            finished = RunEvent(
+                task_id=request.task_id,
+                run_id=request.run_id,
+                event="completed" if outcome.ok else "failed",
+                at=utc_now(),
+                status="completed" if outcome.ok else "failed",
+                source=attempt_.source,
+                executor_version=attempt_.version if replayed else None,
+                fell_back=attempt_.fell_back,
+                result=outcome.result,
+                tokens=ledger.snapshot(),
+                cost_usd=round(cost, 8),
+                cost_saved_usd=round(saved, 8),
+                duration_ms=int((time.monotonic() - started) * 1000),
+                reason=outcome.reason,
+                error=outcome.error,
+                replay=attempt_.replay,
+                origin=request.origin,
+                attempt=attempt,
+            )
+            # One terminal event per run: completed and failed share a Nats-Msg-Id.
+            await self.publish(finished, msg_id=f"{request.run_id}:finished")
+        log.info(
+            "run_finished",
+            status=finished.status,
+            source=finished.source,
+            fell_back=finished.fell_back,
+            reason=finished.reason,
+            cost_usd=finished.cost_usd,
+            duration_ms=finished.duration_ms,
+        )
+        return finished
+
+    async def _path_a(
+        self,
+        request: RunRequest,
+        attempt: int,
+        transcript: TranscriptRecorder,
+        ledger: Ledger,
+        state: _Attempt,
+    ) -> None:
+        """Replay the task's active executor, if it has one. On success `state.outcome`
+        is set; on failure the failure is published and the run falls back to path B."""
+        active = await self.ports.active_executor(request.task_id)
+        if active is None or active.executor is None:
+            return
+        executor = active.executor
+        state.version = executor.version
+        state.full_run_cost_usd = active.health.full_run_cost_usd
+        log.info("replay_started", version=executor.version, steps=len(executor.steps))
+        result: ReplayResult = await Replayer(
+            executor,
+            request.spec,
+            self.ports,
+            run_id=request.run_id,
+            task_id=request.task_id,
+            attempt=attempt,
+            transcript=transcript,
+            retries=self.ctx.settings.replay_retries,
+            backoff_s=self.ctx.settings.replay_backoff_s,
+            tool_timeout_s=min(30.0, request.spec.deadline_s),
+        ).run()
+        ledger.merge(result.ledger)
+        state.replay = ReplayOutcome(
+            version=executor.version,
+            ok=result.ok,
+            step=result.failed_step,
+            reason=result.reason,
+            tokens=result.ledger.snapshot(),
+            cost_usd=round(result.ledger.cost_usd, 8),
+            duration_ms=result.duration_ms,
+        )
+        if result.ok:
+            state.source = "executor"
+            state.outcome = AgentOutcome(ok=True, result=result.answer, ledger=ledger)
+            return
+        log.info(
+            "replay_failed", version=executor.version, step=result.failed_step, reason=result.reason
+        )
+        transcript.note(
+            f"replay of v{executor.version} failed at step {result.failed_step}: {result.reason};"
+            " falling back to the full LLM run"
+        )
+        state.fell_back = True
+        await self.publish(
+            RunEvent(
+                task_id=request.task_id,
+                run_id=request.run_id,
+                event="replay_failed",
+                at=utc_now(),
+                status="running",
+                source="executor",
+                executor_version=executor.version,
+                replay=state.replay,
+                origin=request.origin,
+                attempt=attempt,
+            ),
+            msg_id=f"{request.run_id}:replay_failed:{attempt}",
+        )
+        # Path B gets a fresh browser session: whatever state the broken replay left
+        # behind (a half-filled form, a wrong page) must not steer the full run.
+        await self.close_session(request.run_id)
+
+    async def close_session(self, run_id: str) -> None:
+        try:
+            await self.bus.request(
+                s.TOOLS_CLOSE_SESSION, CloseSession(run_id=run_id), SessionClosed, timeout=10
+            )
+        except RemoteError as exc:
+            log.warning("close_session_failed", error=exc.message)
+
+    # --- endpoints ---------------------------------------------------------------------
+
+    async def start(self, command: StartRun) -> RunStarted:
+        task_id = command.task_id or slug(command.spec.name)
+        run_id = command.run_id or new_run_id()
+        if await self.store.last_event(run_id) is not None:
+            raise ServiceError("conflict", f"run {run_id} already exists", field="run_id")
+        await self.enqueue(
+            RunRequest(
+                run_id=run_id,
+                task_id=task_id,
+                spec=command.spec,
+                requested_at=utc_now(),
+                origin="operator",
+            )
+        )
+        return RunStarted(run_id=run_id, task_id=task_id)
+
+    async def get(self, ref: RunRef) -> RunView:
+        view = fold(await self.store.events(ref.run_id))
+        if view is None:
+            raise ServiceError("not_found", f"no run {ref.run_id}", field="run_id")
+        return view
+
+    async def transcript(self, ref: RunRef) -> Transcript:
+        transcript = await self.store.transcript(ref.run_id)
+        if transcript is None:
+            known = await self.store.last_event(ref.run_id)
+            detail = "it is written when the run ends" if known else "no such run"
+            raise ServiceError("not_found", f"no transcript for {ref.run_id}: {detail}")
+        return transcript
+
+
+async def serve(
+    ctx: ServiceContext, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    runner = Runner(ctx)
+    service = await start_service(
+        ctx.bus,
+        name="rote-runner",
+        version=__version__,
+        description="Runs tasks: replays executors, falls back to the full LLM loop",
+        endpoints=[
+            Endpoint("start", s.RUNS_START, StartRun, runner.start, description="enqueue a run"),
+            Endpoint("get", s.RUNS_GET, RunRef, runner.get, description="a run's latest state"),
+            Endpoint(
+                "transcript",
+                s.RUNS_TRANSCRIPT,
+                RunRef,
+                runner.transcript,
+                concurrent=True,
+                description="a run's transcript",
+            ),
+        ],
+        task_group=ctx.task_group,
+    )
+    ack_wait = ctx.settings.runner_ack_wait_s
+    config = durable_config(
+        s.CONSUMER_RUNNER, filter_subjects=[s.WORK_RUNS], ack_wait_s=ack_wait, max_deliver=3
+    )
+    try:
+        await consume(
+            ctx.bus.js,
+            stream=s.STREAM_WORK,
+            config=config,
+            type_=RunRequest,
+            handler=runner.handle,
+            workers=max(1, ctx.settings.runner_slots),
+            heartbeat_s=max(0.2, ack_wait / 3),
+            task_status=task_status,
+        )
+    finally:
+        await stop_service(service)

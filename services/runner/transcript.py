@@ -1,0 +1,104 @@
+"""The human-readable record of a run: every message exchanged with the model and
+every replayed step, with long strings bounded. The conversation sent to the model is
+kept separately and verbatim; this is a copy for people and for the tracer."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from contracts.base import utc_now
+from contracts.llm import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from contracts.runs import Transcript, TranscriptEntry
+
+MAX_STRING = 8_000
+MAX_ENTRIES = 400
+
+
+def _bound(text: str) -> tuple[str, bool]:
+    if len(text) <= MAX_STRING:
+        return text, False
+    return text[:MAX_STRING] + f"…[{len(text) - MAX_STRING} more characters]", True
+
+
+def _bound_value(value: Any) -> tuple[Any, bool]:
+    if isinstance(value, str):
+        return _bound(value)
+    if isinstance(value, dict):
+        out, cut = {}, False
+        for k, v in value.items():
+            out[k], c = _bound_value(v)
+            cut |= c
+        return out, cut
+    if isinstance(value, list):
+        items, cut = [], False
+        for v in value:
+            item, c = _bound_value(v)
+            items.append(item)
+            cut |= c
+        return items, cut
+    return value, False
+
+
+def bounded_message(message: Message) -> tuple[Message, bool]:
+    if isinstance(message.content, str):
+        text, cut = _bound(message.content)
+        return Message(role=message.role, content=text), cut
+    blocks: list[Any] = []
+    cut = False
+    for block in message.content:
+        match block:
+            case TextBlock(text=text):
+                bounded, c = _bound(text)
+                blocks.append(TextBlock(text=bounded))
+            case ThinkingBlock(thinking=thinking, signature=signature):
+                bounded, c = _bound(thinking)
+                blocks.append(ThinkingBlock(thinking=bounded, signature=signature))
+            case ToolUseBlock():
+                value, c = _bound_value(block.input)
+                blocks.append(msgspec.structs.replace(block, input=value))
+            case ToolResultBlock():
+                value, c = _bound_value(block.content)
+                blocks.append(msgspec.structs.replace(block, content=value))
+            case _:
+                blocks.append(block)
+                c = False
+        cut |= c
+    return Message(role=message.role, content=blocks), cut
+
+
+class TranscriptRecorder:
+    def __init__(self, run_id: str, task_id: str) -> None:
+        self.run_id = run_id
+        self.task_id = task_id
+        self.entries: list[TranscriptEntry] = []
+        self.truncated = False
+
+    def _add(self, entry: TranscriptEntry) -> None:
+        if len(self.entries) >= MAX_ENTRIES:
+            self.truncated = True
+            return
+        self.entries.append(entry)
+
+    def message(self, message: Message, at: datetime | None = None) -> None:
+        bounded, cut = bounded_message(message)
+        self.truncated |= cut
+        self._add(TranscriptEntry(at=at or utc_now(), kind="message", message=bounded))
+
+    def replay_step(self, step: int, detail: dict[str, Any], at: datetime | None = None) -> None:
+        value, cut = _bound_value(detail)
+        self.truncated |= cut
+        self._add(TranscriptEntry(at=at or utc_now(), kind="replay_step", step=step, detail=value))
+
+    def note(self, text: str, at: datetime | None = None, **detail: Any) -> None:
+        self._add(TranscriptEntry(at=at or utc_now(), kind="note", detail={"text": text, **detail}))
+
+    def build(self) -> Transcript:
+        return Transcript(
+            run_id=self.run_id,
+            task_id=self.task_id,
+            entries=list(self.entries),
+            truncated=self.truncated,
+        )

@@ -1,0 +1,286 @@
+"""The task store: commands on Task aggregates, and a catalog of every task, the run
+ledger and the daily spend, folded from the store's notification log.
+
+Synchronous, like the eventsourcing library under it: call it from worker threads. A
+save that lost a race with another writer (RecordConflictError) reloads the task and
+runs the command again, so concurrent writers (endpoints, consumers, the tick, other
+scheduler processes on the same PostgreSQL) never lose a command.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, TypeVar
+from uuid import UUID
+
+import msgspec
+from eventsourcing.application import AggregateNotFoundError, Application
+from eventsourcing.persistence import JSONTranscoder, RecordConflictError, Transcoding
+
+from contracts.runs import RunOrigin, RunView
+from contracts.tasks import CreateTask, TaskSpec, TaskView, UpdateTask
+from services.kernel.errors import ServiceError
+from services.kernel.logs import get_logger
+from services.scheduler.budget import DailySpend, utc_day
+from services.scheduler.ids import task_id_from_name, task_uuid, untracked_uuid
+from services.scheduler.ledger import RunLedger
+from services.scheduler.task import Task, UntrackedRuns, checked_spec
+from services.scheduler.triggers import next_due
+
+log = get_logger("rote.scheduler")
+
+T = TypeVar("T")
+MAX_ATTEMPTS = 20
+
+
+class TaskSpecAsDict(Transcoding):
+    """Stores a TaskSpec as the same JSON its contract uses on the wire."""
+
+    type = TaskSpec
+    name = "rote_task_spec"
+
+    def encode(self, obj: TaskSpec) -> Any:
+        return msgspec.to_builtins(obj)
+
+    def decode(self, data: Any) -> TaskSpec:
+        return msgspec.convert(data, TaskSpec)
+
+
+def to_view(task: Task, last_checked: datetime | None = None) -> TaskView:
+    due = None
+    if task.status == "active" and task.in_flight is None:
+        due = next_due(task.spec.trigger, task.trigger_state(last_checked))
+    if task.pending is not None and task.in_flight is None:
+        due = task.pending["at"] if due is None else min(due, task.pending["at"])
+    return TaskView(
+        task_id=task.task_id,
+        spec=task.spec,
+        status=task.status,
+        status_reason=task.status_reason,
+        version=task.version,
+        created_at=task.created_at,
+        updated_at=task.updated_at,
+        next_due_at=due,
+        run_in_flight=task.in_flight["run_id"] if task.in_flight else None,
+        run_pending=task.pending["run_id"] if task.pending else None,
+        last_run_id=task.last_run_id,
+        last_run_status=task.last_run_status,
+        consecutive_failures=task.consecutive_failures,
+        runs_dispatched=task.runs_dispatched,
+        total_cost_usd=round(task.total_cost_usd, 10),
+    )
+
+
+class Catalog:
+    """Every task's latest state, the run ledger and the daily spend, kept current by
+    reading the notification log from where it last stopped. Writes from any process
+    sharing the store show up here."""
+
+    def __init__(self, app: Tasks, keep_runs_per_task: int = 500) -> None:
+        self.app = app
+        self.position = 0
+        self.tasks: dict[str, Task] = {}
+        self.ledger = RunLedger(keep_runs_per_task)
+        self.spend = DailySpend()
+        self._ids: dict[UUID, str] = {}
+        self._lock = threading.Lock()
+
+    def catch_up(self) -> int:
+        """Fold everything recorded since the last call; return how many events."""
+        with self._lock:
+            total = 0
+            while True:
+                batch = self.app.recorder.select_notifications(start=self.position + 1, limit=500)
+                if not batch:
+                    return total
+                changed: set[UUID] = set()
+                for notification in batch:
+                    try:
+                        domain_event = self.app.mapper.to_domain_event(notification)
+                        self._fold(domain_event)
+                    except Exception:
+                        # An event this code cannot read must not hide every later one.
+                        log.exception("catalog_fold_failed", notification_id=notification.id)
+                    else:
+                        if isinstance(domain_event, Task.Event):
+                            changed.add(domain_event.originator_id)
+                    self.position = notification.id
+                    total += 1
+                for aggregate_id in changed:
+                    task: Task = self.app.repository.get(aggregate_id)
+                    self.tasks[task.task_id] = task
+
+    def _fold(self, e: Any) -> None:
+        if isinstance(e, Task.Defined):
+            self._ids[e.originator_id] = e.task_id
+            return
+        if isinstance(e, UntrackedRuns.Recorded):
+            outcome = dict(e.outcome)
+            self.ledger.finished(e.task_id, e.run_id, at=e.at, **outcome)
+            self.spend.add(e.run_id, e.at, outcome.get("cost_usd", 0.0))
+            return
+        task_id = self._ids.get(e.originator_id)
+        if task_id is None:
+            return
+        if isinstance(e, Task.RunDispatched):
+            self.ledger.requested(task_id, e.run_id, e.origin, e.at)  # type: ignore[arg-type]
+        elif isinstance(e, Task.RunStarted):
+            self.ledger.started(task_id, e.run_id, e.at)
+        elif isinstance(e, Task.RunFinished):
+            self.ledger.finished(
+                task_id,
+                e.run_id,
+                status=e.status,  # type: ignore[arg-type]
+                at=e.at,
+                cost_usd=e.cost_usd,
+                cost_saved_usd=e.cost_saved_usd,
+                source=e.source,  # type: ignore[arg-type]
+                executor_version=e.executor_version,
+                duration_ms=e.duration_ms,
+                reason=e.reason,  # type: ignore[arg-type]
+                error=e.error,
+            )
+            self.spend.add(e.run_id, e.at, e.cost_usd)
+
+    def runs(self, task_id: str | None, limit: int) -> list[RunView]:
+        with self._lock:
+            return self.ledger.list(task_id, limit)
+
+    def snapshot(self) -> list[Task]:
+        with self._lock:
+            return list(self.tasks.values())
+
+    def spent_on(self, when: datetime) -> float:
+        with self._lock:
+            return self.spend.spent_at(when)
+
+
+class Tasks(Application[UUID]):
+    """Commands on tasks; each returns the task as saved."""
+
+    name = "scheduler"
+    snapshotting_intervals = {Task: 100}
+    # Keep loaded tasks in memory and read only the events recorded since (from any
+    # process): rebuilding a busy task from its snapshot on every command is wasted work.
+    env = {"AGGREGATE_CACHE_MAXSIZE": "10000"}
+
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        super().__init__(env=env)
+        self.catalog = Catalog(self)
+
+    def register_transcodings(self, transcoder: JSONTranscoder) -> None:
+        super().register_transcodings(transcoder)
+        transcoder.register(TaskSpecAsDict())
+
+    # --- plumbing ----------------------------------------------------------------------
+
+    def _load(self, task_id: str) -> Task:
+        try:
+            task: Task = self.repository.get(task_uuid(task_id))
+        except AggregateNotFoundError:
+            raise ServiceError("not_found", f"no task {task_id!r}", field="task_id") from None
+        return task
+
+    def _command(self, task_id: str, command: Callable[[Task], T]) -> tuple[Task, T]:
+        """Load, apply, save; on a conflicting concurrent save, reload and retry."""
+        for _ in range(MAX_ATTEMPTS):
+            task = self._load(task_id)
+            result = command(task)
+            try:
+                self.save(task)
+            except RecordConflictError:
+                log.info("task_save_conflict", task_id=task_id)
+                continue
+            self.catalog.catch_up()
+            return task, result
+        raise ServiceError("conflict", f"task {task_id!r} is changing too fast; try again")
+
+    def get(self, task_id: str) -> Task:
+        return self._load(task_id)
+
+    # --- commands ----------------------------------------------------------------------
+
+    def create(self, command: CreateTask, at: datetime) -> Task:
+        spec = checked_spec(command)
+        task_id = command.task_id or task_id_from_name(command.name)
+        for _ in range(MAX_ATTEMPTS):
+            try:
+                existing = self._load(task_id)
+            except ServiceError:
+                task = Task(task_id=task_id, spec=spec, at=at)
+            else:
+                if not existing.deleted and existing.spec == spec:
+                    return existing  # the same create again (a retry): nothing to do
+                existing.define_again(spec, at)
+                task = existing
+            try:
+                self.save(task)
+            except RecordConflictError:
+                continue  # created by someone else meanwhile: the next round says so
+            self.catalog.catch_up()
+            return task
+        raise ServiceError("conflict", f"task {task_id!r} is changing too fast; try again")
+
+    def update(self, command: UpdateTask, at: datetime) -> Task:
+        return self._command(command.task_id, lambda t: t.change(command, at))[0]
+
+    def pause(self, task_id: str, reason: str | None, at: datetime) -> Task:
+        return self._command(task_id, lambda t: t.pause(reason, at))[0]
+
+    def resume(self, task_id: str, at: datetime) -> Task:
+        return self._command(task_id, lambda t: t.resume(at))[0]
+
+    def delete(self, task_id: str, reason: str | None, at: datetime) -> Task:
+        return self._command(task_id, lambda t: t.delete(reason, at))[0]
+
+    def request_run(
+        self, task_id: str, run_id: str, origin: RunOrigin, at: datetime
+    ) -> tuple[Task, tuple[str, bool]]:
+        return self._command(task_id, lambda t: t.request_run(run_id, origin, at))
+
+    def dispatch(self, task_id: str, run_id: str, origin: RunOrigin, at: datetime) -> bool:
+        return self._command(task_id, lambda t: t.dispatch_run(run_id, origin, at))[1]
+
+    def skip(
+        self, task_id: str, reason: str, origin: RunOrigin, at: datetime, run_id: str | None
+    ) -> None:
+        self._command(task_id, lambda t: t.skip_run(reason, origin, at, run_id))
+
+    def start(self, task_id: str, run_id: str, at: datetime, attempt: int = 1) -> bool:
+        try:
+            return self._command(task_id, lambda t: t.start_run(run_id, at, attempt))[1]
+        except ServiceError:
+            return False
+
+    def finish(self, task_id: str, run_id: str, at: datetime, **outcome: Any) -> str:
+        """Record a run's outcome on its task; an outcome no task waits for (a run from
+        outside the scheduler, a late one after abandonment) is kept as untracked, so
+        its cost still counts. Returns "recorded", "duplicate" or "untracked"."""
+        try:
+            result = self._command(task_id, lambda t: t.finish_run(run_id, at=at, **outcome))[1]
+        except ServiceError:
+            result = "untracked"
+        if result == "untracked" and not self._record_untracked(task_id, run_id, at, outcome):
+            result = "duplicate"
+        return result
+
+    def _record_untracked(
+        self, task_id: str, run_id: str, at: datetime, outcome: dict[str, Any]
+    ) -> bool:
+        day = utc_day(at).isoformat()
+        kept = {k: v for k, v in outcome.items() if k != "reported_by"}
+        for _ in range(MAX_ATTEMPTS):
+            try:
+                runs: UntrackedRuns = self.repository.get(untracked_uuid(utc_day(at)))
+            except AggregateNotFoundError:
+                runs = UntrackedRuns(day=day)
+            recorded = runs.record(run_id, task_id, kept, at)
+            try:
+                self.save(runs)
+            except RecordConflictError:
+                continue
+            self.catalog.catch_up()
+            return recorded
+        raise ServiceError("conflict", "untracked runs are changing too fast; try again")

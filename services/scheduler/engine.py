@@ -1,0 +1,416 @@
+"""The scheduler's moving part: commands, the tick (recover, find due runs, apply the
+dispatch rules), condition checks and run outcomes. No NATS here: the clock, the
+condition check and the "something was saved" signal are injected, so tests drive it
+with a manual clock and the service with the real one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import partial
+from typing import Any, TypeVar
+
+import anyio
+import msgspec
+import structlog
+
+from contracts.runs import ListRuns, RunEvent, RunList, RunOrigin
+from contracts.tasks import (
+    ConditionTrigger,
+    CreateTask,
+    ListTasks,
+    RunAccepted,
+    RunTask,
+    TaskList,
+    TaskRef,
+    TaskView,
+    UpdateTask,
+)
+from services.kernel.codec import decoder
+from services.kernel.errors import ServiceError, validation_error
+from services.kernel.logs import get_logger
+from services.scheduler import conditions, recovery
+from services.scheduler.application import Tasks, to_view
+from services.scheduler.budget import over_budget, skip_reason, utc_day
+from services.scheduler.clock import Clock
+from services.scheduler.dispatch import Candidate, plan
+from services.scheduler.ids import new_run_id, run_id_for_key
+from services.scheduler.task import Task
+from services.scheduler.triggers import missed_slots, next_due
+
+log = get_logger("rote.scheduler")
+T = TypeVar("T")
+
+# Bound what a runner's error text can add to the event store.
+MAX_ERROR_CHARS = 2000
+
+# The check a condition trigger runs: (task_id, trigger) -> the tool's output. Raising
+# means the check could not be made (treated as "not true", tried again next time).
+ConditionCheck = Callable[[str, ConditionTrigger], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    max_concurrent: int = 2
+    daily_budget_usd: float | None = None
+    grace_s: float = recovery.DEFAULT_GRACE_S
+    tick_s: float = 1.0
+    max_condition_checks: int = 8
+
+
+@dataclass
+class TickReport:
+    dispatched: list[tuple[str, str]] = field(default_factory=list)  # (task_id, run_id)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (task_id, reason)
+    abandoned: list[tuple[str, str]] = field(default_factory=list)  # (task_id, run_id)
+    waiting: int = 0
+
+
+# Intake verbs and endpoint commands: what each decodes.
+COMMANDS: dict[str, type[msgspec.Struct]] = {
+    "create": CreateTask,
+    "update": UpdateTask,
+    "pause": TaskRef,
+    "resume": TaskRef,
+    "delete": TaskRef,
+    "run": RunTask,
+}
+
+
+async def _in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    return await anyio.to_thread.run_sync(partial(fn, *args, **kwargs))
+
+
+class Scheduler:
+    def __init__(
+        self,
+        app: Tasks,
+        clock: Clock,
+        config: SchedulerConfig | None = None,
+        *,
+        check_condition: ConditionCheck | None = None,
+        on_saved: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.app = app
+        self.clock = clock
+        self.config = config or SchedulerConfig()
+        self.check_condition = check_condition
+        self.on_saved = on_saved
+        self.last_checked: dict[str, datetime] = {}  # condition tasks: last check
+        self.fired: dict[str, datetime] = {}  # condition held; waiting to dispatch
+        self._tick_lock = anyio.Lock()
+        self._wake = anyio.Event()
+
+    def wake(self) -> None:
+        """Tick soon (a slot was freed, a run was asked for)."""
+        self._wake.set()
+
+    def _saved(self) -> None:
+        self.on_saved()
+        self.wake()
+
+    def view(self, task: Task) -> TaskView:
+        return to_view(task, self.last_checked.get(task.task_id))
+
+    # --- commands --------------------------------------------------------------------
+
+    async def create(self, command: CreateTask) -> TaskView:
+        task = await _in_thread(self.app.create, command, self.clock.now())
+        self._forget(task.task_id)
+        self._saved()
+        log.info("task_defined", task_id=task.task_id)
+        return self.view(task)
+
+    async def update(self, command: UpdateTask) -> TaskView:
+        task = await _in_thread(self.app.update, command, self.clock.now())
+        self._forget(task.task_id)
+        self._saved()
+        return self.view(task)
+
+    async def pause(self, ref: TaskRef) -> TaskView:
+        task = await _in_thread(self.app.pause, ref.task_id, ref.reason, self.clock.now())
+        self.fired.pop(ref.task_id, None)
+        self._saved()
+        return self.view(task)
+
+    async def resume(self, ref: TaskRef) -> TaskView:
+        task = await _in_thread(self.app.resume, ref.task_id, self.clock.now())
+        self._saved()
+        return self.view(task)
+
+    async def delete(self, ref: TaskRef) -> TaskView:
+        task = await _in_thread(self.app.delete, ref.task_id, ref.reason, self.clock.now())
+        self._forget(ref.task_id)
+        self._saved()
+        return self.view(task)
+
+    async def get(self, ref: TaskRef) -> TaskView:
+        return self.view(await _in_thread(self.app.get, ref.task_id))
+
+    async def list(self, query: ListTasks) -> TaskList:
+        await _in_thread(self.app.catalog.catch_up)
+        tasks = sorted(self.app.catalog.snapshot(), key=lambda t: t.task_id)
+        if query.status is None:
+            tasks = [t for t in tasks if not t.deleted]
+        else:
+            tasks = [t for t in tasks if t.status == query.status]
+        return TaskList(tasks=[self.view(t) for t in tasks[: query.limit]])
+
+    async def run(self, command: RunTask, key: str | None = None) -> RunAccepted:
+        """Ask for a run now. It goes out as soon as the task has nothing in flight and
+        a slot is free; over the daily budget it is refused."""
+        now = self.clock.now()
+        budget = self.config.daily_budget_usd
+        spent = self.app.catalog.spent_on(now)
+        if over_budget(spent, budget):
+            assert budget is not None
+            raise ServiceError("over_budget", skip_reason(spent, budget, utc_day(now)))
+        run_id = command.run_id or (run_id_for_key(key) if key else new_run_id(now))
+        _, (run_id, queued) = await _in_thread(
+            self.app.request_run, command.task_id, run_id, "manual", now
+        )
+        self._saved()
+        return RunAccepted(task_id=command.task_id, run_id=run_id, queued=queued)
+
+    async def runs(self, query: ListRuns) -> RunList:
+        await _in_thread(self.app.catalog.catch_up)
+        return RunList(runs=self.app.catalog.runs(query.task_id, query.limit))
+
+    async def handle(self, verb: str, data: bytes, key: str | None = None) -> msgspec.Struct:
+        """One command from raw JSON (the durable intake): decode for the verb, apply.
+        Raises ServiceError naming the bad field."""
+        command_type = COMMANDS.get(verb)
+        if command_type is None:
+            raise ServiceError(
+                "invalid_request",
+                f"unknown verb {verb!r} (one of: {', '.join(COMMANDS)})",
+                field="verb",
+            )
+        try:
+            command = decoder(command_type).decode(data or b"{}")
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            raise validation_error(exc) from None
+        if verb == "run":
+            return await self.run(command, key)  # type: ignore[arg-type]
+        method: Callable[[Any], Awaitable[msgspec.Struct]] = getattr(self, verb)
+        return await method(command)
+
+    def _forget(self, task_id: str) -> None:
+        # A changed definition starts its condition checks afresh.
+        self.fired.pop(task_id, None)
+        self.last_checked.pop(task_id, None)
+
+    # --- run outcomes ----------------------------------------------------------------
+
+    async def on_run_event(self, event: RunEvent) -> str:
+        """A runner's report. `started` marks the run started; `completed`/`failed`
+        record the outcome (status, cost) and free the slot."""
+        with structlog.contextvars.bound_contextvars(task_id=event.task_id, run_id=event.run_id):
+            if event.event == "started":
+                started = await _in_thread(
+                    self.app.start, event.task_id, event.run_id, event.at, event.attempt
+                )
+                if started:
+                    self.on_saved()
+                return "started" if started else "ignored"
+            if event.event not in ("completed", "failed"):
+                return "ignored"
+            result = await _in_thread(
+                self.app.finish,
+                event.task_id,
+                event.run_id,
+                event.at,
+                status="completed" if event.event == "completed" else "failed",
+                cost_usd=max(event.cost_usd, 0.0),
+                cost_saved_usd=event.cost_saved_usd,
+                source=event.source,
+                executor_version=event.executor_version,
+                duration_ms=event.duration_ms,
+                reason=event.reason,
+                error=event.error[:MAX_ERROR_CHARS] if event.error else None,
+                reported_by="runner",
+            )
+            log.info("run_outcome", outcome=event.event, recorded=result, cost_usd=event.cost_usd)
+            if result != "duplicate":
+                self._saved()
+            return result
+
+    # --- the tick --------------------------------------------------------------------
+
+    async def recover(self) -> list[tuple[str, str]]:
+        """Mark runs that outlived their deadline (plus grace) as failed: abandoned."""
+        now = self.clock.now()
+        grace = self.config.grace_s
+        abandoned = []
+        for task in self.app.catalog.snapshot():
+            since = task.in_flight_since()
+            if since is None or task.in_flight is None:
+                continue
+            deadline_s = task.in_flight["deadline_s"]
+            if not recovery.is_abandoned(since, deadline_s, now, grace):
+                continue
+            run_id = task.in_flight["run_id"]
+            result = await _in_thread(
+                self.app.finish,
+                task.task_id,
+                run_id,
+                now,
+                status="failed",
+                reason="abandoned",
+                error=recovery.abandoned_error(since, deadline_s, grace),
+                reported_by="scheduler",
+            )
+            if result == "recorded":
+                log.warning("run_abandoned", task_id=task.task_id, run_id=run_id)
+                abandoned.append((task.task_id, run_id))
+        return abandoned
+
+    def _candidates(self, tasks: list[Task], now: datetime) -> list[Candidate]:
+        found = []
+        for task in tasks:
+            if task.in_flight is not None or task.deleted:
+                continue
+            if task.pending is not None:
+                pending = task.pending
+                found.append(
+                    Candidate(task.task_id, pending["at"], pending["origin"], pending["run_id"])
+                )
+                continue
+            if task.status != "active":
+                continue
+            trigger = task.spec.trigger
+            if isinstance(trigger, ConditionTrigger):
+                if task.task_id in self.fired:
+                    found.append(Candidate(task.task_id, self.fired[task.task_id], "condition"))
+                continue
+            state = task.trigger_state()
+            due = next_due(trigger, state)
+            if due is not None and due <= now:
+                origin = recovery.scheduled_origin(missed_slots(trigger, state, now))
+                found.append(Candidate(task.task_id, due, origin))
+        return found
+
+    async def tick(self) -> TickReport:
+        """One pass: recover abandoned runs, then dispatch what is due within the limits."""
+        async with self._tick_lock:
+            report = TickReport()
+            await _in_thread(self.app.catalog.catch_up)
+            report.abandoned = await self.recover()
+            now = self.clock.now()
+            tasks = self.app.catalog.snapshot()
+            in_flight = sum(1 for t in tasks if t.in_flight is not None)
+            decision = plan(
+                self._candidates(tasks, now),
+                in_flight=in_flight,
+                max_concurrent=self.config.max_concurrent,
+                spent_today_usd=self.app.catalog.spent_on(now),
+                budget_usd=self.config.daily_budget_usd,
+                day=utc_day(now),
+            )
+            for candidate, reason in decision.skip:
+                await self._skip(candidate, reason, now)
+                report.skipped.append((candidate.task_id, reason))
+            for candidate in decision.dispatch:
+                run_id = await self._dispatch(candidate, now)
+                if run_id is not None:
+                    report.dispatched.append((candidate.task_id, run_id))
+            report.waiting = len(decision.waiting)
+            if report.dispatched or report.skipped or report.abandoned:
+                self.on_saved()
+            return report
+
+    async def _skip(self, candidate: Candidate, reason: str, now: datetime) -> None:
+        with structlog.contextvars.bound_contextvars(task_id=candidate.task_id):
+            await _in_thread(
+                self.app.skip, candidate.task_id, reason, candidate.origin, now, candidate.run_id
+            )
+            self.fired.pop(candidate.task_id, None)
+            log.warning("run_skipped", reason=reason, origin=candidate.origin)
+
+    async def _dispatch(self, candidate: Candidate, now: datetime) -> str | None:
+        run_id = candidate.run_id or new_run_id(now)
+        origin: RunOrigin = candidate.origin
+        with structlog.contextvars.bound_contextvars(task_id=candidate.task_id, run_id=run_id):
+            sent = await _in_thread(self.app.dispatch, candidate.task_id, run_id, origin, now)
+            self.fired.pop(candidate.task_id, None)
+            if sent:
+                log.info("run_dispatched", origin=origin, due_at=candidate.due_at.isoformat())
+                return run_id
+            return None
+
+    # --- conditions ------------------------------------------------------------------
+
+    def _checks_due(self, now: datetime) -> list[tuple[str, ConditionTrigger]]:
+        due = []
+        for task in self.app.catalog.snapshot():
+            trigger = task.spec.trigger
+            if (
+                not isinstance(trigger, ConditionTrigger)
+                or task.status != "active"
+                or task.in_flight is not None
+                or task.pending is not None
+                or task.task_id in self.fired
+            ):
+                continue
+            when = next_due(trigger, task.trigger_state(self.last_checked.get(task.task_id)))
+            if when is not None and when <= now:
+                due.append((task.task_id, trigger))
+        return due
+
+    async def check_conditions(self) -> dict[str, bool]:
+        """Evaluate every condition whose check is due (concurrently, bounded); a true
+        one is queued for dispatch. Returns task_id -> whether it held."""
+        if self.check_condition is None:
+            return {}
+        await _in_thread(self.app.catalog.catch_up)
+        now = self.clock.now()
+        results: dict[str, bool] = {}
+        limiter = anyio.CapacityLimiter(self.config.max_condition_checks)
+
+        async def one(task_id: str, trigger: ConditionTrigger) -> None:
+            async with limiter:
+                results[task_id] = await self._check(task_id, trigger, now)
+
+        async with anyio.create_task_group() as tg:
+            for task_id, trigger in self._checks_due(now):
+                tg.start_soon(one, task_id, trigger)
+        if any(results.values()):
+            self.wake()
+        return results
+
+    async def _check(self, task_id: str, trigger: ConditionTrigger, now: datetime) -> bool:
+        assert self.check_condition is not None
+        with structlog.contextvars.bound_contextvars(task_id=task_id):
+            self.last_checked[task_id] = now
+            try:
+                output = await self.check_condition(task_id, trigger)
+                held = conditions.holds(trigger.predicate, output)
+            except Exception as exc:
+                log.warning("condition_check_failed", tool=trigger.tool, error=str(exc)[:500])
+                return False
+            log.info("condition_checked", tool=trigger.tool, held=held)
+            if held:
+                self.fired[task_id] = now
+            return held
+
+    # --- loops (the service runs these) ------------------------------------------------
+
+    async def run_ticks(self) -> None:
+        while True:
+            self._wake = anyio.Event()
+            try:
+                await self.tick()
+            except Exception:
+                log.exception("tick_failed")
+            with anyio.move_on_after(self.config.tick_s):
+                await self._wake.wait()
+
+    async def run_condition_checks(self) -> None:
+        while True:
+            try:
+                await self.check_conditions()
+            except Exception:
+                log.exception("condition_checks_failed")
+            await anyio.sleep(self.config.tick_s)

@@ -1,0 +1,117 @@
+"""What each recorded Task event becomes on the bus.
+
+Every task event is published on rote.evt.task.<task_id>.<event>. A dispatched run also
+becomes `rote.evt.run.<task>.<run>.requested` and a RunRequest on the work queue
+(Nats-Msg-Id = run_id), in that order, so a watcher sees "requested" before a runner can
+say "started". A run the scheduler abandoned becomes a `failed` run event.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from contracts import subjects as s
+from contracts.runs import RunEvent, RunRequest
+from contracts.tasks import TaskEvent, TaskEventName
+from services.scheduler.task import Task
+
+
+@dataclass(frozen=True)
+class Message:
+    subject: str
+    event: msgspec.Struct
+    msg_id: str
+
+
+_NAMES: dict[type[Any], TaskEventName] = {
+    Task.Defined: "defined",
+    Task.Redefined: "defined",
+    Task.Updated: "updated",
+    Task.Paused: "paused",
+    Task.Resumed: "resumed",
+    Task.Deleted: "deleted",
+    Task.RunRequested: "run_requested",
+    Task.RunDispatched: "run_dispatched",
+    Task.RunStarted: "run_started",
+    Task.RunFinished: "run_finished",
+    Task.RunSkipped: "run_skipped",
+}
+
+
+def _get(e: Any, name: str) -> Any:
+    return getattr(e, name, None)
+
+
+def messages_for(e: Any, task_id: str) -> list[Message]:
+    name = _NAMES.get(type(e))
+    if name is None:
+        return []
+    at: datetime = e.at
+    task_event = TaskEvent(
+        task_id=task_id,
+        event=name,
+        version=e.originator_version,
+        at=at,
+        spec=_get(e, "spec"),
+        reason=_get(e, "reason"),
+        run_id=_get(e, "run_id"),
+        status=_get(e, "status"),
+        cost_usd=_get(e, "cost_usd"),
+        origin=_get(e, "origin"),
+        error=_get(e, "error"),
+        changed=_get(e, "changed"),
+    )
+    out: list[Message] = []
+    if isinstance(e, Task.RunDispatched):
+        out.append(
+            Message(
+                s.run_event(task_id, e.run_id, "requested"),
+                RunEvent(
+                    task_id=task_id,
+                    run_id=e.run_id,
+                    event="requested",
+                    at=at,
+                    status="requested",
+                    spec=e.spec,
+                    origin=e.origin,
+                ),
+                f"{e.run_id}:requested",
+            )
+        )
+        out.append(
+            Message(
+                s.WORK_RUNS,
+                RunRequest(
+                    run_id=e.run_id, task_id=task_id, spec=e.spec, requested_at=at, origin=e.origin
+                ),
+                e.run_id,
+            )
+        )
+    elif isinstance(e, Task.RunFinished) and e.reported_by == "scheduler":
+        out.append(
+            Message(
+                s.run_event(task_id, e.run_id, "failed"),
+                RunEvent(
+                    task_id=task_id,
+                    run_id=e.run_id,
+                    event="failed",
+                    at=at,
+                    status="failed",
+                    reason=e.reason,
+                    error=e.error,
+                ),
+                f"{e.run_id}:failed:scheduler",
+            )
+        )
+    out.append(
+        Message(
+            s.task_event(task_id, name),
+            task_event,
+            f"scheduler:{e.originator_id}:{e.originator_version}",
+        )
+    )
+    return out

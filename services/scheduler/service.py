@@ -1,0 +1,323 @@
+"""rote-scheduler on NATS: task endpoints, the durable task intake, run outcomes in, and
+recorded task events (plus run requests) out through the store's notification log.
+
+    rote.api.tasks.create|update|pause|resume|delete|run|get|list   micro endpoints
+    rote.api.runs.list                                              the run ledger
+    rote.intake.tasks.<verb>        durable, in order; refusals on rote.evt.task.rejected
+    rote.evt.run.*.*.{started,completed,failed}    durable; outcomes free the slots
+    rote.evt.task.<task_id>.<event>, rote.evt.run.<task>.<run>.requested, rote.work.runs
+"""
+
+from __future__ import annotations
+
+import uuid
+from functools import partial
+from typing import Any
+
+import anyio
+import nats.errors
+from anyio.abc import TaskStatus
+from eventsourcing.persistence import Notification
+from nats.aio.msg import Msg
+
+from contracts import subjects as s
+from contracts.base import utc_now
+from contracts.runs import ListRuns, RunEvent
+from contracts.tasks import (
+    ConditionTrigger,
+    CreateTask,
+    ListTasks,
+    RunTask,
+    TaskRef,
+    TaskRejected,
+    UpdateTask,
+)
+from contracts.tools import CloseSession, ExecTool, SessionClosed, ToolResult
+from services import __version__
+from services.kernel.bus import Bus
+from services.kernel.consumers import consume, durable_config, ensure_consumer
+from services.kernel.endpoints import Endpoint, start_service, stop_service
+from services.kernel.errors import ServiceError
+from services.kernel.event_store import application_env
+from services.kernel.logs import get_logger
+from services.kernel.relay import EventRelay
+from services.kernel.runtime import ServiceContext
+from services.scheduler.application import Tasks
+from services.scheduler.clock import Clock, SystemClock
+from services.scheduler.conditions import ConditionError
+from services.scheduler.engine import Scheduler, SchedulerConfig
+from services.scheduler.outbox import messages_for
+from services.scheduler.task import Task
+
+log = get_logger("rote.scheduler")
+
+INTAKE_PREFIX = s.intake_task("")
+# A command that keeps failing for reasons other than its content (a bug, a store that
+# stays down) is refused after this many deliveries rather than blocking the intake.
+MAX_INTAKE_DELIVERIES = 5
+CONDITION_TIMEOUT_S = 30.0
+BACKLOG_WAIT_S = 10.0
+
+
+class SchedulerRelay(EventRelay):
+    """The kernel relay, fanning each recorded Task event out to several messages
+    (see outbox.py), each with its own Nats-Msg-Id (a run request's is its run_id)."""
+
+    def __init__(self, app: Tasks, bus: Bus, *, name: str = "scheduler") -> None:
+        super().__init__(app, bus, lambda _: None, name=name)
+        self._task_ids: dict[uuid.UUID, str] = {}
+
+    async def _task_id(self, aggregate_id: uuid.UUID) -> str:
+        task_id = self._task_ids.get(aggregate_id)
+        if task_id is None:
+            task: Task = await anyio.to_thread.run_sync(self.app.repository.get, aggregate_id)
+            task_id = self._task_ids[aggregate_id] = task.task_id
+        return task_id
+
+    async def _publish(self, notification: Notification) -> None:
+        try:
+            domain_event: Any = self.app.mapper.to_domain_event(notification)
+            if not isinstance(domain_event, Task.Event):
+                return
+            if isinstance(domain_event, Task.Defined):
+                self._task_ids[domain_event.originator_id] = domain_event.task_id
+            task_id = await self._task_id(domain_event.originator_id)
+            messages = messages_for(domain_event, task_id)
+        except Exception:
+            # An event this code can no longer read must not block every later one.
+            log.exception("relay_convert_failed", notification_id=notification.id)
+            return
+        for message in messages:
+            await self.bus.publish_event(
+                message.subject,
+                message.event,
+                msg_id=message.msg_id,
+                headers={s.HEADER_NOTIFICATION_ID: str(notification.id)},
+            )
+
+
+def condition_checker(bus: Bus) -> Any:
+    """A condition check is one tool call through the tools service, allowed only the
+    trigger's tool; a browser check closes its session afterwards."""
+
+    async def check(task_id: str, trigger: ConditionTrigger) -> Any:
+        check_id = f"cond-{uuid.uuid4().hex[:20]}"
+        call = ExecTool(
+            run_id=check_id,
+            task_id=task_id,
+            allowed_tools=[trigger.tool],
+            tool=trigger.tool,
+            input=trigger.input,
+            timeout_s=CONDITION_TIMEOUT_S,
+            source="condition",
+        )
+        try:
+            result = await bus.request(
+                s.TOOLS_EXEC, call, ToolResult, timeout=CONDITION_TIMEOUT_S + 5
+            )
+        finally:
+            if trigger.tool.startswith("browser_"):
+                with anyio.CancelScope(shield=True):
+                    try:
+                        await bus.request(
+                            s.TOOLS_CLOSE_SESSION, CloseSession(run_id=check_id), SessionClosed
+                        )
+                    except Exception as exc:  # the idle timeout closes it anyway
+                        log.debug("condition_session_close_failed", error=str(exc))
+        if not result.ok:
+            message = result.error.message if result.error else "tool failed"
+            raise ConditionError(f"{trigger.tool} failed: {message}")
+        return result.output
+
+    return check
+
+
+async def _reject(bus: Bus, msg: Msg, verb: str, error: ServiceError, msg_id: str | None) -> None:
+    rejected = TaskRejected(
+        verb=verb,
+        error=error.info(),
+        payload=msg.data.decode("utf-8", errors="replace"),
+        at=utc_now(),
+        msg_id=msg_id,
+    )
+    # Keyed by the intake message, so a redelivered command is not refused twice.
+    await bus.publish_event(
+        s.TASK_REJECTED, rejected, msg_id=f"rejected:{msg.metadata.sequence.stream}"
+    )
+    log.info("intake_rejected", verb=verb, code=error.code, field=error.field)
+
+
+async def _intake_one(bus: Bus, engine: Scheduler, msg: Msg) -> None:
+    verb = msg.subject.removeprefix(INTAKE_PREFIX)
+    msg_id = (msg.headers or {}).get(s.HEADER_MSG_ID)
+    try:
+        await engine.handle(verb, msg.data, key=msg_id)
+    except ServiceError as exc:
+        await _reject(bus, msg, verb, exc, msg_id)
+    except Exception as exc:
+        if msg.metadata.num_delivered < MAX_INTAKE_DELIVERIES:
+            log.warning("intake_retry", verb=verb, error=str(exc)[:500])
+            await msg.nak(delay=1.0 * msg.metadata.num_delivered)
+            return
+        log.exception("intake_gave_up", verb=verb)
+        await _reject(
+            bus, msg, verb, ServiceError("internal", f"could not apply {verb}: {exc}"), msg_id
+        )
+    await msg.ack()
+
+
+async def run_intake(
+    bus: Bus, engine: Scheduler, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    """One command at a time, in stream order: max_ack_pending=1 means a command being
+    retried holds back the ones behind it, never reorders them."""
+    config = durable_config(
+        s.CONSUMER_SCHEDULER_INTAKE,
+        filter_subjects=[s.INTAKE_TASKS_ALL],
+        max_deliver=-1,
+        max_ack_pending=1,
+    )
+    await ensure_consumer(bus.js, s.STREAM_INTAKE, config)
+    sub = await bus.js.pull_subscribe_bind(
+        durable=s.CONSUMER_SCHEDULER_INTAKE, stream=s.STREAM_INTAKE
+    )
+    task_status.started()
+    try:
+        while True:
+            try:
+                msgs = await sub.fetch(1, timeout=2.0)
+            except nats.errors.TimeoutError:
+                continue  # nothing to do
+            except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError):
+                await anyio.sleep(0.5)
+                continue
+            for msg in msgs:
+                try:
+                    await _intake_one(bus, engine, msg)
+                except Exception as exc:  # NATS away while settling: redelivered later
+                    log.warning("intake_settle_failed", error=str(exc))
+    finally:
+        with anyio.CancelScope(shield=True):
+            try:
+                await sub.unsubscribe()
+            except Exception as exc:  # already gone with the connection
+                log.debug("unsubscribe_failed", error=str(exc))
+
+
+async def _wait_for_backlog(bus: Bus, stream: str, consumer: str) -> None:
+    """Let outcomes that arrived while we were down be recorded before recovery judges
+    any run abandoned."""
+    with anyio.move_on_after(BACKLOG_WAIT_S):
+        while True:
+            info = await bus.js.consumer_info(stream, consumer)
+            if not info.num_pending and not info.num_ack_pending:
+                return
+            await anyio.sleep(0.05)
+    log.warning("run_backlog_not_drained", waited_s=BACKLOG_WAIT_S)
+
+
+def endpoints(engine: Scheduler) -> list[Endpoint]:
+    def tasks(verb: str, subject: str, request: type, handler: Any, description: str) -> Endpoint:
+        return Endpoint(
+            f"tasks_{verb}", subject, request, handler, concurrent=True, description=description
+        )
+
+    return [
+        tasks("create", s.TASKS_CREATE, CreateTask, engine.create, "define a task"),
+        tasks("update", s.TASKS_UPDATE, UpdateTask, engine.update, "change some fields"),
+        tasks("pause", s.TASKS_PAUSE, TaskRef, engine.pause, "stop scheduling a task"),
+        tasks("resume", s.TASKS_RESUME, TaskRef, engine.resume, "schedule a task again"),
+        tasks("delete", s.TASKS_DELETE, TaskRef, engine.delete, "delete a task"),
+        tasks("run", s.TASKS_RUN, RunTask, engine.run, "run a task now; replies with run_id"),
+        tasks("get", s.TASKS_GET, TaskRef, engine.get, "one task"),
+        tasks("list", s.TASKS_LIST, ListTasks, engine.list, "tasks, by status"),
+        Endpoint(
+            "runs_list",
+            s.RUNS_LIST,
+            ListRuns,
+            engine.runs,
+            concurrent=True,
+            description="the run ledger, newest first",
+        ),
+    ]
+
+
+async def serve(
+    ctx: ServiceContext,
+    *,
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    clock: Clock | None = None,
+    config: SchedulerConfig | None = None,
+) -> None:
+    """`clock` and `config` are for tests; the service reads the real clock and takes
+    its limits from settings (ROTE_MAX_CONCURRENT, ROTE_DAILY_BUDGET_USD)."""
+    settings = ctx.settings
+    config = config or SchedulerConfig(
+        max_concurrent=settings.max_concurrent, daily_budget_usd=settings.daily_budget_usd
+    )
+    app = await anyio.to_thread.run_sync(lambda: Tasks(env=application_env(settings, "scheduler")))
+    try:
+        relay = SchedulerRelay(app, ctx.bus)
+        engine = Scheduler(
+            app,
+            clock or SystemClock(),
+            config,
+            check_condition=condition_checker(ctx.bus),
+            on_saved=relay.wake,
+        )
+        await anyio.to_thread.run_sync(app.catalog.catch_up)
+
+        async def on_run_event(event: RunEvent, msg: Msg) -> None:
+            await engine.on_run_event(event)
+
+        runs_config = durable_config(
+            s.CONSUMER_SCHEDULER_RUNS,
+            filter_subjects=[
+                s.run_events_of(event="started"),
+                s.run_events_of(event="completed"),
+                s.run_events_of(event="failed"),
+            ],
+        )
+        async with anyio.create_task_group() as tg:
+            await tg.start(relay.run)
+            await tg.start(
+                partial(
+                    consume,
+                    ctx.bus.js,
+                    stream=s.STREAM_RUNS,
+                    config=runs_config,
+                    type_=RunEvent,
+                    handler=on_run_event,
+                )
+            )
+            await _wait_for_backlog(ctx.bus, s.STREAM_RUNS, s.CONSUMER_SCHEDULER_RUNS)
+            await engine.tick()  # recovery first, before anyone can ask for anything
+            await tg.start(run_intake, ctx.bus, engine)
+            service = await start_service(
+                ctx.bus,
+                name="rote-scheduler",
+                version=__version__,
+                description="Tasks, their triggers, and the dispatch of their runs",
+                endpoints=endpoints(engine),
+                task_group=ctx.task_group,
+                metadata={
+                    "max_concurrent": str(config.max_concurrent),
+                    "daily_budget_usd": str(config.daily_budget_usd or ""),
+                },
+            )
+            tg.start_soon(engine.run_ticks)
+            tg.start_soon(engine.run_condition_checks)
+            log.info(
+                "scheduler_started",
+                tasks=len(app.catalog.tasks),
+                max_concurrent=config.max_concurrent,
+                daily_budget_usd=config.daily_budget_usd,
+            )
+            task_status.started()
+            try:
+                await anyio.sleep_forever()
+            finally:
+                await stop_service(service)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(app.close)

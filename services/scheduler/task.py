@@ -1,0 +1,341 @@
+"""The Task aggregate: a task's definition, status, and the runs it asked for.
+
+Public methods are commands: they check the rules and, when something changes, call a
+private `@event` method, whose body is how that event changes the task (the same body
+runs when the task is rebuilt from its events). Times come in as arguments (`at`) so a
+controllable clock decides them, not the library.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import msgspec
+from eventsourcing.domain import Aggregate, event
+
+from contracts.runs import RunOrigin
+from contracts.tasks import TaskSpec, UpdateTask
+from services.kernel.errors import ServiceError
+from services.scheduler import failures
+from services.scheduler.ids import task_uuid, untracked_uuid
+from services.scheduler.triggers import TriggerError, TriggerState, validate
+
+# Origins that consume a schedule slot (a manual run leaves the schedule alone).
+SCHEDULED_ORIGINS = ("schedule", "catch_up", "condition")
+# How many finished run ids a task remembers, to recognise an outcome seen twice.
+RECENT_RUNS = 32
+# A run given up on; its real outcome, should it come after all, is still kept.
+ABANDONED = "abandoned"
+
+_SPEC_FIELDS = tuple(f for f in TaskSpec.__struct_fields__)
+
+
+def checked_spec(spec: TaskSpec) -> TaskSpec:
+    """A plain TaskSpec (not a subclass such as CreateTask) with a validated trigger."""
+    values = {name: getattr(spec, name) for name in _SPEC_FIELDS}
+    try:
+        values["trigger"] = validate(values["trigger"])
+    except TriggerError as exc:
+        raise ServiceError("invalid_request", exc.message, field=exc.field) from None
+    return TaskSpec(**values)
+
+
+class Task(Aggregate):
+    @staticmethod
+    def create_id(task_id: str) -> UUID:
+        return task_uuid(task_id)
+
+    @event("Defined")
+    def __init__(self, task_id: str, spec: TaskSpec, at: datetime) -> None:
+        self.task_id = task_id
+        self.created_at = at
+        self.runs_dispatched = 0
+        self.total_cost_usd = 0.0
+        self.in_flight: dict[str, Any] | None = None
+        self.recent: dict[str, str] = {}
+        self.last_run_id: str | None = None
+        self.last_run_status: str | None = None
+        self._start_over(spec, at)
+
+    def _start_over(self, spec: TaskSpec, at: datetime) -> None:
+        self.spec = spec
+        self.status = "active"
+        self.status_reason: str | None = None
+        self.updated_at = at
+        self.trigger_set_at = at
+        self.resumed_at: datetime | None = None
+        self.last_fired_at: datetime | None = None
+        self.pending: dict[str, Any] | None = None
+        self.consecutive_failures = 0
+
+    # --- queries ---------------------------------------------------------------------
+
+    @property
+    def deleted(self) -> bool:
+        return self.status == "deleted"
+
+    def trigger_state(self, last_checked: datetime | None = None) -> TriggerState:
+        return TriggerState(
+            set_at=self.trigger_set_at,
+            resumed_at=self.resumed_at,
+            last_fired=self.last_fired_at,
+            last_checked=last_checked,
+        )
+
+    def in_flight_since(self) -> datetime | None:
+        if self.in_flight is None:
+            return None
+        return self.in_flight.get("started_at") or self.in_flight["dispatched_at"]
+
+    def _must_exist(self) -> None:
+        if self.deleted:
+            raise ServiceError("not_found", f"task {self.task_id!r} was deleted", field="task_id")
+
+    # --- definition ------------------------------------------------------------------
+
+    def define_again(self, spec: TaskSpec, at: datetime) -> None:
+        """Create over a deleted task of the same id: a fresh definition, same history."""
+        if not self.deleted:
+            raise ServiceError(
+                "conflict",
+                f"task {self.task_id!r} already exists; update it, or choose another task_id",
+                field="task_id",
+            )
+        self._redefined(spec=spec, at=at)
+
+    @event("Redefined")
+    def _redefined(self, spec: TaskSpec, at: datetime) -> None:
+        self._start_over(spec, at)
+
+    def change(self, command: UpdateTask, at: datetime) -> list[str]:
+        """Apply the fields the command sets; return the names that changed."""
+        self._must_exist()
+        values = {name: getattr(self.spec, name) for name in _SPEC_FIELDS}
+        changed = []
+        for name in _SPEC_FIELDS:
+            new = getattr(command, name)
+            if new is not msgspec.UNSET and new != values[name]:
+                values[name] = new
+                changed.append(name)
+        if not changed:
+            return []
+        spec = checked_spec(TaskSpec(**values))
+        self._updated(spec=spec, changed=changed, at=at)
+        return changed
+
+    @event("Updated")
+    def _updated(self, spec: TaskSpec, changed: list[str], at: datetime) -> None:
+        if "trigger" in changed:
+            self.trigger_set_at = at
+        self.spec = spec
+        self.updated_at = at
+
+    def pause(self, reason: str | None, at: datetime) -> bool:
+        self._must_exist()
+        if self.status == "paused":
+            return False
+        self._paused(reason=reason, at=at)
+        return True
+
+    @event("Paused")
+    def _paused(self, reason: str | None, at: datetime) -> None:
+        self.status = "paused"
+        self.status_reason = reason
+        self.updated_at = at
+
+    def resume(self, at: datetime) -> bool:
+        self._must_exist()
+        if self.status == "active":
+            return False
+        self._resumed(at=at)
+        return True
+
+    @event("Resumed")
+    def _resumed(self, at: datetime) -> None:
+        self.status = "active"
+        self.status_reason = None
+        self.resumed_at = at
+        self.consecutive_failures = 0
+        self.updated_at = at
+
+    def delete(self, reason: str | None, at: datetime) -> bool:
+        if self.deleted:
+            return False
+        self._deleted(reason=reason, at=at)
+        return True
+
+    @event("Deleted")
+    def _deleted(self, reason: str | None, at: datetime) -> None:
+        self.status = "deleted"
+        self.status_reason = reason
+        self.pending = None
+        self.updated_at = at
+
+    # --- runs ------------------------------------------------------------------------
+
+    def request_run(self, run_id: str, origin: RunOrigin, at: datetime) -> tuple[str, bool]:
+        """Queue a run someone asked for; it goes out when the dispatch rules allow.
+        Returns (run_id, queued behind another run). Asking again with a run id the
+        task already has in hand changes nothing; while one run is pending, further
+        requests return that one."""
+        self._must_exist()
+        if self.pending is not None:
+            return self.pending["run_id"], True
+        if run_id in self.recent or (self.in_flight and self.in_flight["run_id"] == run_id):
+            return run_id, False
+        self._run_requested(run_id=run_id, origin=origin, at=at)
+        return run_id, self.in_flight is not None
+
+    @event("RunRequested")
+    def _run_requested(self, run_id: str, origin: str, at: datetime) -> None:
+        self.pending = {"run_id": run_id, "origin": origin, "at": at}
+
+    def dispatch_run(self, run_id: str, origin: RunOrigin, at: datetime) -> bool:
+        """Send a run out. False (nothing recorded) when one is already in flight."""
+        if self.in_flight is not None or self.deleted:
+            return False
+        self._run_dispatched(run_id=run_id, origin=origin, spec=self.spec, at=at)
+        return True
+
+    @event("RunDispatched")
+    def _run_dispatched(self, run_id: str, origin: str, spec: TaskSpec, at: datetime) -> None:
+        if self.pending is not None and self.pending["run_id"] == run_id:
+            self.pending = None
+        if origin in SCHEDULED_ORIGINS:
+            self.last_fired_at = at
+        self.in_flight = {
+            "run_id": run_id,
+            "origin": origin,
+            "dispatched_at": at,
+            "started_at": None,
+            "deadline_s": spec.deadline_s,
+        }
+        self.runs_dispatched += 1
+        self.last_run_id = run_id
+
+    def start_run(self, run_id: str, at: datetime, attempt: int = 1) -> bool:
+        """A runner started the run. A later attempt (the work was redelivered after a
+        runner died) restarts the deadline clock; a repeated report changes nothing."""
+        if not self.in_flight or self.in_flight["run_id"] != run_id:
+            return False
+        if attempt <= self.in_flight.get("attempt", 0):
+            return False
+        self._run_started(run_id=run_id, at=at, attempt=attempt)
+        return True
+
+    @event("RunStarted")
+    def _run_started(self, run_id: str, at: datetime, attempt: int) -> None:
+        assert self.in_flight is not None
+        self.in_flight = {**self.in_flight, "started_at": at, "attempt": attempt}
+
+    def finish_run(
+        self,
+        run_id: str,
+        *,
+        status: str,
+        at: datetime,
+        cost_usd: float = 0.0,
+        cost_saved_usd: float = 0.0,
+        source: str | None = None,
+        executor_version: int | None = None,
+        duration_ms: int | None = None,
+        reason: str | None = None,
+        error: str | None = None,
+        reported_by: str = "runner",
+    ) -> str:
+        """Record the outcome of the run in flight and free its slot; that many failures
+        in a row pause the task. Returns "recorded", "duplicate" (already recorded) or
+        "untracked" (not a run this task is waiting for, or the late outcome of a run
+        it abandoned)."""
+        if not self.in_flight or self.in_flight["run_id"] != run_id:
+            late = self.recent.get(run_id) == ABANDONED and reason != ABANDONED
+            return "duplicate" if run_id in self.recent and not late else "untracked"
+        self._run_finished(
+            run_id=run_id,
+            status=status,
+            at=at,
+            cost_usd=cost_usd,
+            cost_saved_usd=cost_saved_usd,
+            source=source,
+            executor_version=executor_version,
+            duration_ms=duration_ms,
+            reason=reason,
+            error=error,
+            reported_by=reported_by,
+        )
+        if (
+            status == "failed"
+            and self.status == "active"
+            and failures.should_pause(self.consecutive_failures, self.spec.max_failures)
+        ):
+            last = f"{reason}: {error}" if reason and error else (reason or error)
+            self._paused(
+                reason=failures.pause_reason(
+                    self.consecutive_failures, self.spec.max_failures, last
+                ),
+                at=at,
+            )
+        return "recorded"
+
+    @event("RunFinished")
+    def _run_finished(
+        self,
+        run_id: str,
+        status: str,
+        at: datetime,
+        cost_usd: float,
+        cost_saved_usd: float,
+        source: str | None,
+        executor_version: int | None,
+        duration_ms: int | None,
+        reason: str | None,
+        error: str | None,
+        reported_by: str,
+    ) -> None:
+        self.in_flight = None
+        self.last_run_id = run_id
+        self.last_run_status = status
+        self.total_cost_usd += cost_usd
+        self.consecutive_failures = self.consecutive_failures + 1 if status == "failed" else 0
+        self.recent[run_id] = ABANDONED if reason == ABANDONED else status
+        while len(self.recent) > RECENT_RUNS:
+            del self.recent[next(iter(self.recent))]
+
+    def skip_run(self, reason: str, origin: RunOrigin, at: datetime, run_id: str | None) -> None:
+        """A due run that will not go out (over budget). It consumes its schedule slot,
+        or the pending request it came from."""
+        self._run_skipped(reason=reason, origin=origin, at=at, run_id=run_id)
+
+    @event("RunSkipped")
+    def _run_skipped(self, reason: str, origin: str, at: datetime, run_id: str | None) -> None:
+        if run_id is not None and self.pending is not None and self.pending["run_id"] == run_id:
+            self.pending = None
+        if origin in SCHEDULED_ORIGINS:
+            self.last_fired_at = at
+
+
+class UntrackedRuns(Aggregate):
+    """Outcomes of runs no task was waiting for, one aggregate per UTC day: runs started
+    outside the scheduler (rote.api.runs.start) and late outcomes of abandoned runs.
+    They cost money too, so the daily budget and the ledger must see them."""
+
+    @staticmethod
+    def create_id(day: str) -> UUID:
+        return untracked_uuid(datetime.fromisoformat(day).date())
+
+    @event("Opened")
+    def __init__(self, day: str) -> None:
+        self.day = day
+        self.run_ids: list[str] = []
+
+    def record(self, run_id: str, task_id: str, outcome: dict[str, Any], at: datetime) -> bool:
+        if run_id in self.run_ids:
+            return False
+        self._recorded(run_id=run_id, task_id=task_id, outcome=outcome, at=at)
+        return True
+
+    @event("Recorded")
+    def _recorded(self, run_id: str, task_id: str, outcome: dict[str, Any], at: datetime) -> None:
+        self.run_ids.append(run_id)

@@ -1,0 +1,176 @@
+"""When a task is due: interval, cron (in a named time zone), once, manual, condition.
+
+Everything here is a function of the trigger, what happened so far (`TriggerState`)
+and, where it matters, the current time. Nothing reads a clock.
+
+Missed schedules collapse: the next due time is computed from the last firing, so a
+scheduler that was down for five hourly slots finds one due time in the past and runs
+once (see `missed_slots` for how many were missed).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import lru_cache
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import msgspec
+from croniter import croniter
+from croniter.croniter import CroniterError
+
+from contracts.tasks import (
+    ConditionTrigger,
+    CronTrigger,
+    IntervalTrigger,
+    ManualTrigger,
+    OnceTrigger,
+    Trigger,
+)
+
+# Anything faster is a busy loop, not a schedule.
+MIN_EVERY_S = 1.0
+_CRON_MACROS = {"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"}
+
+
+class TriggerError(ValueError):
+    """A trigger that cannot be scheduled; `field` is its path inside a task spec."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class TriggerState:
+    """What the schedule has to go on.
+
+    set_at:       when the current trigger took effect (task defined, trigger changed)
+    resumed_at:   when the task was last resumed (slots missed while paused are skipped)
+    last_fired:   when the trigger last produced a run (or a skipped run)
+    last_checked: condition triggers: when the condition was last evaluated
+    """
+
+    set_at: datetime
+    resumed_at: datetime | None = None
+    last_fired: datetime | None = None
+    last_checked: datetime | None = None
+
+
+def _utc(when: datetime) -> datetime:
+    # A time without an offset is read as UTC, the only zone rote stores.
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+
+
+def zone(name: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, TypeError):
+        raise TriggerError(
+            "trigger.tz", f"unknown time zone {name!r} (use an IANA name like 'Europe/Berlin')"
+        ) from None
+
+
+def validate(trigger: Trigger) -> Trigger:
+    """Check what the contract cannot express; return the trigger normalised (a `once`
+    time without an offset becomes UTC). Raises TriggerError naming the field."""
+    match trigger:
+        case CronTrigger(expr=expr, tz=tz):
+            zone(tz)
+            text = expr.strip()
+            if not text.startswith("@") and len(text.split()) != 5:
+                raise TriggerError(
+                    "trigger.expr",
+                    f"cron expression {expr!r} must have 5 fields "
+                    "(minute hour day-of-month month day-of-week) or be a macro like @hourly",
+                )
+            if text.startswith("@") and text not in _CRON_MACROS:
+                raise TriggerError("trigger.expr", f"unknown cron macro {expr!r}")
+            if not croniter.is_valid(text):
+                raise TriggerError("trigger.expr", f"invalid cron expression {expr!r}")
+            return msgspec.structs.replace(trigger, expr=text)
+        case IntervalTrigger(every_s=every) if every < MIN_EVERY_S:
+            raise TriggerError("trigger.every_s", f"every_s must be at least {MIN_EVERY_S:g}")
+        case ConditionTrigger(every_s=every) if every < MIN_EVERY_S:
+            raise TriggerError("trigger.every_s", f"every_s must be at least {MIN_EVERY_S:g}")
+        case OnceTrigger(at=at):
+            return msgspec.structs.replace(trigger, at=_utc(at))
+    return trigger
+
+
+def _latest(*times: datetime | None) -> datetime:
+    return max(t for t in times if t is not None)
+
+
+# Parsing a cron expression costs about a millisecond; a tick asks the same question
+# of every cron task again and again until its state changes, so remember the answers.
+@lru_cache(maxsize=16_384)
+def cron_after(expr: str, tz: str, after: datetime) -> datetime:
+    """The first cron time strictly after `after`, in UTC.
+
+    Each local wall-clock time fires at most once: when clocks go back, the repeated
+    hour does not run a daily 02:30 job twice. A wall time skipped when clocks go
+    forward runs at the first valid time after it (croniter's behaviour).
+    """
+    local = _utc(after).astimezone(zone(tz))
+    try:
+        it = croniter(expr, local)
+        for _ in range(4):
+            candidate: datetime = it.get_next(datetime)
+            if candidate.replace(tzinfo=None) > local.replace(tzinfo=None):
+                return candidate.astimezone(UTC)
+    except CroniterError as exc:
+        raise TriggerError("trigger.expr", str(exc)) from None
+    raise TriggerError("trigger.expr", f"cron expression {expr!r} never fires")
+
+
+def next_due(trigger: Trigger, state: TriggerState) -> datetime | None:
+    """When the trigger next wants a run; for a condition, when it next wants a check.
+    None: never (manual, or a `once` that already fired). A time in the past is due."""
+    match trigger:
+        case ManualTrigger():
+            return None
+        case OnceTrigger(at=at):
+            fired = state.last_fired is not None and state.last_fired >= state.set_at
+            return None if fired else _utc(at)
+        case IntervalTrigger(every_s=every):
+            if state.last_fired is None:
+                return _latest(state.set_at, state.resumed_at)
+            return state.last_fired + timedelta(seconds=every)
+        case CronTrigger(expr=expr, tz=tz):
+            return cron_after(expr, tz, _latest(state.set_at, state.resumed_at, state.last_fired))
+        case ConditionTrigger(every_s=every, cooldown_s=cooldown):
+            return _latest(
+                state.set_at,
+                state.resumed_at,
+                state.last_checked + timedelta(seconds=every) if state.last_checked else None,
+                state.last_fired + timedelta(seconds=cooldown) if state.last_fired else None,
+            )
+    raise TypeError(f"unknown trigger {trigger!r}")
+
+
+def is_due(trigger: Trigger, state: TriggerState, now: datetime) -> bool:
+    due = next_due(trigger, state)
+    return due is not None and due <= now
+
+
+def missed_slots(trigger: Trigger, state: TriggerState, now: datetime, limit: int = 1000) -> int:
+    """How many scheduled times have passed without a run (0: not due). More than one
+    means the scheduler was down or saturated; the task still runs only once."""
+    due = next_due(trigger, state)
+    if due is None or due > now or isinstance(trigger, ConditionTrigger):
+        return 0 if due is None or due > now else 1
+    match trigger:
+        case IntervalTrigger(every_s=every):
+            return min(limit, 1 + math.floor((now - due).total_seconds() / every))
+        case CronTrigger(expr=expr, tz=tz):
+            count = 1
+            while count < limit:
+                due = cron_after(expr, tz, due)
+                if due > now:
+                    break
+                count += 1
+            return count
+    return 1

@@ -1,0 +1,433 @@
+"""One headless Chromium, one BrowserContext per run, a pool of pre-warmed contexts.
+
+- A run's context (cookies, storage, pages) is created for it and never shared: the
+  pool hands out fresh contexts, each to exactly one run, and never takes one back.
+- Pre-warmed entries hold a context and its page (opening a page costs far more than
+  creating a context), so acquiring one is a dictionary pop.
+- Sessions idle for `idle_timeout_s` are closed; `close_session` closes one on request.
+- If Chromium dies, the calls in flight fail; the next acquire relaunches it and the
+  run continues in a fresh context.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections import deque
+from contextlib import AsyncExitStack, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+from playwright.async_api import (
+    Browser,
+    BrowserContext,
+    Page,
+    Playwright,
+    Request,
+    Response,
+    async_playwright,
+)
+from playwright.async_api import Error as PlaywrightError
+
+from services.kernel.logs import get_logger
+
+log = get_logger("rote.tools.browser")
+
+# Headless with nothing running in the background: no update checks, sync, safe
+# browsing lists or field trials (a closed network would see them retried forever).
+CHROMIUM_ARGS: tuple[str, ...] = (
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-default-apps",
+    "--disable-extensions",
+    "--disable-domain-reliability",
+    "--disable-breakpad",
+    "--disable-features=Translate,OptimizationHints,MediaRouter,CalculateNativeWinOcclusion",
+    "--metrics-recording-only",
+    "--no-default-browser-check",
+    "--no-first-run",
+    "--no-pings",
+    "--safebrowsing-disable-auto-update",
+    "--password-store=basic",
+)
+
+
+class BrowserUnavailable(Exception):
+    """No Chromium could be launched."""
+
+
+@dataclass(frozen=True)
+class BrowserConfig:
+    chromium: str | None = None  # ROTE_CHROMIUM: used when Playwright has no Chromium
+    pool_size: int = 2
+    idle_timeout_s: float = 900.0
+    reap_interval_s: float = 30.0
+    viewport: tuple[int, int] = (1280, 800)
+    locale: str = "en-US"
+
+
+def chromium_candidates(playwright_path: str | None, configured: str | None) -> list[str | None]:
+    """Executables to try, in order: Playwright's own (None: let Playwright pick), then
+    ROTE_CHROMIUM, then a system chromium."""
+    found: list[str | None] = []
+    if playwright_path and Path(playwright_path).exists():
+        found.append(None)
+    if configured:
+        found.append(configured)
+    for name in ("chromium", "chromium-browser"):
+        path = shutil.which(name)
+        if path and path not in found:
+            found.append(path)
+    return found
+
+
+def launch_args() -> list[str]:
+    args = list(CHROMIUM_ARGS)
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        args.append("--no-sandbox")  # Chromium refuses to sandbox as root
+    return args
+
+
+@dataclass
+class Session:
+    """A run's browser state: its own context, the page tools act on, and what the
+    last main-frame navigation answered."""
+
+    run_id: str
+    context: BrowserContext
+    page: Page
+    generation: int
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+    last_used: float = field(default_factory=time.monotonic)
+    last_status: int | None = None
+    navigations: int = 0
+    in_flight: int = 0
+    # A call was cut off (timeout, cancellation): the page may still be navigating.
+    interrupted: bool = False
+    _navigated: anyio.Event = field(default_factory=anyio.Event)
+    _watched: list[Page] = field(default_factory=list)
+
+    async def wait_navigation(self, since: int) -> None:
+        """Until the current page's main frame navigated after `since` (a count)."""
+        while self.navigations == since:
+            await self._navigated.wait()
+
+    def watch(self, page: Page) -> None:
+        if page in self._watched:
+            return
+        self._watched.append(page)
+
+        def on_response(response: Response) -> None:
+            request = response.request
+            if (
+                page is self.page
+                and request.is_navigation_request()
+                and response.frame == page.main_frame
+            ):
+                self.last_status = response.status
+
+        def on_navigated(frame: Any) -> None:
+            if frame == page.main_frame and page is self.page:
+                self.navigations += 1
+                self._navigated.set()
+                self._navigated = anyio.Event()
+
+        def on_request(request: Request) -> None:
+            if (
+                page is self.page
+                and request.is_navigation_request()
+                and request.frame == page.main_frame
+            ):
+                self.last_status = None
+
+        page.on("request", on_request)
+        page.on("response", on_response)
+        page.on("framenavigated", on_navigated)
+
+    def adopt(self, page: Page) -> None:
+        """A page the run opened (target=_blank, window.open) becomes the current one."""
+        self.page = page
+        self.watch(page)
+
+    def touch(self) -> None:
+        self.last_used = time.monotonic()
+
+
+@dataclass
+class _Warm:
+    context: BrowserContext
+    page: Page
+    generation: int
+
+
+class BrowserPool:
+    """Use as `async with BrowserPool(config) as pool:`; everything is closed on exit."""
+
+    def __init__(self, config: BrowserConfig) -> None:
+        self.config = config
+        self._stack = AsyncExitStack()
+        self._playwright: Playwright | None = None
+        self._browser: Browser | None = None
+        self._generation = 0
+        self._launch_lock = anyio.Lock()
+        self._sessions: dict[str, Session] = {}
+        self._creating: dict[str, anyio.Lock] = {}
+        self._warm: deque[_Warm] = deque()
+        self._refill = anyio.Event()
+        self._warmed = anyio.Event()
+        self._closing = False
+        self.launches = 0
+        self.executable: str | None = None
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    async def __aenter__(self) -> BrowserPool:
+        tg = await self._stack.enter_async_context(anyio.create_task_group())
+        self._stack.push_async_callback(self._shutdown)
+        self._stack.callback(tg.cancel_scope.cancel)
+        tg.start_soon(self._keep_warm)
+        tg.start_soon(self._reap_idle)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._stack.aclose()
+
+    async def _shutdown(self) -> None:
+        self._closing = True
+        with anyio.CancelScope(shield=True):
+            # Closing the browser closes every context in it.
+            self._sessions.clear()
+            self._warm.clear()
+            if self._browser is not None:
+                # Anything may fail here (the driver may be gone): shutdown goes on.
+                with suppress(Exception), anyio.move_on_after(10):
+                    await self._browser.close()
+                self._browser = None
+            await self._stop_playwright()
+
+    @property
+    def connected(self) -> bool:
+        return self._browser is not None and self._browser.is_connected()
+
+    async def _ensure_browser(self) -> Browser:
+        async with self._launch_lock:
+            if self._browser is not None and self._browser.is_connected():
+                return self._browser
+            if self._closing:
+                raise BrowserUnavailable("the tools service is shutting down")
+            self._browser = await self._launch()
+            return self._browser
+
+    async def _launch(self) -> Browser:
+        try:
+            return await self._launch_once()
+        except BrowserUnavailable:
+            if self._playwright is None:
+                raise
+        # Every candidate failed on a running driver: the driver itself may be what
+        # died. Start a new one and try once more.
+        log.warning("playwright_restarting")
+        await self._stop_playwright()
+        return await self._launch_once()
+
+    async def _stop_playwright(self) -> None:
+        if self._playwright is not None:
+            try:
+                with anyio.move_on_after(10, shield=True):
+                    await self._playwright.stop()
+            except Exception as exc:  # the driver already went away
+                log.debug("playwright_stop_failed", error=str(exc))
+            self._playwright = None
+
+    async def _launch_once(self) -> Browser:
+        if self._playwright is None:
+            self._playwright = await async_playwright().start()
+        pw = self._playwright
+        try:
+            own = pw.chromium.executable_path
+        except Exception:  # no browser registry for this Playwright build
+            own = None
+        errors: list[str] = []
+        for executable in chromium_candidates(own, self.config.chromium):
+            try:
+                browser = await pw.chromium.launch(
+                    executable_path=executable, headless=True, args=launch_args()
+                )
+            except PlaywrightError as exc:
+                first_line = (exc.message or str(exc)).strip().splitlines()[0][:300]
+                errors.append(f"{executable or 'playwright chromium'}: {first_line}")
+                continue
+            self._generation += 1
+            generation = self._generation
+            self._warm.clear()  # entries of a dead browser are gone with it
+            browser.on("disconnected", lambda _b, g=generation: self._on_disconnected(g))
+            self.launches += 1
+            self.executable = executable or own
+            log.info(
+                "browser_launched",
+                executable=self.executable,
+                version=browser.version,
+                generation=generation,
+            )
+            return browser
+        hint = "install one (playwright install chromium) or set ROTE_CHROMIUM"
+        detail = "; ".join(errors) if errors else "no Chromium found"
+        raise BrowserUnavailable(f"cannot launch Chromium ({detail}); {hint}")
+
+    def _on_disconnected(self, generation: int) -> None:
+        if generation != self._generation or self._closing:
+            return
+        log.warning("browser_disconnected", generation=generation, sessions=len(self._sessions))
+        self._browser = None
+        self._warm.clear()
+        # Sessions of the dead browser are dropped; their runs get a fresh context on
+        # their next call. Calls in flight fail on their own (target closed).
+        for run_id, session in list(self._sessions.items()):
+            if session.generation == generation:
+                del self._sessions[run_id]
+        self._refill.set()
+
+    # --- contexts ------------------------------------------------------------------------
+
+    async def _new_warm(self) -> _Warm:
+        browser = await self._ensure_browser()
+        generation = self._generation
+        width, height = self.config.viewport
+        context = await browser.new_context(
+            viewport={"width": width, "height": height},
+            locale=self.config.locale,
+            accept_downloads=False,
+            service_workers="block",
+        )
+        try:
+            page = await context.new_page()
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._close_context(context)
+            raise
+        return _Warm(context, page, generation)
+
+    async def _close_context(self, context: BrowserContext) -> None:
+        # Failing means the browser (and the context with it) is gone already.
+        with suppress(Exception), anyio.move_on_after(5, shield=True):
+            await context.close()
+
+    async def _keep_warm(self) -> None:
+        """Refill the pool whenever it is asked to (at start, after each acquire, after a
+        relaunch). A launch failure is logged once per request, not retried hot."""
+        self._refill.set()
+        while True:
+            await self._refill.wait()
+            self._refill = anyio.Event()
+            while len(self._warm) < self.config.pool_size and not self._closing:
+                try:
+                    warm = await self._new_warm()
+                except BrowserUnavailable as exc:
+                    log.error("browser_unavailable", error=str(exc))
+                    break
+                except Exception as exc:  # never let the pool's helper take the service down
+                    log.warning("prewarm_failed", error=str(exc).splitlines()[0][:300])
+                    break
+                if warm.generation == self._generation and not self._closing:
+                    self._warm.append(warm)
+                    self._warmed.set()
+                    self._warmed = anyio.Event()
+                else:
+                    await self._close_context(warm.context)
+
+    def _pop_warm(self) -> _Warm | None:
+        while self._warm:
+            warm = self._warm.popleft()
+            if warm.generation == self._generation and self.connected:
+                return warm
+        return None
+
+    async def acquire(self, run_id: str, *, use_pool: bool = True) -> Session:
+        """The run's session, creating it (from the pool when it can) on first use.
+        `use_pool=False` always builds a fresh context (to measure what the pool saves)."""
+        session = self._live(run_id)
+        if session is not None:
+            return session
+        lock = self._creating.setdefault(run_id, anyio.Lock())
+        try:
+            async with lock:
+                session = self._live(run_id)
+                if session is not None:
+                    return session
+                warm = self._pop_warm() if use_pool else None
+                pooled = warm is not None
+                if warm is None:
+                    warm = await self._new_warm()
+                self._refill.set()
+                session = Session(run_id, warm.context, warm.page, warm.generation)
+                session.watch(warm.page)
+                warm.context.on("page", session.adopt)
+                self._sessions[run_id] = session
+                log.debug("session_opened", run_id=run_id, pooled=pooled)
+                return session
+        finally:
+            if not lock.statistics().tasks_waiting:
+                self._creating.pop(run_id, None)
+
+    def _live(self, run_id: str) -> Session | None:
+        session = self._sessions.get(run_id)
+        if session is None:
+            return None
+        if session.generation != self._generation or not self.connected:
+            self._sessions.pop(run_id, None)
+            return None
+        session.touch()
+        return session
+
+    async def close_session(self, run_id: str) -> bool:
+        session = self._sessions.pop(run_id, None)
+        if session is None:
+            return False
+        await self._close_context(session.context)
+        log.debug("session_closed", run_id=run_id)
+        return True
+
+    async def _reap_idle(self) -> None:
+        while True:
+            await anyio.sleep(self.config.reap_interval_s)
+            try:
+                await self.reap_idle()
+            except Exception as exc:
+                log.warning("reap_failed", error=str(exc))
+
+    async def reap_idle(self, now: float | None = None) -> list[str]:
+        """Close sessions with no call for idle_timeout_s (and none in flight)."""
+        now = time.monotonic() if now is None else now
+        idle = [
+            run_id
+            for run_id, s in self._sessions.items()
+            if s.in_flight == 0 and now - s.last_used > self.config.idle_timeout_s
+        ]
+        for run_id in idle:
+            log.info("session_reaped", run_id=run_id)
+            await self.close_session(run_id)
+        return idle
+
+    # --- introspection (tests, benchmarks, status) ---------------------------------------
+
+    @property
+    def sessions(self) -> dict[str, Session]:
+        return dict(self._sessions)
+
+    @property
+    def warm_count(self) -> int:
+        return len(self._warm)
+
+    async def wait_warm(self, count: int | None = None, timeout: float = 30.0) -> None:
+        """Wait until the pool holds `count` (default: pool_size) warm contexts."""
+        want = self.config.pool_size if count is None else count
+        self._refill.set()
+        with anyio.fail_after(timeout):
+            while len(self._warm) < want:
+                await self._warmed.wait()

@@ -1,0 +1,468 @@
+"""The browser tools, acting on a run's Session. Each returns an Outcome or raises a
+ToolFailure the model sees (a selector that matched nothing, a navigation error)."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+from playwright.async_api import Error as PlaywrightError
+from playwright.async_api import Locator, Page
+from playwright.async_api import TimeoutError as PlaywrightTimeout
+
+from contracts import tools as t
+from contracts.tools import ToolMetadata
+from services.tools.bounds import bound_text
+from services.tools.browser import Session
+from services.tools.extraction import EXTRACT_JS, parse_field_spec, readable_text
+from services.tools.outcome import Outcome, ToolFailure
+
+# A name that is a plain form field name (`q`, `user[email]`), not CSS.
+_FIELD_NAME = re.compile(r"^[A-Za-z_][\w\-\[\].:]*$")
+_TRUE = {"true", "on", "yes", "1", "checked"}
+
+
+@dataclass(frozen=True)
+class BrowserLimits:
+    max_page_chars: int = 40_000
+    max_items: int = 1_000
+    element_timeout_s: float = 5.0  # waiting for an element to click/type/fill
+    load_timeout_s: float = 10.0  # waiting for `load` after the DOM is ready
+    extract_wait_s: float = 1.0  # a selector that matches nothing yet: wait this long
+    submit_wait_s: float = 2.0  # a script-submitted form: wait this long for navigation
+    screenshot_dir: Path = Path("blobs")
+
+
+class Budget:
+    """The time left for one call, handed to Playwright as per-action timeouts so that
+    its own, more specific error arrives before the call's deadline."""
+
+    def __init__(self, seconds: float) -> None:
+        self.deadline = anyio.current_time() + seconds
+
+    def left(self) -> float:
+        return max(0.0, self.deadline - anyio.current_time())
+
+    def ms(self, cap_s: float | None = None) -> float:
+        left = self.left() * 0.95  # leave the call's own timeout a moment to spare
+        if cap_s is not None:
+            left = min(left, cap_s)
+        return max(1.0, left * 1000)
+
+
+def _first_line(exc: PlaywrightError) -> str:
+    text = (exc.message or str(exc)).strip()
+    return text.splitlines()[0][:500] if text else type(exc).__name__
+
+
+def _is_selector_syntax(exc: PlaywrightError) -> bool:
+    text = exc.message or str(exc)
+    return any(
+        marker in text
+        for marker in ("is not a valid selector", "Unexpected token", "SyntaxError", "parse")
+    )
+
+
+async def current_page(session: Session) -> Page:
+    """The page tools act on; reopened if the run closed it (window.close())."""
+    if not session.page.is_closed():
+        return session.page
+    open_pages = [p for p in session.context.pages if not p.is_closed()]
+    if open_pages:
+        session.page = open_pages[-1]
+    else:
+        session.adopt(await session.context.new_page())
+    return session.page
+
+
+async def stop_loading(page: Page) -> None:
+    """Abandon a navigation still in progress (after a timeout), like the stop button."""
+    with suppress(PlaywrightError), anyio.move_on_after(2, shield=True):
+        await page.evaluate("() => window.stop()")
+
+
+async def _title(page: Page) -> str:
+    try:
+        return await page.title()
+    except PlaywrightError:
+        return ""  # the page is between documents
+
+
+async def _page_state(session: Session, page: Page, *, navigated: bool) -> Outcome:
+    title = await _title(page)
+    status = session.last_status if navigated else None
+    if navigated and status is None:
+        with suppress(PlaywrightError):
+            status = await page.evaluate(_STATUS_JS)
+    return Outcome(
+        {"url": page.url, "title": title},
+        ToolMetadata(url=page.url, title=title, http_status=status),
+    )
+
+
+# Whether clicking the element follows a link into another tab or window.
+_OPENS_TAB_JS = """
+el => {
+  const link = el.closest('a[href], area[href]');
+  const target = (link?.getAttribute('target') ?? '').toLowerCase();
+  return target !== '' && !['_self', '_parent', '_top'].includes(target);
+}
+"""
+
+# The HTTP status of the document, for pages whose response we did not see arrive.
+_STATUS_JS = """
+() => performance.getEntriesByType('navigation')[0]?.responseStatus || null
+"""
+
+
+async def _settle(page: Page, budget: Budget, limits: BrowserLimits) -> None:
+    """After an action: Playwright has waited for a navigation it started to commit;
+    wait (bounded) for that document to finish loading too."""
+    # Slow subresources: the document is there, go on.
+    with suppress(PlaywrightTimeout):
+        await page.wait_for_load_state("load", timeout=budget.ms(limits.load_timeout_s))
+
+
+async def _missing_or_stuck(locator: Locator, what: str, exc: PlaywrightError) -> ToolFailure:
+    try:
+        count = await locator.count()
+    except PlaywrightError:
+        count = 0
+    if count == 0:
+        return ToolFailure("element_not_found", f"nothing on the page matches {what}")
+    return ToolFailure(
+        "element_not_actionable",
+        f"{what} matches {count} element(s) but the first cannot be used: {_first_line(exc)}",
+    )
+
+
+# --- tools -----------------------------------------------------------------------------
+
+
+async def navigate(
+    session: Session, args: t.BrowserNavigateInput, budget: Budget, limits: BrowserLimits
+) -> Outcome:
+    page = await current_page(session)
+    response = None
+    for attempt in range(2):
+        try:
+            response = await page.goto(args.url, wait_until="domcontentloaded", timeout=budget.ms())
+            break
+        except PlaywrightTimeout:
+            await stop_loading(page)  # or it would interrupt the run's next call
+            raise ToolFailure(
+                "timeout",
+                f"{args.url} did not load in time",
+                metadata=ToolMetadata(url=page.url),
+            ) from None
+        except PlaywrightError as exc:
+            # A navigation the page started itself (a redirect by script, the error
+            # page of a previous failure) got in the way: once more.
+            if attempt == 0 and "interrupted by another navigation" in _first_line(exc):
+                await _settle(page, budget, limits)
+                continue
+            # Let the error page finish loading, so the next call starts from a page
+            # at rest instead of being interrupted by it.
+            await _settle(page, budget, limits)
+            raise ToolFailure(
+                "navigation_failed",
+                f"cannot open {args.url}: {_first_line(exc)}",
+                metadata=ToolMetadata(url=page.url),
+            ) from None
+    await _settle(page, budget, limits)
+    status = response.status if response is not None else session.last_status
+    title = await _title(page)
+    return Outcome(
+        {"url": page.url, "status": status, "title": title},
+        ToolMetadata(url=page.url, http_status=status, title=title),
+    )
+
+
+async def read_page(
+    session: Session, args: t.BrowserReadPageInput, budget: Budget, limits: BrowserLimits
+) -> Outcome:
+    page = await current_page(session)
+    raw = await page.evaluate("() => (document.body ?? document.documentElement)?.innerText ?? ''")
+    text, truncated = bound_text(readable_text(str(raw)), limits.max_page_chars)
+    title = await _title(page)
+    return Outcome(text, ToolMetadata(url=page.url, title=title), truncated)
+
+
+async def extract(
+    session: Session, args: t.BrowserExtractInput, budget: Budget, limits: BrowserLimits
+) -> Outcome:
+    page = await current_page(session)
+    limit = min(args.limit or limits.max_items, limits.max_items)
+    fields = (
+        {name: parse_field_spec(spec).as_js() for name, spec in args.fields.items()}
+        if args.fields is not None
+        else None
+    )
+    js_args = {"limit": limit, "fields": fields, "attribute": args.attribute}
+    locator = page.locator(args.selector)
+
+    async def run() -> tuple[int, list[Any]]:
+        total, items = await locator.evaluate_all(EXTRACT_JS, js_args)
+        return int(total), list(items)
+
+    try:
+        total, items = await run()
+        if total == 0 and limits.extract_wait_s > 0:
+            # A list a script renders after `load`: give it a moment, then take what
+            # is there (nothing is a valid answer, not an error).
+            try:
+                await locator.first.wait_for(
+                    state="attached", timeout=budget.ms(limits.extract_wait_s)
+                )
+                total, items = await run()
+            except PlaywrightTimeout:
+                pass
+    except PlaywrightError as exc:
+        if _is_selector_syntax(exc):
+            raise ToolFailure("invalid_selector", _first_line(exc)) from None
+        raise
+    # Cut short by our own cap (not by a limit the caller chose): say so.
+    truncated = total > len(items) and (args.limit is None or args.limit > limit)
+    return Outcome(items, ToolMetadata(url=page.url, item_count=len(items)), truncated)
+
+
+async def _by_text(page: Page, text: str) -> Locator:
+    """A link or button whose accessible name is `text`, else one containing it, else
+    any element showing the text."""
+    exact = page.get_by_role("link", name=text, exact=True).or_(
+        page.get_by_role("button", name=text, exact=True)
+    )
+    if await exact.count():
+        return exact.first
+    loose = page.get_by_role("link", name=text).or_(page.get_by_role("button", name=text))
+    if await loose.count():
+        return loose.first
+    return page.get_by_text(text).first
+
+
+async def click(
+    session: Session, args: t.BrowserClickInput, budget: Budget, limits: BrowserLimits
+) -> Outcome:
+    page = await current_page(session)
+    if args.selector is not None:
+        locator, what = page.locator(args.selector).first, f"selector {args.selector!r}"
+    else:
+        assert args.text is not None
+        locator, what = await _by_text(page, args.text), f"text {args.text!r}"
+    before = session.navigations
+    timeout = budget.ms(limits.element_timeout_s)
+    try:
+        if await locator.evaluate(_OPENS_TAB_JS, timeout=timeout):
+            # The run follows the link into its new tab, as a person would.
+            async with page.expect_popup(timeout=budget.ms(limits.element_timeout_s)) as popup:
+                await locator.click(timeout=timeout)
+            session.adopt(await popup.value)
+            before = -1  # a new page: it navigated
+        else:
+            await locator.click(timeout=timeout)
+    except PlaywrightTimeout as exc:
+        raise await _missing_or_stuck(locator, what, exc) from None
+    except PlaywrightError as exc:
+        if _is_selector_syntax(exc):
+            raise ToolFailure("invalid_selector", _first_line(exc)) from None
+        raise
+    page = await current_page(session)
+    await _settle(page, budget, limits)
+    return await _page_state(session, page, navigated=session.navigations != before)
+
+
+async def type_text(
+    session: Session, args: t.BrowserTypeInput, budget: Budget, limits: BrowserLimits
+) -> Outcome:
+    page = await current_page(session)
+    locator = page.locator(args.selector).first
+    before = session.navigations
+    try:
+        await locator.fill(args.text, timeout=budget.ms(limits.element_timeout_s))
+        if args.submit:
+            await locator.press("Enter", timeout=budget.ms(limits.element_timeout_s))
+    except PlaywrightTimeout as exc:
+        raise await _missing_or_stuck(locator, f"selector {args.selector!r}", exc) from None
+    except PlaywrightError as exc:
+        if _is_selector_syntax(exc):
+            raise ToolFailure("invalid_selector", _first_line(exc)) from None
+        raise ToolFailure("element_not_actionable", _first_line(exc)) from None
+    page = await current_page(session)
+    if args.submit:
+        await _settle(page, budget, limits)
+    return await _page_state(session, page, navigated=session.navigations != before)
+
+
+async def _field(page: Page, key: str) -> Locator | None:
+    """The form control a fill_form key names: a field name, a label, or CSS."""
+    candidates: list[Locator] = []
+    if _FIELD_NAME.match(key):
+        quoted = key.replace("\\", "\\\\").replace('"', '\\"')
+        candidates.append(page.locator(f'[name="{quoted}"]'))
+        candidates.append(page.locator(f'[id="{quoted}"]'))
+    candidates.append(page.get_by_label(key, exact=True))
+    candidates.append(page.get_by_label(key))
+    candidates.append(page.get_by_placeholder(key, exact=True))
+    for candidate in candidates:
+        if await candidate.count():
+            return candidate
+    try:
+        css = page.locator(key)
+        if await css.count():
+            return css
+    except PlaywrightError:
+        pass  # not CSS either
+    return None
+
+
+async def _set_value(locator: Locator, value: t.FormValue, timeout_ms: float) -> None:
+    first = locator.first
+    kind = await first.evaluate(
+        "el => [el.tagName.toLowerCase(), (el.getAttribute('type') || '').toLowerCase()]"
+    )
+    tag, input_type = kind
+    text = value if isinstance(value, str) else ("true" if value is True else str(value))
+    if tag == "select":
+        try:
+            await first.select_option(value=text, timeout=timeout_ms)
+        except PlaywrightError:
+            await first.select_option(label=text, timeout=timeout_ms)
+    elif input_type == "checkbox":
+        await first.set_checked(text.lower() in _TRUE, timeout=timeout_ms)
+    elif input_type == "radio":
+        # A radio group shares a name: check the member whose value is `value`.
+        quoted = text.replace("\\", "\\\\").replace('"', '\\"')
+        member = locator.and_(locator.page.locator(f'[value="{quoted}"]'))
+        target = member.first if await member.count() else first
+        await target.check(timeout=timeout_ms)
+    else:
+        await first.fill(text, timeout=timeout_ms)
+
+
+# The submit button of the field's form, "form" when it has none, null outside a form.
+_SUBMIT_JS = """
+el => {
+  const form = el.form ?? el.closest('form');
+  if (!form) return null;
+  return form.querySelector(
+    'button[type=submit], input[type=submit], button:not([type]), input[type=image]'
+  ) ?? 'form';
+}
+"""
+
+
+async def _submit(session: Session, last: Locator, budget: Budget, limits: BrowserLimits) -> None:
+    timeout = budget.ms(limits.element_timeout_s)
+    handle = await last.evaluate_handle(_SUBMIT_JS)
+    try:
+        button = handle.as_element()
+        if button is not None:
+            # A real click, so the page's own handlers run and Playwright waits for the
+            # navigation it starts.
+            await button.click(timeout=timeout)
+            return
+        if await handle.json_value() == "form":
+            before = session.navigations
+            await last.evaluate("el => (el.form ?? el.closest('form')).requestSubmit()")
+            # Script-initiated: nobody waits for the navigation, so watch for it.
+            with anyio.move_on_after(min(budget.left(), limits.submit_wait_s)):
+                await session.wait_navigation(before)
+            return
+        await last.press("Enter", timeout=timeout)  # not in a form: as a person would
+    finally:
+        await handle.dispose()
+
+
+async def fill_form(
+    session: Session, args: t.BrowserFillFormInput, budget: Budget, limits: BrowserLimits
+) -> Outcome:
+    page = await current_page(session)
+    before = session.navigations
+    last: Locator | None = None
+    for key, value in args.fields.items():
+        locator = await _field(page, key)
+        if locator is None:
+            raise ToolFailure(
+                "element_not_found", f"no form field is named, labelled or selected by {key!r}"
+            )
+        try:
+            await _set_value(locator, value, budget.ms(limits.element_timeout_s))
+        except PlaywrightError as exc:
+            raise ToolFailure(
+                "element_not_actionable", f"cannot set {key!r}: {_first_line(exc)}"
+            ) from None
+        last = locator.first
+    if args.submit and last is not None:
+        try:
+            await _submit(session, last, budget, limits)
+        except PlaywrightError as exc:
+            raise ToolFailure(
+                "element_not_actionable", f"cannot submit: {_first_line(exc)}"
+            ) from None
+        await _settle(await current_page(session), budget, limits)
+    page = await current_page(session)
+    return await _page_state(session, page, navigated=session.navigations != before)
+
+
+async def scroll(
+    session: Session, args: t.BrowserScrollInput, budget: Budget, limits: BrowserLimits
+) -> Outcome:
+    page = await current_page(session)
+    scroll_y = await page.evaluate(
+        """([dir, amount]) => {
+            const step = amount ?? Math.round(window.innerHeight * 0.9);
+            window.scrollBy(0, dir === 'up' ? -step : step);
+            return Math.round(window.scrollY);
+        }""",
+        [args.direction, args.amount],
+    )
+    return Outcome({"scroll_y": int(scroll_y)}, ToolMetadata(url=page.url))
+
+
+async def screenshot(
+    session: Session, args: t.BrowserScreenshotInput, budget: Budget, limits: BrowserLimits
+) -> Outcome:
+    page = await current_page(session)
+    try:
+        data = await page.screenshot(
+            type="png", full_page=args.full_page, timeout=budget.ms(), animations="disabled"
+        )
+    except PlaywrightTimeout:
+        raise ToolFailure("timeout", "the screenshot did not finish in time") from None
+    digest = hashlib.sha256(data).hexdigest()
+    path = store_blob(limits.screenshot_dir, digest, data, ".png")
+    return Outcome(
+        {"sha256": digest, "path": str(path)},
+        ToolMetadata(url=page.url, blob=f"sha256:{digest}"),
+    )
+
+
+def store_blob(directory: Path, digest: str, data: bytes, suffix: str) -> Path:
+    """Content-addressed: the same bytes are stored once. Written to a temporary name
+    and renamed, so a reader never sees half a file."""
+    path = directory / digest[:2] / f"{digest}{suffix}"
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+    return path
+
+
+BROWSER_TOOLS = {
+    "browser_navigate": navigate,
+    "browser_read_page": read_page,
+    "browser_extract": extract,
+    "browser_click": click,
+    "browser_type": type_text,
+    "browser_fill_form": fill_form,
+    "browser_scroll": scroll,
+    "browser_screenshot": screenshot,
+}

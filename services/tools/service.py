@@ -1,0 +1,193 @@
+"""rote.api.tools.{list,exec,close_session}: the tool catalogue, one tool call (with its
+started/finished events on JetStream), and closing a run's browser context."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import anyio
+import msgspec
+import structlog
+from anyio.abc import TaskStatus
+
+from contracts import subjects
+from contracts.base import utc_now
+from contracts.errors import ErrorInfo
+from contracts.tools import (
+    CloseSession,
+    ExecTool,
+    ListTools,
+    SessionClosed,
+    ToolEvent,
+    ToolList,
+    ToolResult,
+)
+from services import __version__
+from services.kernel.bus import Bus
+from services.kernel.endpoints import Endpoint, start_service, stop_service
+from services.kernel.errors import ServiceError
+from services.kernel.logs import get_logger
+from services.kernel.runtime import ServiceContext
+from services.tools.browser import BrowserPool
+from services.tools.scrub import redact_json
+from services.tools.specs import definitions
+from services.tools.toolbox import ToolBox, ToolsConfig, event_input
+
+log = get_logger("rote.tools")
+
+
+class ToolEvents:
+    """Publishes a call's started/finished events, in that order, each acked by the
+    stream before the call goes on. Nats-Msg-Id `{run_id}:{call_id}:{event}`: a retried
+    step has a new call_id, so its events are not de-duplicated away."""
+
+    def __init__(self, bus: Bus, config: ToolsConfig) -> None:
+        self.bus = bus
+        self.config = config
+
+    async def publish(self, call: ExecTool, call_id: str, event: ToolEvent) -> None:
+        await self.bus.publish_event(
+            subjects.tool_event(call.run_id, event.event),
+            event,
+            msg_id=f"{call.run_id}:{call_id}:{event.event}",
+        )
+
+    def started(self, call: ExecTool, call_id: str) -> ToolEvent:
+        return ToolEvent(
+            run_id=call.run_id,
+            task_id=call.task_id,
+            call_id=call_id,
+            event="started",
+            step=call.step,
+            tool=call.tool,
+            input=redact_json(event_input(call.input, self.config.max_event_input_bytes)),
+            at=utc_now(),
+            source=call.source,
+        )
+
+    def finished(
+        self, started: ToolEvent, result: ToolResult | None, error: ErrorInfo, output: Any
+    ) -> ToolEvent:
+        """The finished event of a call that produced a result (`output`: its output,
+        redacted), or of one that was refused (or cancelled) with `error`."""
+        if result is None:
+            return msgspec.structs.replace(
+                started, event="finished", at=utc_now(), ok=False, error=error, duration_ms=0
+            )
+        return msgspec.structs.replace(
+            started,
+            event="finished",
+            at=utc_now(),
+            ok=result.ok,
+            # Already bounded by the toolbox to the same limit, and redacted.
+            output=output,
+            truncated=result.truncated,
+            error=result.error,
+            duration_ms=result.duration_ms,
+            metadata=result.metadata,
+        )
+
+
+async def _redacted(output: Any) -> Any:
+    if output is None or isinstance(output, int | float | bool):
+        return output
+    if len(msgspec.json.encode(output)) < 16 * 1024:
+        return redact_json(output)
+    return await anyio.to_thread.run_sync(redact_json, output)  # long text: seconds, not ms
+
+
+async def serve(
+    ctx: ServiceContext, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    config = ToolsConfig.from_settings(ctx.settings)
+    async with BrowserPool(config.browser) as browsers:
+        toolbox = ToolBox(config, browsers)
+        events = ToolEvents(ctx.bus, config)
+
+        async def list_tools(req: ListTools) -> ToolList:
+            return ToolList(tools=definitions(req.names))
+
+        async def exec_tool(call: ExecTool) -> ToolResult:
+            call_id = call.call_id or uuid.uuid4().hex[:16]
+            with structlog.contextvars.bound_contextvars(
+                run_id=call.run_id, task_id=call.task_id, tool=call.tool, call_id=call_id
+            ):
+                started = events.started(call, call_id)
+                try:
+                    await events.publish(call, call_id, started)
+                except Exception as exc:
+                    # A call nobody can trace must not run: the trace would lie.
+                    log.error("tool_event_unpublished", event="started", error=str(exc))
+                    raise ServiceError(
+                        "unavailable", f"cannot record the tool call on JetStream: {exc}"
+                    ) from None
+                result: ToolResult | None = None
+                refusal: ServiceError | None = None
+                try:
+                    result = await toolbox.run(toolbox.prepare(call))
+                except ServiceError as exc:
+                    refusal = exc
+                finally:
+                    error = (
+                        refusal.info()
+                        if refusal is not None
+                        else ErrorInfo(code="cancelled", message="the tools service stopped")
+                    )
+                    with anyio.CancelScope(shield=True):
+                        try:
+                            output = await _redacted(result.output if result else None)
+                            finished = events.finished(started, result, error, output)
+                            await events.publish(call, call_id, finished)
+                        except Exception as exc:
+                            # The tool ran: its result matters more than the event.
+                            log.error("tool_event_unpublished", event="finished", error=str(exc))
+                if refusal is not None:
+                    log.info("tool_refused", code=refusal.code, error=refusal.message)
+                    raise refusal
+                assert result is not None
+                log.info(
+                    "tool_called",
+                    ok=result.ok,
+                    duration_ms=result.duration_ms,
+                    error=result.error.code if result.error else None,
+                )
+                return result
+
+        async def close_session(req: CloseSession) -> SessionClosed:
+            closed = await browsers.close_session(req.run_id)
+            return SessionClosed(run_id=req.run_id, closed=closed)
+
+        service = await start_service(
+            ctx.bus,
+            name="rote-tools",
+            version=__version__,
+            description="Browser tools (one isolated context per run) and local tools",
+            endpoints=[
+                Endpoint(
+                    "list", subjects.TOOLS_LIST, ListTools, list_tools, description="tool specs"
+                ),
+                Endpoint(
+                    "exec",
+                    subjects.TOOLS_EXEC,
+                    ExecTool,
+                    exec_tool,
+                    concurrent=True,
+                    description="run one tool call",
+                ),
+                Endpoint(
+                    "close_session",
+                    subjects.TOOLS_CLOSE_SESSION,
+                    CloseSession,
+                    close_session,
+                    concurrent=True,
+                    description="close a run's browser context",
+                ),
+            ],
+            task_group=ctx.task_group,
+        )
+        task_status.started()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            await stop_service(service)

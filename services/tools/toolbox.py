@@ -1,0 +1,211 @@
+"""One tool call from request to result, without the bus: refusals first (allowed_tools,
+unknown tool, input schema, command and path policy), then the tool under the call's
+timeout, then bounding of what it produced."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+from playwright.async_api import Error as PlaywrightError
+
+from contracts import tools as t
+from contracts.errors import ErrorInfo
+from contracts.tools import ExecTool, ToolResult
+from services.kernel.errors import ServiceError
+from services.kernel.settings import Settings
+from services.tools import local, policy
+from services.tools.bounds import bound_value
+from services.tools.browser import BrowserConfig, BrowserPool, BrowserUnavailable
+from services.tools.browser_tools import (
+    BROWSER_TOOLS,
+    BrowserLimits,
+    Budget,
+    current_page,
+    stop_loading,
+)
+from services.tools.outcome import Outcome, ToolFailure
+from services.tools.specs import spec_for, validate_input
+
+KB = 1024
+
+
+@dataclass(frozen=True)
+class ToolsConfig:
+    data_dir: Path
+    allowed_commands: tuple[str, ...] = ()
+    path_roots: tuple[str, ...] = ()
+    # A tool's output in its reply and in its finished event (NATS payloads are 1 MB).
+    max_output_bytes: int = 256 * KB
+    # A call's input as recorded in its events (file_write content can be large).
+    max_event_input_bytes: int = 64 * KB
+    max_file_chars: int = 200_000
+    browser: BrowserConfig = field(default_factory=BrowserConfig)
+    limits: BrowserLimits = field(default_factory=BrowserLimits)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ToolsConfig:
+        data_dir = Path(settings.data_dir)
+        return cls(
+            data_dir=data_dir,
+            allowed_commands=settings.allowed_commands,
+            path_roots=settings.path_roots,
+            browser=BrowserConfig(chromium=settings.chromium),
+            limits=BrowserLimits(screenshot_dir=data_dir / "blobs"),
+        )
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A call that passed every refusal check, ready to run."""
+
+    call: ExecTool
+    args: t.ToolInput
+    kind: str
+    argv: list[str] | None = None
+    path: Path | None = None
+
+
+class ToolBox:
+    def __init__(self, config: ToolsConfig, browsers: BrowserPool | None) -> None:
+        self.config = config
+        self.browsers = browsers
+        self.roots = policy.PathRoots.of(config.path_roots)
+
+    def prepare(self, call: ExecTool) -> Prepared:
+        """Every refusal, before anything runs. Raises ServiceError."""
+        policy.check_allowed(call.tool, call.allowed_tools)
+        spec = spec_for(call.tool)
+        args = validate_input(call.tool, call.input)
+        match args:
+            case t.ShellExecInput(command=command):
+                argv = policy.split_command(command)
+                policy.check_command(argv, self.config.allowed_commands)
+                return Prepared(call, args, spec.kind, argv=argv)
+            case t.FileReadInput(path=path) | t.FileWriteInput(path=path):
+                return Prepared(call, args, spec.kind, path=self.roots.confine(path))
+            case _:
+                return Prepared(call, args, spec.kind)
+
+    async def run(self, prepared: Prepared) -> ToolResult:
+        """Run a prepared call under its timeout. A tool failure is ok=false; only an
+        unusable browser is raised (ServiceError `unavailable`)."""
+        call = prepared.call
+        started = time.perf_counter()
+        try:
+            with anyio.fail_after(call.timeout_s):
+                outcome = await self._dispatch(prepared)
+        except TimeoutError:
+            failure = ToolFailure(
+                "timeout", f"{call.tool} did not finish within {call.timeout_s:g}s"
+            )
+            return self._failed(failure, started)
+        except ToolFailure as failure:
+            return self._failed(failure, started)
+        output, cut = bound_value(outcome.output, self.config.max_output_bytes)
+        return ToolResult(
+            ok=True,
+            output=output,
+            truncated=outcome.truncated or cut,
+            duration_ms=_ms_since(started),
+            metadata=outcome.metadata,
+        )
+
+    async def execute(self, call: ExecTool) -> ToolResult:
+        return await self.run(self.prepare(call))
+
+    def _failed(self, failure: ToolFailure, started: float) -> ToolResult:
+        output, cut = bound_value(failure.output, self.config.max_output_bytes)
+        return ToolResult(
+            ok=False,
+            output=output,
+            truncated=failure.truncated or cut,
+            duration_ms=_ms_since(started),
+            metadata=failure.metadata,
+            error=ErrorInfo(code=failure.code, message=failure.message),
+        )
+
+    async def _dispatch(self, prepared: Prepared) -> Outcome:
+        call, args = prepared.call, prepared.args
+        match args:
+            case t.ShellExecInput(timeout=timeout):
+                assert prepared.argv is not None
+                return await local.shell_exec(
+                    prepared.argv,
+                    timeout=min(timeout or call.timeout_s, call.timeout_s),
+                    cwd=self._workdir(),
+                    max_output_bytes=self.config.max_output_bytes // 2,
+                )
+            case t.FileReadInput():
+                assert prepared.path is not None
+                path = prepared.path
+                return await anyio.to_thread.run_sync(
+                    lambda: local.file_read(path, max_chars=self.config.max_file_chars)
+                )
+            case t.FileWriteInput(content=content):
+                assert prepared.path is not None
+                path = prepared.path
+                return await anyio.to_thread.run_sync(lambda: local.file_write(path, content))
+            case _:
+                return await self._browser_call(call, args)
+
+    def _workdir(self) -> Path:
+        if self.roots.roots:
+            return self.roots.roots[0]
+        return Path(tempfile.gettempdir())
+
+    async def _browser_call(self, call: ExecTool, args: Any) -> Outcome:
+        if self.browsers is None:
+            raise ServiceError("unavailable", "this tools service runs without a browser")
+        budget = Budget(call.timeout_s)
+        try:
+            session = await self.browsers.acquire(call.run_id)
+        except BrowserUnavailable as exc:
+            raise ServiceError("unavailable", str(exc)) from None
+        except PlaywrightError as exc:
+            raise ToolFailure("browser_error", f"cannot open a browser context: {exc}") from None
+        session.in_flight += 1
+        try:
+            # One call at a time per run: its tools share one page.
+            async with session.lock:
+                try:
+                    if session.interrupted:
+                        session.interrupted = False
+                        await stop_loading(await current_page(session))
+                    tool = BROWSER_TOOLS[call.tool]
+                    return await tool(session, args, budget, self.config.limits)
+                except anyio.get_cancelled_exc_class():
+                    session.interrupted = True
+                    raise
+                except PlaywrightError as exc:
+                    raise self._browser_failure(exc) from None
+                except ToolFailure as failure:
+                    if failure.metadata.url is None and not session.page.is_closed():
+                        failure.metadata.url = session.page.url  # where it failed
+                    raise
+        finally:
+            session.in_flight -= 1
+            session.touch()
+
+    def _browser_failure(self, exc: PlaywrightError) -> ToolFailure:
+        text = (exc.message or str(exc)).strip().splitlines()
+        message = text[0][:500] if text else type(exc).__name__
+        assert self.browsers is not None
+        if not self.browsers.connected or "has been closed" in message:
+            return ToolFailure(
+                "browser_closed", f"the browser went away during the call: {message}"
+            )
+        return ToolFailure("browser_error", message)
+
+
+def _ms_since(started: float) -> int:
+    return int((time.perf_counter() - started) * 1000)
+
+
+def event_input(value: dict[str, Any], max_bytes: int) -> dict[str, Any]:
+    bounded, _ = bound_value(value, max_bytes)
+    return bounded if isinstance(bounded, dict) else {}

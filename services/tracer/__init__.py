@@ -1,0 +1,1 @@
+"""The tracer: turns a successful full LLM run into a trace the compiler can read."""

@@ -1,0 +1,113 @@
+"""Builds a run's trace from its tool events and its transcript. Pure: no I/O.
+
+Tool events give the facts of each call (input, full bounded output, duration,
+status, metadata). The transcript gives what the model produced before each call —
+text, and how many thinking blocks (current models put their between-call text inside
+thinking blocks, often empty). That is recorded as evidence only: whether a call needs
+the model on replay is the compiler's decision, made from data flow.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from contracts.llm import TextBlock, ThinkingBlock, ToolUseBlock
+from contracts.runs import RunEvent, Transcript
+from contracts.tasks import TaskSpec
+from contracts.tools import ToolEvent, ToolMetadata
+from contracts.traces import PREVIEW_CHARS, Trace, TraceStep
+
+
+def preview(output: Any) -> str:
+    text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
+    return text[:PREVIEW_CHARS]
+
+
+def final_attempt_calls(events: Iterable[ToolEvent]) -> list[ToolEvent]:
+    """The finished full-LLM calls of the run's last attempt, by step.
+
+    A run redelivered after a crash runs again from step 0, after the dead attempt's
+    events in the stream; so for every step the last event seen is the live one. Replay
+    calls (source `executor`) of a run that fell back are not part of its trace.
+    """
+    by_step: dict[int, ToolEvent] = {}
+    for event in events:
+        if event.event != "finished" or event.source != "full_llm" or event.step is None:
+            continue
+        by_step[event.step] = event
+    return [by_step[i] for i in sorted(by_step)]
+
+
+def model_evidence(transcript: Transcript | None) -> list[tuple[str, int]]:
+    """(text, thinking block count) the model produced before each tool call, in order."""
+    if transcript is None:
+        return []
+    evidence: list[tuple[str, int]] = []
+    texts: list[str] = []
+    thinking = 0
+    for entry in transcript.entries:
+        message = entry.message
+        if entry.kind != "message" or message is None or message.role != "assistant":
+            continue
+        if isinstance(message.content, str):
+            texts.append(message.content)
+            continue
+        for block in message.content:
+            if isinstance(block, TextBlock):
+                texts.append(block.text)
+            elif isinstance(block, ThinkingBlock):
+                thinking += 1
+                if block.thinking.strip():
+                    texts.append(block.thinking)
+            elif isinstance(block, ToolUseBlock):
+                evidence.append(("\n".join(t.strip() for t in texts if t.strip()), thinking))
+                texts, thinking = [], 0
+    return evidence
+
+
+def build_trace(
+    *,
+    run: RunEvent,
+    spec: TaskSpec,
+    tool_events: Iterable[ToolEvent],
+    transcript: Transcript | None,
+    captured_at: datetime,
+) -> Trace:
+    calls = final_attempt_calls(tool_events)
+    evidence = model_evidence(transcript)
+    steps = []
+    for position, call in enumerate(calls):
+        text, thinking = evidence[position] if position < len(evidence) else ("", 0)
+        steps.append(
+            TraceStep(
+                index=position,
+                tool=call.tool,
+                input=call.input,
+                output=call.output,
+                preview=preview(call.output)
+                if call.ok
+                else (call.error.message if call.error else ""),
+                truncated=call.truncated,
+                status="ok" if call.ok else "error",
+                error=f"{call.error.code}: {call.error.message}" if call.error else None,
+                duration_ms=call.duration_ms or 0,
+                metadata=call.metadata or ToolMetadata(),
+                model_text=text,
+                thinking_blocks=thinking,
+            )
+        )
+    return Trace(
+        run_id=run.run_id,
+        task_id=run.task_id,
+        task=spec,
+        steps=steps,
+        answer=run.result or "",
+        model=spec.model,
+        tokens=run.tokens,
+        cost_usd=run.cost_usd,
+        duration_ms=run.duration_ms or 0,
+        captured_at=captured_at,
+    )

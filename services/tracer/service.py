@@ -1,0 +1,117 @@
+"""The tracer service: on every successful full-LLM run, rebuild the run's trace from
+the bus (its tool events in ROTE_ACTIVITY, its transcript) and publish it as
+rote.evt.trace.<task_id>.<run_id>.captured. rote.api.traces.get returns it.
+
+Nothing is held in memory between messages: a tracer restarted mid-run loses nothing,
+because the trace is read back from the streams when the run completes.
+"""
+
+from __future__ import annotations
+
+import anyio
+import structlog
+from anyio.abc import TaskStatus
+from nats.aio.msg import Msg
+from nats.js.errors import NotFoundError
+
+from contracts import subjects as s
+from contracts.base import utc_now
+from contracts.runs import RunEvent
+from contracts.tools import ToolEvent
+from contracts.traces import Trace, TraceCaptured, TraceRef, TraceReply
+from services import __version__
+from services.kernel import blobs
+from services.kernel.codec import decode, encode
+from services.kernel.consumers import Retry, consume, durable_config
+from services.kernel.endpoints import Endpoint, start_service, stop_service
+from services.kernel.errors import ServiceError
+from services.kernel.logs import get_logger
+from services.kernel.replay_read import read_all
+from services.kernel.run_store import RunStore
+from services.kernel.runtime import ServiceContext
+from services.tracer.build import build_trace
+
+log = get_logger("rote.tracer")
+
+# Outputs above this (encoded) go to the blob store; the trace keeps a reference.
+INLINE_OUTPUT_BYTES = 32 * 1024
+
+
+class Tracer:
+    def __init__(self, ctx: ServiceContext) -> None:
+        self.bus = ctx.bus
+        self.runs = RunStore(ctx.bus)
+
+    async def on_run_completed(self, event: RunEvent, msg: Msg) -> None:
+        if event.event != "completed" or event.source != "full_llm":
+            return
+        with structlog.contextvars.bound_contextvars(run_id=event.run_id, task_id=event.task_id):
+            started = await self.runs.last_event(event.run_id, "started")
+            if started is None or started.spec is None:
+                raise Retry("the run's started event is not readable yet", delay_s=1.0)
+            tool_msgs = await read_all(
+                self.bus.js, s.STREAM_ACTIVITY, s.tool_event(event.run_id, "finished")
+            )
+            tool_events = [decode(m.data, ToolEvent) for m in tool_msgs]
+            transcript = await self.runs.transcript(event.run_id)
+            trace = build_trace(
+                run=event,
+                spec=started.spec,
+                tool_events=tool_events,
+                transcript=transcript,
+                captured_at=utc_now(),
+            )
+            trace = await self.offload_large_outputs(trace)
+            await self.bus.publish_event(
+                s.trace_captured(event.task_id, event.run_id),
+                TraceCaptured(trace=trace),
+                msg_id=f"trace:{event.run_id}",
+            )
+            log.info("trace_captured", steps=len(trace.steps))
+
+    async def offload_large_outputs(self, trace: Trace) -> Trace:
+        for step in trace.steps:
+            data = encode(step.output)
+            if len(data) > INLINE_OUTPUT_BYTES:
+                step.output_ref = await blobs.put(self.bus.js, data)
+                step.output = None
+        return trace
+
+    async def get(self, ref: TraceRef) -> TraceReply:
+        try:
+            msg = await self.bus.js.get_last_msg(
+                s.STREAM_TRACES, f"{s.PREFIX}.evt.trace.*.{ref.run_id}.captured"
+            )
+        except NotFoundError:
+            raise ServiceError(
+                "not_found", f"no trace for run {ref.run_id}", field="run_id"
+            ) from None
+        return TraceReply(trace=decode(msg.data or b"", TraceCaptured).trace)
+
+
+async def serve(
+    ctx: ServiceContext, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    tracer = Tracer(ctx)
+    service = await start_service(
+        ctx.bus,
+        name="rote-tracer",
+        version=__version__,
+        description="Captures traces of successful full LLM runs",
+        endpoints=[Endpoint("get", s.TRACES_GET, TraceRef, tracer.get, description="a trace")],
+        task_group=ctx.task_group,
+    )
+    config = durable_config(
+        s.CONSUMER_TRACER, filter_subjects=[s.run_events_of(event="completed")], max_deliver=10
+    )
+    try:
+        await consume(
+            ctx.bus.js,
+            stream=s.STREAM_RUNS,
+            config=config,
+            type_=RunEvent,
+            handler=tracer.on_run_completed,
+            task_status=task_status,
+        )
+    finally:
+        await stop_service(service)

@@ -1,0 +1,51 @@
+"""The whole stack in one process over a real NATS: the stand-in model over HTTP
+(through the real anthropic SDK), real Chromium, the local demo site."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from services.demo.site import DemoSite
+from services.kernel.runtime import Stack, open_stack
+from services.kernel.settings import Settings
+from services.standin.server import StandinServer
+
+
+@pytest.fixture
+def site() -> Iterator[DemoSite]:
+    with DemoSite() as demo:
+        yield demo
+
+
+@pytest.fixture
+def standin(monkeypatch: pytest.MonkeyPatch) -> Iterator[StandinServer]:
+    with StandinServer() as server:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-standin-key-0000")
+        yield server
+
+
+@dataclass
+class Rig:
+    stack: Stack
+    site: DemoSite
+    standin: StandinServer
+    settings: Settings
+
+
+@pytest.fixture
+def stack_settings(settings: Settings) -> Settings:
+    # Short ack wait so a killed runner's run is redelivered within the test.
+    return settings.with_(runner_ack_wait_s=3.0, replay_backoff_s=0.2, event_store="sqlite")
+
+
+@pytest.fixture
+async def rig(
+    stack_settings: Settings, site: DemoSite, standin: StandinServer
+) -> AsyncIterator[Rig]:
+    names = ["system", "llm", "tools", "compiler", "tracer", "runner"]
+    async with open_stack(stack_settings, names) as stack:
+        yield Rig(stack=stack, site=site, standin=standin, settings=stack_settings)

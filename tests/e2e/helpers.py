@@ -1,0 +1,38 @@
+"""Waiting for what the stack publishes, the way a user watching the NATS CLI would."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+import anyio
+
+from contracts import subjects as s
+from contracts.runs import RunEvent
+from services.kernel.bus import Bus
+from services.kernel.codec import decode
+from services.kernel.replay_read import read_all
+
+T = TypeVar("T")
+
+
+async def run_events(bus: Bus, run_id: str) -> list[RunEvent]:
+    msgs = await read_all(bus.js, s.STREAM_RUNS, s.run_events_of(run_id=run_id))
+    return [decode(m.data, RunEvent) for m in msgs]
+
+
+async def wait_finished(bus: Bus, run_id: str, timeout: float = 60.0) -> RunEvent:
+    with anyio.fail_after(timeout):
+        while True:
+            for event in await run_events(bus, run_id):
+                if event.event in ("completed", "failed"):
+                    return event
+            await anyio.sleep(0.2)
+
+
+async def wait_for(bus: Bus, stream: str, subject: str, type_: type[T], timeout: float = 30.0) -> T:
+    with anyio.fail_after(timeout):
+        while True:
+            msgs = await read_all(bus.js, stream, subject)
+            if msgs:
+                return decode(msgs[-1].data, type_)
+            await anyio.sleep(0.2)

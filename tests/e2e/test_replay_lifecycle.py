@@ -1,0 +1,104 @@
+"""Path A end to end: compile after the first full run, replay with no large-model
+tokens, break on a site redesign, fall back once, recompile, replay the new version."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from contracts import subjects as s
+from contracts.executors import ExecutorEvent, ExecutorHealth, ExecutorRef
+from contracts.runs import RunEvent, RunStarted, StartRun
+from contracts.tasks import TaskSpec
+from services.demo.site import stories
+from services.kernel.bus import Bus
+from services.kernel.codec import decode
+from services.kernel.replay_read import read_all
+from tests.e2e.conftest import Rig
+from tests.e2e.helpers import run_events, wait_finished
+
+pytestmark = [pytest.mark.anyio, pytest.mark.browser, pytest.mark.slow]
+
+SONNET = "claude-sonnet-5-5"
+
+
+async def executor_events(bus: Bus, task_id: str) -> list[ExecutorEvent]:
+    msgs = await read_all(bus.js, s.STREAM_EXECUTORS, s.executor_event(task_id, "*"))
+    return [decode(m.data, ExecutorEvent) for m in msgs]
+
+
+async def wait_compiled(bus: Bus, task_id: str, version: int) -> None:
+    with anyio.fail_after(30):
+        while not any(
+            e.event == "compiled" and e.version == version
+            for e in await executor_events(bus, task_id)
+        ):
+            await anyio.sleep(0.2)
+
+
+async def health(bus: Bus, task_id: str) -> ExecutorHealth:
+    return await bus.request(s.EXECUTORS_GET, ExecutorRef(task_id=task_id), ExecutorHealth)
+
+
+async def run(rig: Rig, spec: TaskSpec) -> RunEvent:
+    started = await rig.stack.bus.request(
+        s.RUNS_START, StartRun(spec=spec, task_id="news"), RunStarted
+    )
+    return await wait_finished(rig.stack.bus, started.run_id, timeout=90)
+
+
+def expected_answer(edition: int) -> str:
+    titles = [st.title for st in stories(edition)[:3]]
+    return "Top 3 headlines:\n" + "\n".join(f"{i}. {t}" for i, t in enumerate(titles, 1))
+
+
+async def test_compile_replay_break_heal_replay(rig: Rig) -> None:
+    bus = rig.stack.bus
+    spec = TaskSpec(name="news", prompt=f"Open {rig.site.url}/news and report the top 3 headlines")
+
+    # Run 1: full LLM run -> v1.
+    first = await run(rig, spec)
+    assert first.status == "completed" and first.source == "full_llm"
+    assert first.result == expected_answer(0)
+    await wait_compiled(bus, "news", 1)
+    h = await health(bus, "news")
+    assert (h.status, h.version, h.success_count, h.failure_count) == ("active", 1, 0, 0)
+
+    # Run 2: new content, replayed by v1 with no large-model tokens at all.
+    rig.site.edition = 1
+    second = await run(rig, spec)
+    assert second.status == "completed", second.error
+    assert second.source == "executor" and second.executor_version == 1
+    assert SONNET not in second.tokens
+    assert second.result == expected_answer(1)  # fresh data, same form
+    assert second.cost_saved_usd == pytest.approx(first.cost_usd - second.cost_usd)
+    with anyio.fail_after(10):
+        while (h := await health(bus, "news")).success_count < 1:
+            await anyio.sleep(0.2)
+    assert (h.status, h.version, h.consecutive_failures) == ("active", 1, 0)
+    assert h.total_cost_saved_usd == pytest.approx(second.cost_saved_usd)
+
+    # The site is redesigned: run 3 fails replay, falls back, and v2 is compiled.
+    rig.site.layout = "v2"
+    rig.site.edition = 2
+    third = await run(rig, spec)
+    assert third.status == "completed", third.error
+    assert third.source == "full_llm" and third.fell_back
+    assert third.replay is not None and not third.replay.ok and third.replay.version == 1
+    assert third.result == expected_answer(2)
+    names = [e.event for e in await run_events(bus, third.run_id)]
+    assert names == ["requested", "started", "replay_failed", "completed"]
+    await wait_compiled(bus, "news", 2)
+    h = await health(bus, "news")
+    assert (h.status, h.version, h.versions) == ("active", 2, 2)
+    assert h.source_run_id == third.run_id
+
+    # Run 4 replays v2.
+    rig.site.edition = 3
+    fourth = await run(rig, spec)
+    assert fourth.source == "executor" and fourth.executor_version == 2
+    assert SONNET not in fourth.tokens
+    assert fourth.result == expected_answer(3)
+    events = [e.event for e in await executor_events(bus, "news")]
+    assert events.count("compiled") == 2
+    assert "replay_failed" in events and "superseded" in events

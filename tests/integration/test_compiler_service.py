@@ -1,0 +1,370 @@
+"""rote-compiler over real NATS: traces in, executors out and published; replay outcomes
+move health; operators invalidate and pin; bad requests get structured errors; a restart
+publishes what was stored but not yet published, once."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import msgspec
+import pytest
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from contracts import subjects as s
+from contracts.executors import (
+    ActiveExecutor,
+    ExecutorEvent,
+    ExecutorHealth,
+    ExecutorHistory,
+    ExecutorList,
+    SavingsStats,
+)
+from contracts.runs import ModelTokens, ReplayOutcome, RunEvent
+from contracts.traces import Trace, TraceCaptured
+from services.compiler.service import serve
+from services.kernel.bus import Bus
+from services.kernel.codec import decode
+from services.kernel.errors import RemoteError
+from services.kernel.runtime import ServiceContext
+from services.kernel.settings import Settings
+from services.kernel.streams import ensure_streams
+
+pytestmark = pytest.mark.anyio
+T = TypeVar("T")
+DATA = Path(__file__).parent.parent / "data" / "traces"
+T0 = datetime(2025, 6, 1, tzinfo=UTC)
+
+
+def trace(name: str, task_id: str, run_id: str) -> Trace:
+    loaded = msgspec.json.decode((DATA / f"{name}.json").read_bytes(), type=Trace)
+    return msgspec.structs.replace(loaded, task_id=task_id, run_id=run_id)
+
+
+@asynccontextmanager
+async def compiler(
+    settings: Settings, bus: Bus, clock: Callable[[], datetime] | None = None
+) -> AsyncIterator[None]:
+    await ensure_streams(bus.js)
+    async with anyio.create_task_group() as tg:
+        ctx = ServiceContext(
+            settings=settings,
+            bus=bus,
+            task_group=tg,
+            services=("compiler",),
+            nats_url=bus.url,
+            embedded_nats=False,
+        )
+        kwargs: dict[str, Any] = {"clock": clock} if clock else {}
+        await tg.start(partial(serve, ctx, **kwargs))
+        yield
+        tg.cancel_scope.cancel()
+
+
+async def publish_trace(bus: Bus, t: Trace) -> None:
+    await bus.publish_event(
+        s.trace_captured(t.task_id, t.run_id), TraceCaptured(trace=t), msg_id=f"trace:{t.run_id}"
+    )
+
+
+async def publish_run(
+    bus: Bus,
+    task_id: str,
+    run_id: str,
+    event: str,
+    *,
+    replay: ReplayOutcome | None = None,
+    source: str = "executor",
+    cost_usd: float = 0.0,
+    cost_saved_usd: float = 0.0,
+    msg_id: str | None = None,
+) -> None:
+    run = RunEvent(
+        task_id=task_id,
+        run_id=run_id,
+        event=event,  # type: ignore[arg-type]
+        at=T0,
+        status="failed"
+        if event == "failed"
+        else "completed"
+        if event == "completed"
+        else "running",
+        source=source,  # type: ignore[arg-type]
+        replay=replay,
+        cost_usd=cost_usd,
+        cost_saved_usd=cost_saved_usd,
+    )
+    await bus.publish_event(
+        s.run_event(task_id, run_id, event),  # type: ignore[arg-type]
+        run,
+        msg_id=msg_id or f"{run_id}:{event}",
+    )
+
+
+async def call(bus: Bus, subject: str, body: dict[str, Any] | bytes, reply: type[T]) -> T:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return await bus.request(subject, data, reply, timeout=5)
+
+
+async def until(check: Callable[[], Any], timeout: float = 10.0) -> Any:
+    with anyio.fail_after(timeout):
+        while True:
+            value = await check()
+            if value:
+                return value
+            await anyio.sleep(0.05)
+
+
+async def executor_events(bus: Bus, task_id: str, event: str = "*") -> list[ExecutorEvent]:
+    """Everything the executors stream holds for the task, oldest first."""
+    config = ConsumerConfig(deliver_policy=DeliverPolicy.ALL, ack_policy=AckPolicy.NONE)
+    sub = await bus.js.pull_subscribe(
+        s.executor_event(task_id, event), stream=s.STREAM_EXECUTORS, config=config
+    )
+    found: list[ExecutorEvent] = []
+    try:
+        while True:
+            try:
+                msgs = await sub.fetch(100, timeout=0.5)
+            except TimeoutError:  # nats' and asyncio's: nothing (more) stored
+                break
+            found += [decode(m.data, ExecutorEvent) for m in msgs]
+            if msgs[-1].metadata.num_pending == 0:
+                break
+    finally:
+        await sub.unsubscribe()
+    return found
+
+
+async def health(bus: Bus, task_id: str) -> ExecutorHealth:
+    return await call(bus, s.EXECUTORS_GET, {"task_id": task_id}, ExecutorHealth)
+
+
+async def health_when(
+    bus: Bus, task_id: str, check: Callable[[ExecutorHealth], bool]
+) -> ExecutorHealth:
+    async def probe() -> ExecutorHealth | None:
+        try:
+            found = await health(bus, task_id)
+        except RemoteError:
+            return None
+        return found if check(found) else None
+
+    return await until(probe)  # type: ignore[no-any-return]
+
+
+def replay(version: int, ok: bool, **kw: Any) -> ReplayOutcome:
+    return ReplayOutcome(version=version, ok=ok, **kw)
+
+
+async def test_a_captured_trace_becomes_an_active_executor(settings: Settings, bus: Bus) -> None:
+    async with compiler(settings, bus):
+        await publish_trace(bus, trace("news_top3", "news", "run-1"))
+        events = await until(lambda: executor_events(bus, "news", "compiled"))
+        assert len(events) == 1
+        compiled = events[0]
+        assert (compiled.version, compiled.run_id) == (1, "run-1")
+        assert compiled.executor is not None and compiled.executor.version == 1
+
+        active = await call(bus, s.EXECUTORS_ACTIVE, {"task_id": "news"}, ActiveExecutor)
+        assert active.executor == compiled.executor
+        assert active.health.status == "active" and active.health.version == 1
+
+        got = await health(bus, "news")
+        assert (got.total_steps, got.deterministic_steps, got.templated_steps) == (3, 2, 1)
+        assert got.llm_steps == 0 and got.source_run_id == "run-1"
+        assert got.full_run_cost_usd == pytest.approx(0.0412)
+
+        # The same trace delivered again (past the stream's de-duplication) compiles nothing.
+        t = trace("news_top3", "news", "run-1")
+        await bus.publish_event(
+            s.trace_captured("news", "run-1"), TraceCaptured(trace=t), msg_id="again"
+        )
+        await anyio.sleep(0.5)
+        assert len(await executor_events(bus, "news", "compiled")) == 1
+        assert (await health(bus, "news")).versions == 1
+
+
+async def test_replay_outcomes_move_health(settings: Settings, bus: Bus) -> None:
+    async with compiler(settings, bus):
+        await publish_trace(bus, trace("news_top3", "news", "run-1"))
+        await health_when(bus, "news", lambda h: h.version == 1)
+        # Full runs teach the compiler what a run costs; replays save against that.
+        await publish_run(bus, "news", "full-1", "completed", source="full_llm", cost_usd=0.10)
+        await publish_run(bus, "news", "full-2", "completed", source="full_llm", cost_usd=0.20)
+        await health_when(bus, "news", lambda h: h.full_run_cost_usd == pytest.approx(0.15))
+
+        tokens = {"haiku": ModelTokens(input_tokens=300, output_tokens=20, cost_usd=0.002)}
+        await publish_run(
+            bus, "news", "rep-1", "completed", replay=replay(1, True, tokens=tokens, cost_usd=0.002)
+        )
+        # Delivered again with another message id: counted once.
+        await publish_run(
+            bus, "news", "rep-1", "completed", replay=replay(1, True, cost_usd=0.002), msg_id="dup"
+        )
+        got = await health_when(bus, "news", lambda h: h.success_count == 1)
+        assert got.total_cost_saved_usd == pytest.approx(0.148)
+        succeeded = await until(lambda: executor_events(bus, "news", "replay_succeeded"))
+        assert succeeded[0].tokens == 320 and succeeded[0].cost_saved_usd == pytest.approx(0.148)
+
+        for i in range(3):
+            await publish_run(
+                bus,
+                "news",
+                f"bad-{i}",
+                "replay_failed",
+                replay=replay(1, False, step=1, reason="min_items: expected at least 2, got 0"),
+            )
+        got = await health_when(bus, "news", lambda h: h.status == "superseded")
+        assert (got.failure_count, got.consecutive_failures) == (3, 3)
+        assert got.status_reason == "3 consecutive replay failures"
+        active = await call(bus, s.EXECUTORS_ACTIVE, {"task_id": "news"}, ActiveExecutor)
+        assert active.executor is None and active.health.status == "superseded"
+        superseded = await until(lambda: executor_events(bus, "news", "superseded"))
+        assert superseded[0].version == 1
+        failed = await executor_events(bus, "news", "replay_failed")
+        assert [e.step for e in failed] == [1, 1, 1]
+
+        # The fallback's full run compiles v2, and replays go on.
+        await publish_trace(bus, trace("news_top3_probe", "news", "full-3"))
+        got = await health_when(bus, "news", lambda h: h.version == 2)
+        assert got.status == "active" and got.consecutive_failures == 0
+
+        stats = await call(bus, s.EXECUTORS_STATS, {}, SavingsStats)
+        assert (stats.executors, stats.active, stats.replays, stats.replay_failures) == (1, 1, 4, 3)
+        assert stats.by_task == {"news": pytest.approx(0.148)}
+        listed = await call(bus, s.EXECUTORS_LIST, {"status": "active"}, ExecutorList)
+        assert [e.task_id for e in listed.executors] == ["news"]
+        history = await call(bus, s.EXECUTORS_HISTORY, {"task_id": "news"}, ExecutorHistory)
+        assert [v.version for v in history.versions] == [1, 2]
+        assert [e.event for e in history.events] == [
+            "compiled",
+            "replay_succeeded",
+            "replay_failed",
+            "replay_failed",
+            "replay_failed",
+            "superseded",
+            "compiled",
+        ]
+        assert [v.status for v in history.summaries] == ["superseded", "active"]
+
+
+async def test_skips_are_published(settings: Settings, bus: Bus) -> None:
+    async with compiler(settings, bus):
+        await publish_trace(bus, trace("once_news", "oneoff", "run-1"))
+        skipped = await until(lambda: executor_events(bus, "oneoff", "skipped"))
+        assert skipped[0].reason == "one-time task: it will not run again"
+        got = await health(bus, "oneoff")
+        assert (
+            got.status == "none"
+            and got.status_reason == "skipped: one-time task: it will not run again"
+        )
+        active = await call(bus, s.EXECUTORS_ACTIVE, {"task_id": "oneoff"}, ActiveExecutor)
+        assert active.executor is None
+
+
+async def test_operators_invalidate_and_pin(settings: Settings, bus: Bus) -> None:
+    async with compiler(settings, bus):
+        await publish_trace(bus, trace("news_top3", "news", "run-1"))
+        await health_when(bus, "news", lambda h: h.version == 1)
+        await publish_trace(bus, trace("news_top3_probe", "news", "run-2"))
+        await health_when(bus, "news", lambda h: h.version == 2)
+
+        pinned = await call(bus, s.EXECUTORS_PIN, {"task_id": "news", "version": 1}, ExecutorHealth)
+        assert (pinned.version, pinned.pinned_version, pinned.status) == (1, 1, "active")
+        active = await call(bus, s.EXECUTORS_ACTIVE, {"task_id": "news"}, ActiveExecutor)
+        assert active.executor is not None and active.executor.version == 1
+
+        got = await call(
+            bus,
+            s.EXECUTORS_INVALIDATE,
+            {"task_id": "news", "reason": "answers look wrong", "by": "alice"},
+            ExecutorHealth,
+        )
+        # v1 goes; v2, compiled while v1 was pinned, takes over.
+        assert (got.pinned_version, got.version, got.status) == (None, 2, "active")
+        invalidated = await until(lambda: executor_events(bus, "news", "invalidated"))
+        assert (invalidated[0].version, invalidated[0].by) == (1, "alice")
+        assert await until(lambda: executor_events(bus, "news", "unpinned"))
+
+        with pytest.raises(RemoteError) as caught:
+            await call(bus, s.EXECUTORS_PIN, {"task_id": "news", "version": 1}, ExecutorHealth)
+        assert caught.value.code == "conflict" and caught.value.status == 409
+        with pytest.raises(RemoteError) as caught:
+            await call(bus, s.EXECUTORS_PIN, {"task_id": "news", "version": 9}, ExecutorHealth)
+        assert caught.value.code == "not_found"
+
+
+async def test_bad_requests_get_structured_errors(settings: Settings, bus: Bus) -> None:
+    async with compiler(settings, bus):
+        cases: list[tuple[str, bytes, str, str | None]] = [
+            (s.EXECUTORS_GET, b"{not json", "malformed", None),
+            (s.EXECUTORS_GET, b'{"task_id": "a.b"}', "invalid_request", "task_id"),
+            (s.EXECUTORS_GET, b'{"task_id": "x", "colour": 1}', "invalid_request", "colour"),
+            (s.EXECUTORS_GET, b'{"task_id": "nobody"}', "not_found", None),
+            (s.EXECUTORS_HISTORY, b'{"task_id": "nobody"}', "not_found", None),
+            (s.EXECUTORS_INVALIDATE, b'{"task_id": "x"}', "invalid_request", None),
+            (s.EXECUTORS_INVALIDATE, b'{"task_id": "x", "reason": "r"}', "not_found", None),
+            (s.EXECUTORS_PIN, b'{"task_id": "x", "version": 0}', "invalid_request", "version"),
+            (s.EXECUTORS_LIST, b'{"limit": 0}', "invalid_request", "limit"),
+        ]
+        for subject, body, code, field in cases:
+            msg = await bus.nc.request(subject, body, timeout=5)
+            assert msg.headers is not None, (subject, body)
+            assert msg.headers["Nats-Service-Error-Code"] in ("400", "404")
+            error = json.loads(msg.data)["error"]
+            assert error["code"] == code, (subject, body, error)
+            assert error.get("field") == field, (subject, body, error)
+
+        # Garbage on the trace stream is dropped; the next good trace still compiles.
+        await bus.js.publish(s.trace_captured("news", "junk"), b"{garbage")
+        await bus.js.publish(s.trace_captured("news", "junk2"), b'{"trace": {"run_id": 5}}')
+        await publish_trace(bus, trace("news_top3", "news", "run-1"))
+        assert await until(lambda: executor_events(bus, "news", "compiled"))
+        # An unknown task asked for its executor: none, not an error.
+        active = await call(bus, s.EXECUTORS_ACTIVE, {"task_id": "nobody"}, ActiveExecutor)
+        assert active.executor is None and active.health.status == "none"
+
+
+async def test_stale_executor_is_superseded_at_lookup(settings: Settings, bus: Bus) -> None:
+    now = [T0]
+    async with compiler(settings, bus, clock=lambda: now[0]):
+        await publish_trace(bus, trace("news_top3", "news", "run-1"))
+        await health_when(bus, "news", lambda h: h.version == 1)
+        now[0] = T0 + timedelta(days=31)
+        active = await call(bus, s.EXECUTORS_ACTIVE, {"task_id": "news"}, ActiveExecutor)
+        assert active.executor is None
+        assert (active.health.status_reason or "").startswith("stale: unused for 31 days")
+        superseded = await until(lambda: executor_events(bus, "news", "superseded"))
+        assert superseded[0].reason is not None and "stale" in superseded[0].reason
+
+
+async def test_stored_but_unpublished_events_are_published_once_after_a_restart(
+    settings: Settings, bus: Bus
+) -> None:
+    """The compiler dies after storing and before publishing (here: its stream is gone,
+    so every publish fails). Restarted on the same SQLite file, it publishes the event
+    exactly once, and a second restart publishes nothing again."""
+    settings = settings.with_(event_store="sqlite")
+    async with compiler(settings, bus):
+        await bus.js.delete_stream(s.STREAM_EXECUTORS)
+        await publish_trace(bus, trace("news_top3", "news", "run-1"))
+        await health_when(bus, "news", lambda h: h.version == 1)  # stored
+        await anyio.sleep(0.3)  # the relay tried, and failed, to publish
+    await ensure_streams(bus.js)  # the stream is back, empty
+    assert await executor_events(bus, "news") == []
+
+    async with compiler(settings, bus):
+        events = await until(lambda: executor_events(bus, "news", "compiled"))
+        assert len(events) == 1 and events[0].version == 1
+    async with compiler(settings, bus):
+        await anyio.sleep(1.5)  # longer than the relay's poll interval
+        assert [e.event for e in await executor_events(bus, "news")] == ["compiled"]
+        info = await bus.js.stream_info(s.STREAM_EXECUTORS)
+        assert info.state.messages == 1

@@ -1,0 +1,143 @@
+"""Condition triggers against the real tools service: the check is a `shell_exec` tool
+call through rote.api.tools.exec; a false predicate dispatches nothing, a true one
+dispatches a run, and the cooldown holds the next one back."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+
+import anyio
+import nats.errors
+import pytest
+
+from contracts import subjects as s
+from contracts.runs import RunEvent
+from contracts.tasks import TaskView
+from contracts.tools import ToolEvent
+from services.kernel.bus import Bus
+from services.kernel.codec import decode, encode
+from services.kernel.runtime import ServiceContext
+from services.kernel.settings import Settings
+from services.kernel.streams import ensure_streams
+from services.scheduler.engine import SchedulerConfig
+from services.scheduler.service import serve as serve_scheduler
+from services.tools.service import serve as serve_tools
+
+pytestmark = pytest.mark.anyio
+
+
+@asynccontextmanager
+async def tools_and_scheduler(settings: Settings, bus: Bus) -> AsyncIterator[None]:
+    await ensure_streams(bus.js)
+    async with anyio.create_task_group() as tg:
+        ctx = ServiceContext(
+            settings=settings,
+            bus=bus,
+            task_group=tg,
+            services=("tools", "scheduler"),
+            nats_url=bus.url,
+            embedded_nats=False,
+        )
+        await tg.start(serve_tools, ctx)
+        await tg.start(partial(serve_scheduler, ctx, config=SchedulerConfig(tick_s=0.2)))
+        yield
+        tg.cancel_scope.cancel()
+
+
+async def requested(bus: Bus) -> list[RunEvent]:
+    """Runs the scheduler sent out (each also a RunRequest on the work queue)."""
+    sub = await bus.js.subscribe(s.run_events_of(event="requested"), ordered_consumer=True)
+    found = []
+    try:
+        while True:
+            try:
+                msg = await sub.next_msg(timeout=0.3)
+            except nats.errors.TimeoutError:
+                return found
+            found.append(decode(msg.data, RunEvent))
+    finally:
+        await sub.unsubscribe()
+
+
+async def condition_checks(bus: Bus) -> list[ToolEvent]:
+    sub = await bus.js.subscribe(s.tool_event("*", "finished"), ordered_consumer=True)
+    found = []
+    try:
+        while True:
+            try:
+                msg = await sub.next_msg(timeout=0.3)
+            except nats.errors.TimeoutError:
+                return found
+            found.append(decode(msg.data, ToolEvent))
+    finally:
+        await sub.unsubscribe()
+
+
+async def test_condition_true_false_and_cooldown_through_the_tools_service(
+    settings: Settings, bus: Bus, tmp_path: Path
+) -> None:
+    flag = tmp_path / "status.txt"
+    flag.write_text("service DOWN\n")
+    settings = settings.with_(allowed_commands=(f"cat {flag}",))
+    create = {
+        "name": "service up",
+        "prompt": "The service is up again: run the smoke test",
+        "trigger": {
+            "kind": "condition",
+            "tool": "shell_exec",
+            "input": {"command": f"cat {flag}"},
+            "predicate": {"op": "contains", "text": "UP", "path": "stdout"},
+            "every_s": 1,
+            "cooldown_s": 4,
+        },
+    }
+    async with tools_and_scheduler(settings, bus):
+        await bus.request(s.TASKS_CREATE, encode(create), TaskView)
+
+        # False: checks happen (real tool calls), nothing is dispatched.
+        await anyio.sleep(2.5)
+        checks = await condition_checks(bus)
+        assert len(checks) >= 2
+        assert all(c.source == "condition" and c.tool == "shell_exec" and c.ok for c in checks)
+        assert all(c.task_id == "service-up" for c in checks)
+        assert "DOWN" in checks[0].output["stdout"]
+        assert await requested(bus) == []
+
+        # True: one run goes out, with the condition as its origin.
+        flag.write_text("service UP\n")
+        with anyio.fail_after(5):
+            while not (sent := await requested(bus)):
+                await anyio.sleep(0.1)
+        (first,) = sent
+        assert first.origin == "condition" and first.task_id == "service-up"
+
+        # The run finishes at once; the condition is still true, but the cooldown holds.
+        await bus.publish_event(
+            s.run_event("service-up", first.run_id, "completed"),
+            _completed(first),
+            msg_id=f"{first.run_id}:completed",
+        )
+        await anyio.sleep(2.5)
+        assert len(await requested(bus)) == 1
+        with anyio.fail_after(8):
+            while len(sent := await requested(bus)) < 2:
+                await anyio.sleep(0.2)
+        gap = (sent[1].at - first.at).total_seconds()
+        assert gap >= 4
+        work = await bus.js.stream_info(s.STREAM_WORK)
+        assert work.state.messages == 2
+
+
+def _completed(request: RunEvent) -> RunEvent:
+    return RunEvent(
+        task_id=request.task_id,
+        run_id=request.run_id,
+        event="completed",
+        status="completed",
+        at=datetime.now(UTC),
+        source="full_llm",
+    )

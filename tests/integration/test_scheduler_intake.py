@@ -1,0 +1,147 @@
+"""The durable task intake (`nats pub rote.intake.tasks.<verb>`): commands applied in
+order, each once; bad ones refused on rote.evt.task.rejected with the reason and the
+payload as sent, without holding back the ones behind them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
+from typing import TypeVar
+
+import anyio
+import nats.errors
+import pytest
+
+from contracts import subjects as s
+from contracts.tasks import TaskEvent, TaskRejected, TaskView
+from services.kernel.bus import Bus
+from services.kernel.codec import decode
+from services.kernel.runtime import ServiceContext
+from services.kernel.settings import Settings
+from services.kernel.streams import ensure_streams
+from services.scheduler.engine import SchedulerConfig
+from services.scheduler.service import serve
+
+pytestmark = pytest.mark.anyio
+T = TypeVar("T")
+
+
+@asynccontextmanager
+async def scheduler(settings: Settings, bus: Bus) -> AsyncIterator[None]:
+    await ensure_streams(bus.js)
+    async with anyio.create_task_group() as tg:
+        ctx = ServiceContext(
+            settings=settings,
+            bus=bus,
+            task_group=tg,
+            services=("scheduler",),
+            nats_url=bus.url,
+            embedded_nats=False,
+        )
+        await tg.start(partial(serve, ctx, config=SchedulerConfig(tick_s=0.1)))
+        yield
+        tg.cancel_scope.cancel()
+
+
+async def events(bus: Bus, subject: str, type_: type[T], count: int, wait: float = 10) -> list[T]:
+    """Events on `subject` from the start of its stream: `count` of them, or fewer if
+    no more arrive within `wait` seconds."""
+    sub = await bus.js.subscribe(subject, ordered_consumer=True)
+    found: list[T] = []
+    try:
+        while len(found) < count:
+            try:
+                msg = await sub.next_msg(timeout=wait)
+            except nats.errors.TimeoutError:
+                break
+            found.append(decode(msg.data, type_))
+    finally:
+        await sub.unsubscribe()
+    return found
+
+
+async def get(bus: Bus, task_id: str) -> TaskView:
+    reply = await bus.request(s.TASKS_GET, json.dumps({"task_id": task_id}).encode(), TaskView)
+    return reply
+
+
+BAD_FIELD = b'{"name": "typo", "prompt": "p", "colour": "red"}'
+BAD_CRON = b'{"name": "bad cron", "prompt": "p", "trigger": {"kind": "cron", "expr": "99 * * * *"}}'
+NOT_JSON = b"{this is not json"
+GOOD = b'{"name": "Intake OK", "prompt": "p", "trigger": {"kind": "cron", "expr": "0 9 * * *"}}'
+
+
+async def test_bad_commands_are_refused_and_the_ones_behind_them_still_apply(
+    settings: Settings, bus: Bus
+) -> None:
+    await ensure_streams(bus.js)
+    # Published before the scheduler starts: the durable consumer takes them in order.
+    sequence = [
+        ("create", BAD_FIELD),
+        ("create", BAD_CRON),
+        ("create", NOT_JSON),
+        ("frobnicate", b'{"task_id": "x"}'),
+        ("update", b'{"task_id": "no-such-task", "prompt": "x"}'),
+        ("create", GOOD),
+        ("pause", b'{"task_id": "intake-ok", "reason": "from intake"}'),
+        ("update", b'{"task_id": "intake-ok", "max_failures": 7}'),
+    ]
+    for verb, body in sequence:
+        await bus.js.publish(s.intake_task(verb), body)
+    async with scheduler(settings, bus):
+        rejected = await events(bus, s.TASK_REJECTED, TaskRejected, 5)
+        assert [(r.verb, r.error.code, r.error.field) for r in rejected] == [
+            ("create", "invalid_request", "colour"),
+            ("create", "invalid_request", "trigger.expr"),
+            ("create", "malformed", None),
+            ("frobnicate", "invalid_request", "verb"),
+            ("update", "not_found", "task_id"),
+        ]
+        assert [r.payload.encode() for r in rejected[:3]] == [BAD_FIELD, BAD_CRON, NOT_JSON]
+        assert "99 * * * *" in rejected[1].error.message
+
+        applied = await events(bus, s.task_event("intake-ok", "*"), TaskEvent, 3)
+        assert [e.event for e in applied] == ["defined", "paused", "updated"]
+        view = await get(bus, "intake-ok")
+        assert (view.status, view.status_reason, view.spec.max_failures) == (
+            "paused",
+            "from intake",
+            7,
+        )
+        # Nothing more was refused, and the intake is drained (work-queue retention).
+        assert len(await events(bus, s.TASK_REJECTED, TaskRejected, 6, wait=0.5)) == 5
+        with anyio.fail_after(5):
+            while (await bus.js.stream_info(s.STREAM_INTAKE)).state.messages:
+                await anyio.sleep(0.05)
+
+
+async def test_a_duplicate_command_is_applied_once(settings: Settings, bus: Bus) -> None:
+    async with scheduler(settings, bus):
+        create = b'{"name": "dup", "prompt": "p"}'
+        first = await bus.js.publish(
+            s.intake_task("create"), create, headers={"Nats-Msg-Id": "c-1"}
+        )
+        again = await bus.js.publish(
+            s.intake_task("create"), create, headers={"Nats-Msg-Id": "c-1"}
+        )
+        assert not first.duplicate and again.duplicate
+
+        run = b'{"task_id": "dup"}'
+        for _ in range(3):
+            await bus.js.publish(s.intake_task("run"), run, headers={"Nats-Msg-Id": "run-1"})
+        # A different message id is a different request.
+        await bus.js.publish(s.intake_task("pause"), run, headers={"Nats-Msg-Id": "p-1"})
+
+        got = await events(bus, s.task_event("dup", "*"), TaskEvent, 10, wait=1.5)
+        names = [e.event for e in got]
+        assert names.count("defined") == 1
+        assert names.count("run_requested") == 1
+        assert names.count("run_dispatched") == 1
+        assert names.count("paused") == 1
+        assert await events(bus, s.TASK_REJECTED, TaskRejected, 1, wait=0.3) == []
+        work = await bus.js.stream_info(s.STREAM_WORK)
+        assert work.state.messages == 1  # one run request, nobody consumed it here
+        (requested,) = [e for e in got if e.event == "run_dispatched"]
+        assert requested.run_id is not None and requested.run_id.startswith("k-")

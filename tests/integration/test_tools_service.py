@@ -1,0 +1,772 @@
+"""The tools service end to end: real NATS, real Chromium, pages served on localhost.
+
+Each test starts the service on a fresh NATS and calls it the way the runner does, with
+ExecTool requests on rote.api.tools.exec.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import html
+import json
+import os
+import signal
+import struct
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import anyio
+import nats.errors
+import pytest
+
+from contracts import subjects as s
+from contracts.tools import (
+    CloseSession,
+    ExecTool,
+    ListTools,
+    SessionClosed,
+    ToolEvent,
+    ToolList,
+    ToolResult,
+)
+from services.kernel.bus import Bus
+from services.kernel.codec import decode
+from services.kernel.embedded_nats import free_port
+from services.kernel.errors import RemoteError
+from services.kernel.runtime import ServiceContext
+from services.kernel.settings import Settings
+from services.kernel.streams import ensure_streams
+from services.tools import service as tools_service
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.browser,
+    pytest.mark.usefixtures("nothing_left_behind"),
+]
+
+ALL_TOOLS = [
+    "browser_navigate",
+    "browser_read_page",
+    "browser_extract",
+    "browser_click",
+    "browser_type",
+    "browser_fill_form",
+    "browser_scroll",
+    "browser_screenshot",
+    "shell_exec",
+    "file_read",
+    "file_write",
+]
+
+# --- a small site ------------------------------------------------------------------------
+
+HOME = """<!doctype html><title>Shop</title>
+<h1>Products</h1>
+<ul id="products">
+  <li class="item" data-id="p1"><a class="name" href="/p/1">Widget</a>
+      <span class="price">$3</span></li>
+  <li class="item" data-id="p2"><a class="name" href="/p/2">Gadget</a>
+      <span class="price">$5</span></li>
+  <li class="item" data-id="p3"><a class="name" href="/p/3">Doohickey</a></li>
+</ul>
+<p style="display:none">hidden text</p>
+<a href="/page2">Next page</a>
+<a href="/page2" target="_blank">Open in a new tab</a>
+"""
+
+FORM = """<!doctype html><title>Sign up</title>
+<form action="/submit" method="post">
+  <input name="name">
+  <label for="email">Email</label><input id="email" name="email_address">
+  <select id="colour" name="colour">
+    <option value="r">Red</option><option value="g">Green</option>
+  </select>
+  <label><input type="checkbox" name="subscribe" value="yes"> Subscribe</label>
+  <button type="submit">Sign up</button>
+</form>
+"""
+
+SEARCH = """<!doctype html><title>Search</title>
+<form action="/results"><input id="q" name="q"></form>
+"""
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def _send(self, body: str, status: int = 200, headers: dict[str, str] | None = None) -> None:
+        data = body.encode()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the browser gave up on a slow page
+
+    def do_GET(self) -> None:
+        url = urlparse(self.path)
+        query = parse_qs(url.query)
+        match url.path:
+            case "/":
+                self._send(HOME)
+            case "/page2":
+                self._send("<title>Page two</title><h1>Second page</h1>")
+            case "/form":
+                self._send(FORM)
+            case "/search":
+                self._send(SEARCH)
+            case "/results":
+                q = html.escape(query.get("q", [""])[0])
+                self._send(f"<title>Results</title><h1>Results for {q}</h1>")
+            case "/setcookie":
+                who = query.get("who", ["nobody"])[0]
+                self._send("<title>Set</title>ok", headers={"Set-Cookie": f"who={who}; Path=/"})
+            case "/cookies":
+                cookie = html.escape(self.headers.get("Cookie") or "none")
+                self._send(f"<title>Cookies</title><p id='cookie'>{cookie}</p>")
+            case "/slow":
+                time.sleep(float(query.get("s", ["5"])[0]))
+                self._send("<title>Slow</title>finally")
+            case "/tall":
+                self._send("<title>Tall</title><div style='height:5000px'>top</div>")
+            case "/missing":
+                self._send("<title>Nope</title>not here", status=404)
+            case _:
+                self._send("<title>?</title>", status=404)
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        form = parse_qs(self.rfile.read(length).decode())
+        rows = "".join(
+            f"<li id='{html.escape(k)}'>{html.escape(', '.join(v))}</li>"
+            for k, v in sorted(form.items())
+        )
+        self._send(f"<title>Thanks</title><h1>Thanks</h1><ul>{rows}</ul>")
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+
+
+@pytest.fixture
+def site() -> Iterator[str]:
+    server = _Server(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+# --- the service -------------------------------------------------------------------------
+
+
+@dataclass
+class Tools:
+    bus: Bus
+    settings: Settings
+    root: Path
+
+    async def call(
+        self,
+        tool: str,
+        input: dict[str, Any] | None = None,
+        *,
+        run_id: str = "run-a",
+        allowed: list[str] | None = None,
+        timeout_s: float = 15.0,
+        step: int | None = None,
+        call_id: str | None = None,
+    ) -> ToolResult:
+        request = ExecTool(
+            run_id=run_id,
+            task_id="task-1",
+            allowed_tools=ALL_TOOLS if allowed is None else allowed,
+            tool=tool,
+            input=input or {},
+            timeout_s=timeout_s,
+            step=step,
+            call_id=call_id,
+        )
+        return await self.bus.request(s.TOOLS_EXEC, request, ToolResult, timeout=timeout_s + 15)
+
+    async def refused(self, tool: str, input: dict[str, Any], **kw: Any) -> RemoteError:
+        with pytest.raises(RemoteError) as caught:
+            await self.call(tool, input, **kw)
+        return caught.value
+
+
+@asynccontextmanager
+async def running(bus: Bus, settings: Settings, root: Path) -> AsyncIterator[Tools]:
+    await ensure_streams(bus.js)
+    async with anyio.create_task_group() as tg:
+        ctx = ServiceContext(
+            settings=settings,
+            bus=bus,
+            task_group=tg,
+            services=("tools",),
+            nats_url=bus.url,
+            embedded_nats=False,
+        )
+        await tg.start(tools_service.serve, ctx)
+        yield Tools(bus, settings, root)
+        tg.cancel_scope.cancel()
+
+
+@pytest.fixture
+async def tools(bus: Bus, settings: Settings, tmp_path: Path) -> AsyncIterator[Tools]:
+    root = tmp_path / "files"
+    root.mkdir()
+    settings = settings.with_(allowed_commands=("echo *",), path_roots=(str(root),))
+    async with running(bus, settings, root) as service:
+        yield service
+
+
+# --- browser tools -----------------------------------------------------------------------
+
+
+async def test_list_returns_anthropic_tool_definitions(tools: Tools) -> None:
+    reply = await tools.bus.request(s.TOOLS_LIST, ListTools(), ToolList)
+    assert [t.name for t in reply.tools] == ALL_TOOLS
+    assert all(t.input_schema["type"] == "object" for t in reply.tools)
+    narrowed = await tools.bus.request(s.TOOLS_LIST, ListTools(names=["shell_exec"]), ToolList)
+    assert [t.name for t in narrowed.tools] == ["shell_exec"]
+
+
+async def test_navigate_then_extract(tools: Tools, site: str) -> None:
+    nav = await tools.call("browser_navigate", {"url": site + "/"})
+    assert nav.ok, nav.error
+    assert nav.output == {"url": site + "/", "status": 200, "title": "Shop"}
+    assert (nav.metadata.url, nav.metadata.http_status, nav.metadata.title) == (
+        site + "/",
+        200,
+        "Shop",
+    )
+
+    names = await tools.call("browser_extract", {"selector": "li.item .name"})
+    assert names.ok and names.output == ["Widget", "Gadget", "Doohickey"]
+    assert names.metadata.item_count == 3 and not names.truncated
+
+    hrefs = await tools.call("browser_extract", {"selector": "a.name", "attribute": "href"})
+    assert hrefs.output == ["/p/1", "/p/2", "/p/3"]
+
+    rows = await tools.call(
+        "browser_extract",
+        {
+            "selector": "li.item",
+            "fields": {
+                "name": ".name",
+                "price": ".price",
+                "link": "a@href",
+                "id": "@data-id",
+            },
+            "limit": 2,
+        },
+    )
+    assert rows.ok
+    assert rows.output == [
+        {"name": "Widget", "price": "$3", "link": "/p/1", "id": "p1"},
+        {"name": "Gadget", "price": "$5", "link": "/p/2", "id": "p2"},
+    ]
+    assert rows.metadata.item_count == 2
+
+    # A field that matches nothing inside an item is null, not an error.
+    last = await tools.call(
+        "browser_extract", {"selector": "li.item", "fields": {"name": ".name", "price": ".price"}}
+    )
+    assert last.output[2] == {"name": "Doohickey", "price": None}
+
+    # No match at all: ok, empty, count 0.
+    none = await tools.call("browser_extract", {"selector": "table.nothing td"})
+    assert none.ok and none.output == [] and none.metadata.item_count == 0
+
+
+async def test_read_page_is_visible_text(tools: Tools, site: str) -> None:
+    await tools.call("browser_navigate", {"url": site + "/"})
+    page = await tools.call("browser_read_page")
+    assert page.ok and isinstance(page.output, str)
+    assert page.output.startswith("Products")
+    assert "Widget $3" in page.output and "Next page" in page.output
+    assert "hidden text" not in page.output
+    assert page.metadata.url == site + "/" and page.metadata.title == "Shop"
+
+
+async def test_click_by_text_follows_the_link(tools: Tools, site: str) -> None:
+    await tools.call("browser_navigate", {"url": site + "/"})
+    clicked = await tools.call("browser_click", {"text": "Next page"})
+    assert clicked.ok, clicked.error
+    assert clicked.output == {"url": site + "/page2", "title": "Page two"}
+    assert clicked.metadata.http_status == 200
+    heading = await tools.call("browser_extract", {"selector": "h1"})
+    assert heading.output == ["Second page"]
+
+    # A link that opens a new tab: the run follows it there.
+    await tools.call("browser_navigate", {"url": site + "/"})
+    popup = await tools.call("browser_click", {"text": "Open in a new tab"})
+    assert popup.ok and popup.output == {"url": site + "/page2", "title": "Page two"}
+    assert popup.metadata.http_status == 200
+    assert (await tools.call("browser_extract", {"selector": "h1"})).output == ["Second page"]
+
+    # By selector too.
+    await tools.call("browser_navigate", {"url": site + "/"})
+    by_css = await tools.call("browser_click", {"selector": "li.item[data-id=p2] a"})
+    assert by_css.ok and by_css.output["url"] == site + "/p/2"
+    assert by_css.metadata.http_status == 404  # the site has no product pages
+
+
+async def test_fill_form_submits_and_the_next_page_shows_the_values(
+    tools: Tools, site: str
+) -> None:
+    await tools.call("browser_navigate", {"url": site + "/form"})
+    result = await tools.call(
+        "browser_fill_form",
+        {
+            "fields": {
+                "name": "Ada Lovelace",  # a field name
+                "Email": "ada@example.com",  # a label
+                "#colour": "Green",  # CSS; an option label
+                "subscribe": True,  # a checkbox
+            }
+        },
+    )
+    assert result.ok, result.error
+    assert result.output == {"url": site + "/submit", "title": "Thanks"}
+    assert result.metadata.http_status == 200
+    values = await tools.call(
+        "browser_extract", {"selector": "li", "fields": {"field": "@id", "value": ""}}
+    )
+    assert {row["field"]: row["value"] for row in values.output} == {
+        "name": "Ada Lovelace",
+        "email_address": "ada@example.com",
+        "colour": "g",
+        "subscribe": "yes",
+    }
+
+
+async def test_fill_form_without_submit_and_an_unknown_field(tools: Tools, site: str) -> None:
+    await tools.call("browser_navigate", {"url": site + "/form"})
+    kept = await tools.call("browser_fill_form", {"fields": {"name": "x"}, "submit": False})
+    assert kept.ok and kept.output["url"] == site + "/form"
+    missing = await tools.call("browser_fill_form", {"fields": {"Shoe size": "9"}}, timeout_s=3)
+    assert not missing.ok and missing.error is not None
+    assert missing.error.code == "element_not_found" and "Shoe size" in missing.error.message
+
+
+async def test_type_and_submit(tools: Tools, site: str) -> None:
+    await tools.call("browser_navigate", {"url": site + "/search"})
+    typed = await tools.call(
+        "browser_type", {"selector": "#q", "text": "blue shoes", "submit": True}
+    )
+    assert typed.ok, typed.error
+    assert typed.output["url"] == site + "/results?q=blue+shoes"
+    assert typed.output["title"] == "Results"
+    heading = await tools.call("browser_extract", {"selector": "h1"})
+    assert heading.output == ["Results for blue shoes"]
+
+
+async def test_scroll(tools: Tools, site: str) -> None:
+    await tools.call("browser_navigate", {"url": site + "/tall"})
+    down = await tools.call("browser_scroll", {"direction": "down", "amount": 500})
+    assert down.ok and down.output == {"scroll_y": 500}
+    up = await tools.call("browser_scroll", {"direction": "up", "amount": 200})
+    assert up.output == {"scroll_y": 300}
+    screen = await tools.call("browser_scroll", {"direction": "down"})
+    assert screen.output["scroll_y"] > 300
+
+
+async def test_screenshot_is_a_png_stored_by_sha256(tools: Tools, site: str) -> None:
+    await tools.call("browser_navigate", {"url": site + "/"})
+    shot = await tools.call("browser_screenshot")
+    assert shot.ok, shot.error
+    path = Path(shot.output["path"])
+    data = await anyio.Path(path).read_bytes()
+    assert hashlib.sha256(data).hexdigest() == shot.output["sha256"]
+    assert shot.metadata.blob == f"sha256:{shot.output['sha256']}"
+    assert path.is_relative_to(tools.settings.data_dir)
+    # PNG signature, then the IHDR chunk: the viewport's size.
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    length, kind = struct.unpack(">I4s", data[8:16])
+    assert (length, kind) == (13, b"IHDR")
+    assert struct.unpack(">II", data[16:24]) == (1280, 800)
+
+
+async def test_two_runs_at_once_do_not_share_cookies(tools: Tools, site: str) -> None:
+    seen: dict[str, list[str]] = {}
+
+    async def run(run_id: str, who: str | None) -> None:
+        if who:
+            await tools.call(
+                "browser_navigate", {"url": f"{site}/setcookie?who={who}"}, run_id=run_id
+            )
+        await tools.call("browser_navigate", {"url": site + "/cookies"}, run_id=run_id)
+        seen[run_id] = (
+            await tools.call("browser_extract", {"selector": "#cookie"}, run_id=run_id)
+        ).output
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run, "run-alice", "alice")
+        tg.start_soon(run, "run-bob", "bob")
+        tg.start_soon(run, "run-nobody", None)
+    assert seen == {
+        "run-alice": ["who=alice"],
+        "run-bob": ["who=bob"],
+        "run-nobody": ["none"],
+    }
+
+
+async def test_a_slow_page_does_not_hold_up_other_runs(tools: Tools, site: str) -> None:
+    done: list[str] = []
+
+    async def slow() -> None:
+        await tools.call("browser_navigate", {"url": site + "/slow?s=3"}, run_id="run-slow")
+        done.append("slow")
+
+    async def fast() -> None:
+        await tools.call("browser_navigate", {"url": site + "/"}, run_id="run-fast")
+        done.append("fast")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(slow)
+        await anyio.sleep(0.2)
+        tg.start_soon(fast)
+    assert done == ["fast", "slow"]
+
+
+async def test_close_session_forgets_the_run(tools: Tools, site: str) -> None:
+    await tools.call("browser_navigate", {"url": f"{site}/setcookie?who=carol"}, run_id="run-c")
+    closed = await tools.bus.request(
+        s.TOOLS_CLOSE_SESSION, CloseSession(run_id="run-c"), SessionClosed
+    )
+    assert closed == SessionClosed(run_id="run-c", closed=True)
+    again = await tools.bus.request(
+        s.TOOLS_CLOSE_SESSION, CloseSession(run_id="run-c"), SessionClosed
+    )
+    assert again.closed is False
+    # The run's next call gets a fresh context: no cookie.
+    await tools.call("browser_navigate", {"url": site + "/cookies"}, run_id="run-c")
+    cookie = await tools.call("browser_extract", {"selector": "#cookie"}, run_id="run-c")
+    assert cookie.output == ["none"]
+
+
+# --- failures and refusals -------------------------------------------------------------
+
+
+async def _still_serving(tools: Tools, site: str) -> None:
+    nav = await tools.call("browser_navigate", {"url": site + "/page2"})
+    assert nav.ok and nav.output["title"] == "Page two"
+
+
+async def test_tool_failures_are_results_the_model_sees(tools: Tools, site: str) -> None:
+    await tools.call("browser_navigate", {"url": site + "/"})
+
+    missing = await tools.call("browser_click", {"selector": "#does-not-exist"}, timeout_s=2)
+    assert not missing.ok and missing.error is not None
+    assert missing.error.code == "element_not_found"
+    assert "#does-not-exist" in missing.error.message
+    assert missing.metadata.url == site + "/"
+    await _still_serving(tools, site)
+
+    syntax = await tools.call("browser_extract", {"selector": "li[[["})
+    assert not syntax.ok and syntax.error is not None
+    assert syntax.error.code == "invalid_selector"
+    await _still_serving(tools, site)
+
+    closed_port = free_port()
+    unreachable = await tools.call("browser_navigate", {"url": f"http://127.0.0.1:{closed_port}/"})
+    assert not unreachable.ok and unreachable.error is not None
+    assert unreachable.error.code == "navigation_failed"
+    assert "ERR_CONNECTION_REFUSED" in unreachable.error.message
+    await _still_serving(tools, site)
+
+    started = time.monotonic()
+    slow = await tools.call("browser_navigate", {"url": site + "/slow?s=10"}, timeout_s=1.5)
+    assert time.monotonic() - started < 5
+    assert not slow.ok and slow.error is not None
+    assert slow.error.code == "timeout"
+    await _still_serving(tools, site)
+
+    # An HTTP error page is a page: ok, with its status.
+    not_found = await tools.call("browser_navigate", {"url": site + "/missing"})
+    assert not_found.ok and not_found.output["status"] == 404
+
+
+async def test_refusals_are_structured_errors_and_nothing_runs(tools: Tools, site: str) -> None:
+    marker = tools.root / "marker.txt"
+    cases: list[tuple[str, dict[str, Any], dict[str, Any], str, str | None]] = [
+        ("shell_exec", {"command": "echo hi"}, {"allowed": ["browser_navigate"]},
+         "tool_not_allowed", "tool"),
+        ("file_write", {"path": str(marker), "content": "x"}, {"allowed": []},
+         "tool_not_allowed", "tool"),
+        ("shell_exec", {"command": f"touch {marker}"}, {}, "command_denied", "input.command"),
+        ("shell_exec", {"command": f"echo hi; touch {marker}"}, {"allowed": ["file_read"]},
+         "tool_not_allowed", "tool"),
+        ("file_read", {"path": "/etc/hostname"}, {}, "path_denied", "input.path"),
+        ("file_read", {"path": "../outside.txt"}, {}, "path_denied", "input.path"),
+        ("file_write", {"path": "sub/../../escape.txt", "content": "x"}, {},
+         "path_denied", "input.path"),
+        ("browser_teleport", {}, {"allowed": ["browser_teleport"]}, "not_found", "tool"),
+        ("browser_navigate", {"url": "file:///etc/passwd"}, {}, "invalid_request", "input.url"),
+        ("browser_extract", {"selector": "li", "limit": "ten"}, {}, "invalid_request",
+         "input.limit"),
+    ]  # fmt: skip
+    for tool, input, kw, code, field in cases:
+        err = await tools.refused(tool, input, **kw)
+        assert (err.code, err.info.field) == (code, field), (tool, input)
+        assert err.status in (400, 403, 404)
+        await _still_serving(tools, site)
+    assert not marker.exists()
+    assert not (tools.root.parent / "escape.txt").exists()
+
+
+async def test_symlink_escape_is_refused(tools: Tools, site: str) -> None:
+    outside = tools.root.parent / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("top secret")
+    os.symlink(outside / "secret.txt", tools.root / "innocent.txt")
+    os.symlink(outside, tools.root / "linkdir")
+    for path in ["innocent.txt", str(tools.root / "linkdir" / "secret.txt")]:
+        err = await tools.refused("file_read", {"path": path})
+        assert err.code == "path_denied"
+    err = await tools.refused("file_write", {"path": "linkdir/new.txt", "content": "x"})
+    assert err.code == "path_denied"
+    assert not (outside / "new.txt").exists()
+    await _still_serving(tools, site)
+
+
+async def test_local_tools_inside_the_policy(tools: Tools) -> None:
+    echoed = await tools.call("shell_exec", {"command": "echo hello world"})
+    assert echoed.ok
+    assert echoed.output == {"exit_code": 0, "stdout": "hello world\n", "stderr": ""}
+    assert echoed.metadata.exit_code == 0
+
+    written = await tools.call("file_write", {"path": "notes/a.txt", "content": "héllo"})
+    assert written.ok
+    assert written.output == {"path": str(tools.root.resolve() / "notes" / "a.txt"), "bytes": 6}
+    read = await tools.call("file_read", {"path": str(tools.root / "notes" / "a.txt")})
+    assert read.ok and read.output == "héllo"
+    missing = await tools.call("file_read", {"path": "nope.txt"})
+    assert not missing.ok and missing.error is not None and missing.error.code == "not_found"
+
+
+async def test_malformed_requests_are_structured(tools: Tools, site: str) -> None:
+    for data, code in [
+        (b"{nope", "malformed"),
+        (b'{"run_id": "r", "tool": "browser_navigate"}', "invalid_request"),  # no allowed_tools
+        (b'{"run_id": "has.dot", "allowed_tools": [], "tool": "x"}', "invalid_request"),
+    ]:
+        msg = await tools.bus.nc.request(s.TOOLS_EXEC, data, timeout=5)
+        assert msg.headers and "Nats-Service-Error" in msg.headers
+        assert json.loads(msg.data)["error"]["code"] == code
+    await _still_serving(tools, site)
+
+
+async def test_without_chromium_browser_calls_are_unavailable(
+    bus: Bus, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setenv("PLAYWRIGHT_BROWSERS_PATH", "/nonexistent")
+    root = tmp_path / "files"
+    root.mkdir()
+    settings = settings.with_(chromium="/no/such/chromium", path_roots=(str(root),))
+    async with running(bus, settings, root) as tools:
+        err = await tools.refused("browser_navigate", {"url": "http://127.0.0.1/"})
+        assert (err.code, err.status) == ("unavailable", 503)
+        assert "ROTE_CHROMIUM" in err.message
+        # Local tools do not need a browser.
+        written = await tools.call("file_write", {"path": "a.txt", "content": "x"})
+        assert written.ok
+
+
+# --- events ------------------------------------------------------------------------------
+
+
+async def _tool_events(
+    bus: Bus, run_id: str, expected: int
+) -> list[tuple[dict[str, str], ToolEvent]]:
+    sub = await bus.js.subscribe(
+        s.tool_event(run_id, "started").rsplit(".", 1)[0] + ".*", ordered_consumer=True
+    )
+    out = []
+    try:
+        for _ in range(expected):
+            msg = await sub.next_msg(timeout=5)
+            out.append((dict(msg.headers or {}), decode(msg.data, ToolEvent)))
+        with pytest.raises(nats.errors.TimeoutError):  # nothing more than expected
+            await sub.next_msg(timeout=0.3)
+    finally:
+        await sub.unsubscribe()
+    return out
+
+
+async def test_every_call_publishes_started_then_finished(tools: Tools, site: str) -> None:
+    run_id = "run-events"
+    calls: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+        ("browser_navigate", {"url": site + "/"}, {}),
+        ("browser_extract", {"selector": "li.item .name"}, {}),
+        ("browser_click", {"selector": "#nope"}, {"timeout_s": 1.5}),  # fails
+        ("shell_exec", {"command": "echo hi"}, {"allowed": ["browser_navigate"]}),  # refused
+        ("browser_read_page", {}, {}),
+    ]
+    for step, (tool, input, kw) in enumerate(calls):
+        with contextlib.suppress(RemoteError):  # the refused one
+            await tools.call(tool, input, run_id=run_id, step=step, call_id=f"c{step}", **kw)
+    events = await _tool_events(tools.bus, run_id, 2 * len(calls))
+    assert [(e.step, e.event) for _, e in events] == [
+        (step, kind) for step in range(len(calls)) for kind in ("started", "finished")
+    ]
+    for i, (headers, event) in enumerate(events):
+        step = i // 2
+        assert headers[s.HEADER_MSG_ID] == f"{run_id}:c{step}:{event.event}"
+        assert (event.run_id, event.task_id, event.call_id) == (run_id, "task-1", f"c{step}")
+        assert event.tool == calls[step][0] and event.input == calls[step][1]
+    finished = [e for _, e in events if e.event == "finished"]
+    assert [e.ok for e in finished] == [True, True, False, False, True]
+    assert finished[0].output == {"url": site + "/", "status": 200, "title": "Shop"}
+    assert finished[0].metadata is not None and finished[0].metadata.http_status == 200
+    assert finished[1].output == ["Widget", "Gadget", "Doohickey"]
+    assert finished[2].error is not None and finished[2].error.code == "element_not_found"
+    assert finished[3].error is not None and finished[3].error.code == "tool_not_allowed"
+    assert all(e.duration_ms is not None for e in finished)
+    started = [e for _, e in events if e.event == "started"]
+    assert all(e.ok is None and e.output is None for e in started)
+    assert all(a.at <= b.at for a, b in zip(started, finished, strict=True))
+
+
+async def test_a_retried_step_is_not_deduplicated(tools: Tools, site: str) -> None:
+    run_id = "run-retry"
+    for call_id in ("a1-b0", "a2-b0"):
+        await tools.call(
+            "browser_navigate", {"url": site + "/"}, run_id=run_id, step=0, call_id=call_id
+        )
+    # Without a call_id one is generated per call, so these are distinct too.
+    await tools.call("browser_read_page", run_id=run_id, step=1)
+    await tools.call("browser_read_page", run_id=run_id, step=1)
+    events = await _tool_events(tools.bus, run_id, 8)
+    ids = [h[s.HEADER_MSG_ID] for h, _ in events]
+    assert len(set(ids)) == 8
+    assert ids[:4] == [
+        f"{run_id}:a1-b0:started",
+        f"{run_id}:a1-b0:finished",
+        f"{run_id}:a2-b0:started",
+        f"{run_id}:a2-b0:finished",
+    ]
+
+
+async def test_large_outputs_are_bounded_in_reply_and_event(tools: Tools) -> None:
+    big = "z" * 2_000_000
+    (tools.root / "big.txt").write_text(big)
+    read = await tools.call("file_read", {"path": "big.txt"}, run_id="run-big", call_id="big")
+    assert read.ok and read.truncated
+    assert 100_000 < len(read.output) < 300_000
+    events = await _tool_events(tools.bus, "run-big", 2)
+    assert events[1][1].truncated and len(events[1][1].output) == len(read.output)
+
+
+# --- the browser dying ---------------------------------------------------------------------
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (FileNotFoundError, IndexError, ValueError, ProcessLookupError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _leftovers() -> list[int]:
+    """Our Playwright drivers and Chromium processes still running (zombies aside)."""
+    pids = []
+    for pid in _descendants(os.getpid()):
+        try:
+            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, IndexError):
+            continue
+        if state != "Z" and (b"run-driver" in raw or b"chrom" in raw.split(b"\0", 1)[0]):
+            pids.append(pid)
+    return pids
+
+
+@pytest.fixture
+def nothing_left_behind() -> Iterator[None]:
+    """After a test (and its service's shutdown): no driver or Chromium of ours runs."""
+    yield
+    deadline = time.monotonic() + 10
+    while _leftovers() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _leftovers() == []
+
+
+def _browser_pids() -> list[int]:
+    """Our Chromium's main process(es): descendants of this test process running Chromium
+    without a --type= (renderers, GPU and zygotes have one; they rewrite their command
+    line into one space-separated string, so look at all of it)."""
+    pids = []
+    for pid in _descendants(os.getpid()):
+        try:
+            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except FileNotFoundError:
+            continue
+        exe = raw.split(b"\0", 1)[0]
+        if (b"chrom" in exe or b"headless_shell" in exe) and b"--type=" not in raw:
+            pids.append(pid)
+    return pids
+
+
+async def test_browser_relaunches_after_it_is_killed(tools: Tools, site: str) -> None:
+    await tools.call("browser_navigate", {"url": f"{site}/setcookie?who=dora"}, run_id="run-d")
+    pids = _browser_pids()
+    assert len(pids) == 1, pids
+
+    # A call in flight when the browser dies fails; only that call.
+    async def in_flight() -> ToolResult:
+        return await tools.call("browser_navigate", {"url": site + "/slow?s=4"}, run_id="run-d")
+
+    results: list[ToolResult] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: _append(results, in_flight()))
+        await anyio.sleep(1.0)
+        os.kill(pids[0], signal.SIGKILL)
+    assert len(results) == 1
+    assert not results[0].ok and results[0].error is not None
+    assert results[0].error.code in ("browser_closed", "navigation_failed", "browser_error")
+
+    # The next call succeeds on a relaunched browser, in a fresh context.
+    nav = await tools.call("browser_navigate", {"url": site + "/cookies"}, run_id="run-d")
+    assert nav.ok, nav.error
+    cookie = await tools.call("browser_extract", {"selector": "#cookie"}, run_id="run-d")
+    assert cookie.output == ["none"]
+    other = await tools.call("browser_navigate", {"url": site + "/"}, run_id="run-e")
+    assert other.ok
+    new_pids = _browser_pids()
+    assert len(new_pids) == 1 and new_pids != pids
+
+
+async def _append(results: list[ToolResult], call: Any) -> None:
+    results.append(await call)

@@ -1,0 +1,466 @@
+"""Golden compile tests: recorded traces (tests/data/traces) in, executors out.
+
+Besides the shape of each executor, every test that can replays it on the recorded
+outputs (`simulate`): each templated input must render back to what the run sent, every
+expectation must hold on what the run saw, and the result must reproduce the answer.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from contracts.executors import (
+    ConditionStep,
+    ContainsText,
+    Executor,
+    HttpStatus,
+    InList,
+    LlmStep,
+    MinItems,
+    ResultStep,
+    Skip,
+    ToolStep,
+)
+from contracts.tasks import ConditionTrigger, Contains
+from contracts.tools import ToolMetadata
+from contracts.traces import Trace, TraceStep
+from services.compiler import expectations, references
+from services.compiler.compile import compile
+
+DATA = Path(__file__).parent.parent / "data" / "traces"
+
+
+def load(name: str) -> Trace:
+    return msgspec.json.decode((DATA / f"{name}.json").read_bytes(), type=Trace)
+
+
+def compiled(name: str) -> Executor:
+    trace = load(name)
+    result = compile(trace.task, trace)
+    assert isinstance(result, Executor), result
+    return result
+
+
+def simulate(executor: Executor, trace: Trace, picks: dict[int, Any] | None = None) -> str:
+    """Replay `executor` against the trace's recorded outputs; `picks` answers the small
+    model's steps by executor index. Returns the rendered answer."""
+    by_index = {step.index: step for step in trace.steps}
+    outputs: dict[int, Any] = {}
+    answer = None
+    for step in executor.steps:
+        assert step.index == len(outputs) or step.index not in outputs
+        match step:
+            case ToolStep():
+                assert step.trace_step is not None
+                recorded = by_index[step.trace_step]
+                assert references.render(step.input, outputs) == recorded.input
+                assert (
+                    expectations.check_all(step.expect, recorded.output, recorded.metadata) is None
+                )
+                outputs[step.index] = recorded.output
+            case ConditionStep():
+                assert expectations.condition_holds(step, outputs)
+                outputs[step.index] = True
+            case LlmStep():
+                assert picks is not None and step.index in picks, f"no answer for {step.index}"
+                references.render(step.prompt, outputs)  # every reference resolves
+                outputs[step.index] = picks[step.index]
+                assert expectations.check_all(step.expect, picks[step.index], None, outputs) is None
+            case ResultStep(mode="template"):
+                answer = references.render(step.template or "", outputs)
+            case ResultStep():
+                references.render(step.prompt or "", outputs)
+                answer = step.example
+    assert isinstance(answer, str)
+    return answer
+
+
+def kinds(executor: Executor) -> list[str]:
+    out = []
+    for step in executor.steps:
+        match step:
+            case ToolStep(templated=True):
+                out.append(f"templated:{step.tool}")
+            case ToolStep():
+                out.append(f"tool:{step.tool}")
+            case LlmStep():
+                out.append("llm")
+            case ConditionStep():
+                out.append("condition")
+            case ResultStep():
+                out.append(f"result:{step.mode}")
+    return out
+
+
+# --- the golden traces ------------------------------------------------------------------
+
+
+def test_news_top3_is_deterministic_with_a_template_answer() -> None:
+    trace = load("news_top3")
+    executor = compiled("news_top3")
+    assert kinds(executor) == ["tool:browser_navigate", "tool:browser_extract", "result:template"]
+    nav, extract, result = executor.steps
+    assert isinstance(nav, ToolStep) and nav.input == {"url": "http://127.0.0.1:8765/news"}
+    assert nav.expect == [HttpStatus(status=200), ContainsText(text="Daily Gazette")]
+    assert isinstance(extract, ToolStep) and extract.expect == [MinItems(count=2)]
+    assert isinstance(result, ResultStep)
+    assert result.template == (
+        "Top 3 headlines:\n1. {{step_1[0]}}\n2. {{step_1[1]}}\n3. {{step_1[2]}}"
+    )
+    assert simulate(executor, trace) == trace.answer
+    stats = executor.stats
+    assert (stats.total_steps, stats.deterministic_steps, stats.templated_steps) == (3, 2, 1)
+    assert stats.llm_steps == 0 and stats.estimated_replay_cost_usd == 0
+    assert stats.source_run_cost_usd == trace.cost_usd
+    assert executor.compiled_at == trace.captured_at
+    assert (executor.task_id, executor.source_run_id) == (trace.task_id, trace.run_id)
+
+
+def test_the_answer_follows_fresh_data() -> None:
+    trace = load("news_top3")
+    executor = compiled("news_top3")
+    fresh = copy.deepcopy(trace)
+    fresh.steps[1].output = ["New one", "New two", "New three", "New four"]
+    assert simulate(executor, fresh) == "Top 3 headlines:\n1. New one\n2. New two\n3. New three"
+
+
+def test_chatty_sentences_and_thinking_do_not_change_the_executor() -> None:
+    plain, chatty = compiled("news_top3"), compiled("news_top3_chatty")
+    assert any(s.model_text for s in load("news_top3_chatty").steps)
+    assert chatty.steps == plain.steps
+    assert chatty.stats == plain.stats
+
+
+@pytest.mark.parametrize("name", ["shop_cheapest", "news_topstory", "account_balance"])
+def test_sentences_never_decide_what_needs_the_model(name: str) -> None:
+    trace = load(name)
+    talkative = copy.deepcopy(trace)
+    silent = copy.deepcopy(trace)
+    for step in talkative.steps:
+        step.model_text = "Let me think about this. I'll pick carefully and open the page."
+        step.thinking_blocks = 3
+    for step in silent.steps:
+        step.model_text, step.thinking_blocks = "", 0
+    assert compile(talkative.task, talkative) == compile(silent.task, silent)
+
+
+def test_probes_failures_and_error_pages_are_dropped() -> None:
+    trace = load("news_top3_probe")
+    executor = compiled("news_top3_probe")
+    assert [s.trace_step for s in executor.steps if isinstance(s, ToolStep)] == [1, 5]
+    assert kinds(executor) == kinds(compiled("news_top3"))
+    assert simulate(executor, trace) == trace.answer
+
+
+def test_an_extracted_href_becomes_the_next_navigation() -> None:
+    trace = load("news_topstory")
+    executor = compiled("news_topstory")
+    assert kinds(executor) == [
+        "tool:browser_navigate",
+        "tool:browser_extract",
+        "condition",
+        "templated:browser_navigate",
+        "tool:browser_extract",
+        "result:template",
+    ]
+    condition, story = executor.steps[2], executor.steps[3]
+    assert isinstance(condition, ConditionStep) and condition.ref == "{{step_1}}"
+    assert condition.check == "not_empty" and condition.on_false == "fail"
+    assert isinstance(story, ToolStep)
+    assert story.input == {"url": "http://127.0.0.1:8765{{step_1[0].href}}"}
+    # Reached through a reference, the story's title changes with the story: not expected.
+    assert story.expect == [HttpStatus(status=200)]
+    result = executor.steps[-1]
+    assert isinstance(result, ResultStep)
+    assert result.template == "{{step_1[0].title}}: {{step_4[0]}}"
+    assert simulate(executor, trace) == trace.answer
+
+
+def test_a_link_text_from_an_extract_becomes_a_templated_click() -> None:
+    trace = load("news_clicktop")
+    executor = compiled("news_clicktop")
+    click = next(s for s in executor.steps if isinstance(s, ToolStep) and s.tool == "browser_click")
+    assert click.templated and click.input == {"text": "{{step_1[0]}}"}
+    assert simulate(executor, trace) == trace.answer
+
+
+def test_form_values_from_the_prompt_are_replayed_as_recorded() -> None:
+    trace = load("account_balance")
+    executor = compiled("account_balance")
+    assert kinds(executor) == [
+        "tool:browser_navigate",
+        "tool:browser_fill_form",
+        "tool:browser_extract",
+        "result:template",
+    ]
+    form = executor.steps[1]
+    assert isinstance(form, ToolStep)
+    assert form.input["fields"] == {"#username": "demo", "#password": "hunter22"}
+    result = executor.steps[-1]
+    assert isinstance(result, ResultStep) and result.template == "Your balance is {{step_2[0]}}."
+    assert simulate(executor, trace) == trace.answer
+
+
+def test_a_judgement_pick_is_a_small_model_step_the_rest_stays_templated() -> None:
+    trace = load("shop_cheapest")
+    executor = compiled("shop_cheapest")
+    assert kinds(executor) == [
+        "tool:browser_navigate",
+        "tool:browser_extract",
+        "condition",
+        "llm",  # pick the cheapest item's href
+        "templated:browser_navigate",
+        "tool:browser_extract",
+        "llm",  # the same item's name
+        "llm",  # and price
+        "result:template",
+    ]
+    pick = executor.steps[3]
+    assert isinstance(pick, LlmStep) and pick.tool is None
+    assert pick.expect == [InList(ref="{{step_1}}", path=["href"])]
+    assert "cheapest" in pick.prompt and "answer with its href only" in pick.prompt
+    assert "http://" not in pick.prompt  # the task is context, not an invitation to browse
+    assert pick.prompt.rstrip().endswith("{{step_1}}")  # the data comes last
+    later = executor.steps[6]
+    assert isinstance(later, LlmStep) and "{{step_3}}" in later.prompt
+    nav = executor.steps[4]
+    assert isinstance(nav, ToolStep) and nav.input == {"url": "http://127.0.0.1:8765{{step_3}}"}
+    result = executor.steps[-1]
+    assert isinstance(result, ResultStep)
+    assert result.template == "The cheapest product is {{step_6}} at {{step_7}} ({{step_5[0]}})."
+    assert executor.stats.llm_steps == 3
+    assert 0 < executor.stats.estimated_replay_cost_usd < trace.cost_usd / 100
+    answers = {3: "/p/gizmo", 6: "Gizmo", 7: "$3.50"}
+    assert simulate(executor, trace, answers) == trace.answer
+
+
+def test_a_pick_that_is_not_in_the_list_fails_its_expectation() -> None:
+    executor = compiled("shop_cheapest")
+    pick = executor.steps[3]
+    assert isinstance(pick, LlmStep)
+    outputs = {1: load("shop_cheapest").steps[1].output}
+    assert expectations.check_all(pick.expect, "/p/gizmo", None, outputs) is None
+    reason = expectations.check_all(pick.expect, "/p/unicorn", None, outputs)
+    assert reason is not None and "not one of" in reason
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("once_news", "one-time task"),
+        ("one_step", "fewer than 2 successful tool steps (1)"),
+        ("poems_alljudgement", "every step needs the model"),
+    ],
+)
+def test_skips(name: str, reason: str) -> None:
+    trace = load(name)
+    result = compile(trace.task, trace)
+    assert isinstance(result, Skip)
+    assert reason in result.reason
+
+
+def test_condition_triggered_tasks_compile_like_any_other() -> None:
+    trace = load("news_top3")
+    task = msgspec.structs.replace(
+        trace.task,
+        trigger=ConditionTrigger(
+            tool="browser_extract",
+            input={"selector": "h2.headline"},
+            predicate=Contains(text="bridge"),
+            every_s=60,
+        ),
+    )
+    result = compile(task, trace)
+    assert isinstance(result, Executor)
+    assert result.steps == compiled("news_top3").steps
+
+
+def test_compile_is_deterministic() -> None:
+    for path in sorted(DATA.glob("*.json")):
+        trace = load(path.stem)
+        assert compile(trace.task, trace) == compile(trace.task, trace), path.stem
+
+
+def test_version_is_the_callers() -> None:
+    trace = load("news_top3")
+    result = compile(trace.task, trace, version=7)
+    assert isinstance(result, Executor) and result.version == 7
+
+
+# --- data flow on small hand-made traces ----------------------------------------------
+
+
+def _step(i: int, tool: str, inp: dict[str, Any], output: Any, **meta: Any) -> TraceStep:
+    return TraceStep(
+        index=i,
+        tool=tool,
+        input=inp,
+        output=output,
+        status="ok",
+        metadata=ToolMetadata(**meta),
+    )
+
+
+def _trace(prompt: str, steps: list[TraceStep], answer: str) -> Trace:
+    base = load("news_top3")
+    return msgspec.structs.replace(
+        base, task=msgspec.structs.replace(base.task, prompt=prompt), steps=steps, answer=answer
+    )
+
+
+SITE = "http://127.0.0.1:8765"
+
+
+def test_text_typed_from_page_content_needs_the_model() -> None:
+    page = "Deal of the day: Ultra Widget 3000, only today!"
+    trace = _trace(
+        f"Open {SITE}/ and search the shop for the deal of the day; report the first result.",
+        [
+            _step(
+                0,
+                "browser_navigate",
+                {"url": f"{SITE}/"},
+                {"url": f"{SITE}/", "status": 200, "title": "Shop"},
+            ),
+            _step(1, "browser_read_page", {}, page),
+            _step(
+                2,
+                "browser_type",
+                {"selector": "#q", "text": "Ultra Widget 3000", "submit": True},
+                {"url": f"{SITE}/search", "title": "Search"},
+            ),
+            _step(
+                3,
+                "browser_extract",
+                {"selector": ".result"},
+                ["Ultra Widget 3000 - $99", "Mini Widget"],
+            ),
+        ],
+        "First result: Ultra Widget 3000 - $99",
+    )
+    executor = compile(trace.task, trace)
+    assert isinstance(executor, Executor)
+    assert kinds(executor) == [
+        "tool:browser_navigate",
+        "tool:browser_read_page",
+        "llm",
+        "templated:browser_type",
+        "tool:browser_extract",
+        "result:template",
+    ]
+    value = executor.steps[2]
+    assert isinstance(value, LlmStep) and value.variables == ["step_1"]
+    assert "taken from the text of step" in value.prompt
+    typed = executor.steps[3]
+    assert isinstance(typed, ToolStep) and typed.input["text"] == "{{step_2}}"
+    assert typed.input["selector"] == "#q" and typed.input["submit"] is True
+    result = executor.steps[-1]
+    assert isinstance(result, ResultStep) and result.template == "First result: {{step_4[0]}}"
+
+
+def test_text_typed_from_the_prompt_is_constant_and_page_reads_are_dropped() -> None:
+    trace = _trace(
+        f"Open {SITE}/ and search for blue widgets; report the first result.",
+        [
+            _step(
+                0,
+                "browser_navigate",
+                {"url": f"{SITE}/"},
+                {"url": f"{SITE}/", "status": 200, "title": "Shop"},
+            ),
+            _step(1, "browser_read_page", {}, "Welcome to the shop. Search: [    ]"),
+            _step(
+                2,
+                "browser_type",
+                {"selector": "#q", "text": "blue widgets", "submit": True},
+                {"url": f"{SITE}/search", "title": "Search"},
+            ),
+            _step(3, "browser_extract", {"selector": ".result"}, ["Blue Widget - $5"]),
+        ],
+        "First result: Blue Widget - $5",
+    )
+    executor = compile(trace.task, trace)
+    assert isinstance(executor, Executor)
+    assert kinds(executor) == [
+        "tool:browser_navigate",
+        "tool:browser_type",
+        "tool:browser_extract",
+        "result:template",
+    ]
+    assert simulate(executor, trace) == trace.answer
+
+
+def test_an_answer_with_data_no_reference_explains_uses_the_model() -> None:
+    trace = _trace(
+        f"Open {SITE}/news and report the top 2 headlines.",
+        [
+            _step(
+                0,
+                "browser_navigate",
+                {"url": f"{SITE}/news"},
+                {"url": f"{SITE}/news", "status": 200, "title": "News"},
+            ),
+            _step(
+                1, "browser_extract", {"selector": "h2"}, ["Alpha", "Beta", "Gamma", "Delta", "Eps"]
+            ),
+        ],
+        "Top 2 of 5 headlines:\n1. Alpha\n2. Beta",  # "5" is a count, not a reference
+    )
+    executor = compile(trace.task, trace)
+    assert isinstance(executor, Executor)
+    result = executor.steps[-1]
+    assert isinstance(result, ResultStep) and result.mode == "llm"
+    assert result.variables == ["step_1"] and result.example == trace.answer
+    assert "<example>\nTop 2 of 5 headlines:" in (result.prompt or "")
+
+
+def test_a_constant_answer_is_a_constant_template() -> None:
+    trace = _trace(
+        f"Open {SITE}/ping and check it loads; say OK.",
+        [
+            _step(
+                0,
+                "browser_navigate",
+                {"url": f"{SITE}/ping"},
+                {"url": f"{SITE}/ping", "status": 200, "title": "Ping"},
+            ),
+            _step(1, "browser_screenshot", {}, {"sha256": "ab" * 32, "path": "/tmp/x.png"}),
+        ],
+        "OK",
+    )
+    executor = compile(trace.task, trace)
+    assert isinstance(executor, Executor)
+    result = executor.steps[-1]
+    assert isinstance(result, ResultStep) and result.mode == "template" and result.template == "OK"
+    assert result.variables == [] and executor.stats.deterministic_steps == 3
+
+
+def test_recorded_text_that_looks_like_a_reference_stays_literal() -> None:
+    trace = _trace(
+        f"Open {SITE}/ and type {{{{step_0}}}} into the box.",
+        [
+            _step(
+                0,
+                "browser_navigate",
+                {"url": f"{SITE}/"},
+                {"url": f"{SITE}/", "status": 200, "title": "T"},
+            ),
+            _step(
+                1,
+                "browser_type",
+                {"selector": "#q", "text": "{{step_0}}"},
+                {"url": f"{SITE}/", "title": "T"},
+            ),
+        ],
+        "Typed {{step_0}}",
+    )
+    executor = compile(trace.task, trace)
+    assert isinstance(executor, Executor)
+    typed = executor.steps[1]
+    assert isinstance(typed, ToolStep) and not typed.templated
+    assert simulate(executor, trace) == trace.answer

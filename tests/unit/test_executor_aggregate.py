@@ -1,0 +1,232 @@
+"""The Executor aggregate on real stores: every health rule, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from contracts.executors import Executor
+from contracts.traces import Trace
+from services.compiler import health as h
+from services.compiler.compile import compile
+from services.compiler.store import ExecutorStore
+from services.kernel.event_store import application_env
+from services.kernel.settings import Settings
+
+TRACE = msgspec.json.decode(
+    (Path(__file__).parent.parent / "data" / "traces" / "news_top3.json").read_bytes(), type=Trace
+)
+T0 = datetime(2025, 6, 1, tzinfo=UTC)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def executor() -> Executor:
+    result = compile(TRACE.task, TRACE)
+    assert isinstance(result, Executor)
+    return result
+
+
+@pytest.fixture
+def settings(tmp_path: Path, event_store: str) -> Settings:
+    return Settings(data_dir=tmp_path, event_store=event_store)
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def store(settings: Settings, clock: Clock) -> Iterator[ExecutorStore]:
+    app = ExecutorStore(application_env(settings, "compiler"), snapshot_every=4, clock=clock)
+    yield app
+    app.close()
+
+
+def fail(store: ExecutorStore, run_id: str, version: int = 1) -> list[h.HealthEvent]:
+    return store.record_replay(
+        "t", run_id=run_id, version=version, ok=False, step=1, reason="selector vanished"
+    )[1]
+
+
+def succeed(store: ExecutorStore, run_id: str, version: int = 1) -> list[h.HealthEvent]:
+    return store.record_replay("t", run_id=run_id, version=version, ok=True, cost_usd=0.001)[1]
+
+
+def test_reset_on_success(store: ExecutorStore) -> None:
+    store.record_trace("t", "r1", executor())
+    for i, ok in enumerate([False, False, True, False, False]):
+        (succeed if ok else fail)(store, f"x{i}")
+    state = store.health("t")
+    assert state is not None
+    summary = h.summary(state)
+    assert (summary.status, summary.consecutive_failures) == ("active", 2)
+    assert (summary.success_count, summary.failure_count) == (1, 4)
+    assert summary.total_cost_saved_usd == pytest.approx(TRACE.cost_usd - 0.001)
+
+
+def test_three_consecutive_failures_supersede(store: ExecutorStore) -> None:
+    store.record_trace("t", "r1", executor())
+    fail(store, "x1")
+    fail(store, "x2")
+    assert store.lookup_active("t")[0] is not None
+    events = fail(store, "x3")
+    assert [type(e) for e in events] == [h.ReplayFailed, h.Superseded]
+    found, state = store.lookup_active("t")
+    assert found is None and state is not None and h.status(state) == "superseded"
+    # A failure redelivered after the fact does not count again.
+    assert fail(store, "x3") == []
+
+
+def test_stale_at_thirty_days(store: ExecutorStore, clock: Clock) -> None:
+    store.record_trace("t", "r1", executor())
+    clock.now = T0 + timedelta(days=10)
+    succeed(store, "x1")
+    clock.now = T0 + timedelta(days=39)
+    assert store.lookup_active("t")[0] is not None
+    clock.now = T0 + timedelta(days=41)
+    found, state = store.lookup_active("t")
+    assert found is None and state is not None
+    assert h.summary(state).status_reason == "stale: unused for 31 days (limit 30)"
+    assert isinstance(store.history("t")[-1], h.Superseded)
+
+
+def test_undecodable_executor_is_superseded_not_retried(store: ExecutorStore) -> None:
+    broken = h.Compiled(
+        at=T0, version=1, executor={"steps": [{"type": "teleport"}]}, source_run_id="r"
+    )
+    store.execute("t", lambda state: [broken])
+    found, state = store.lookup_active("t")
+    assert found is None and state is not None
+    assert (h.summary(state).status_reason or "").startswith("cannot be decoded")
+    before = len(store.history("t"))
+    assert store.lookup_active("t")[0] is None
+    assert len(store.history("t")) == before  # looked up again: nothing new recorded
+    # The next good compilation takes over.
+    store.record_trace("t", "r2", executor())
+    found, _ = store.lookup_active("t")
+    assert found is not None and found.version == 2
+
+
+def test_pinned_version_stays_through_a_new_compilation(store: ExecutorStore) -> None:
+    store.record_trace("t", "r1", executor())
+    store.pin("t", version=1, by="ops")
+    store.record_trace("t", "r2", executor())
+    found, state = store.lookup_active("t")
+    assert found is not None and found.version == 1
+    assert state is not None and state.pinned == 1 and len(state.versions) == 2
+    fail(store, "x1")
+    state = store.health("t")
+    assert state is not None and state.versions[0].failure_count == 1
+    store.pin("t", version=None)
+    found, _ = store.lookup_active("t")
+    assert found is not None and found.version == 2
+
+
+def test_pin_and_invalidate_refuse_what_cannot_be(store: ExecutorStore) -> None:
+    with pytest.raises(h.HealthError) as caught:
+        store.pin("t", version=1)
+    assert caught.value.code == "not_found"
+    store.record_trace("t", "r1", executor())
+    store.invalidate("t", reason="wrong", by="ops")
+    with pytest.raises(h.HealthError) as caught:
+        store.pin("t", version=1)
+    assert caught.value.code == "conflict"
+    assert store.lookup_active("t")[0] is None
+
+
+def test_two_concurrent_compilations_get_distinct_versions(settings: Settings) -> None:
+    """Process B saves between A's load and A's save: A's save conflicts, A reloads
+    and decides again, so A gets the next version and one version stays active."""
+    env = application_env(settings, "compiler")
+    a, b = ExecutorStore(env), ExecutorStore(env)
+    a.record_trace("t", "r0", executor())
+    interleaved = False
+
+    def decide_a(state: h.Health) -> list[h.HealthEvent]:
+        nonlocal interleaved
+        if not interleaved:
+            interleaved = True
+            b.record_trace("t", "rB", executor())  # the other process wins the race
+        return h.decide_trace(state, executor(), None, "rA", T0)
+
+    _, events = a.execute("t", decide_a)
+    compiled = [e for e in events if isinstance(e, h.Compiled)]
+    assert [e.version for e in compiled] == [3]
+    state = a.health("t")
+    assert state is not None
+    assert [v.version for v in state.versions] == [1, 2, 3]
+    assert [v.status for v in state.versions] == ["superseded", "superseded", "active"]
+    assert {v.source_run_id for v in state.versions} == {"r0", "rB", "rA"}
+    a.close()
+    b.close()
+
+
+def test_many_concurrent_compilations_never_share_a_version(settings: Settings) -> None:
+    env = application_env(settings, "compiler")
+    stores = [ExecutorStore(env) for _ in range(2)]
+    stores[0].record_trace("t", "r0", executor())  # create the aggregate first
+    barrier = threading.Barrier(6)
+    errors: list[BaseException] = []
+
+    def compile_one(i: int) -> None:
+        try:
+            barrier.wait()
+            stores[i % 2].record_trace("t", f"r{i + 1}", executor())
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=compile_one, args=(i,)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    state = stores[0].health("t")
+    assert state is not None
+    assert sorted(v.version for v in state.versions) == list(range(1, 8))
+    assert sum(v.status == "active" for v in state.versions) == 1
+    assert len({v.source_run_id for v in state.versions}) == 7
+    for s in stores:
+        s.close()
+
+
+def test_health_is_the_fold_of_the_stored_events(store: ExecutorStore, settings: Settings) -> None:
+    store.record_trace("t", "r1", executor())
+    for i in range(9):
+        (succeed if i % 4 else fail)(store, f"x{i}")
+    store.record_full_run("t", run_id="f1", cost_usd=0.05)
+    store.record_trace("t", "r2", executor())
+    state = store.health("t")
+    assert state is not None and state.events == 13
+    assert state == h.fold("t", store.history("t"))
+    # A snapshot was taken (every 4 events) and a fresh process rebuilds the same state.
+    assert store.snapshots is not None
+    assert list(store.snapshots.get(store.load("t").id))  # type: ignore[union-attr]
+    other = ExecutorStore(application_env(settings, "compiler"), snapshot_every=4)
+    assert other.health("t") == state
+    assert other.task_ids() == ["t"]
+    other.close()
+
+
+def test_listing_finds_every_task(store: ExecutorStore) -> None:
+    for task in ("a", "b", "c"):
+        store.record_trace(task, f"r-{task}", executor())
+    assert store.task_ids() == ["a", "b", "c"]
+    store.record_trace("d", "r-d", "fewer than 2 successful tool steps (1)")
+    assert store.task_ids() == ["a", "b", "c", "d"]
+    # An outcome for a task nobody compiled does not create one.
+    store.record_replay("ghost", run_id="x", version=1, ok=True)
+    assert "ghost" not in store.task_ids()

@@ -1,0 +1,227 @@
+"""Executor health rules as pure functions over events (no database)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from contracts.executors import Executor
+from contracts.traces import Trace
+from services.compiler import health as h
+from services.compiler.compile import compile
+
+T0 = datetime(2025, 6, 1, tzinfo=UTC)
+RULES = h.Rules()
+TRACE = msgspec.json.decode(
+    (Path(__file__).parent.parent / "data" / "traces" / "news_top3.json").read_bytes(), type=Trace
+)
+
+
+def executor() -> Executor:
+    result = compile(TRACE.task, TRACE)
+    assert isinstance(result, Executor)
+    return result
+
+
+def run(state: h.Health, events: list[h.HealthEvent]) -> list[h.HealthEvent]:
+    for event in events:
+        h.apply(state, event)
+    return events
+
+
+def compiled(state: h.Health, run_id: str, at: datetime = T0) -> list[h.HealthEvent]:
+    return run(state, h.decide_trace(state, executor(), None, run_id, at))
+
+
+def outcome(state: h.Health, run_id: str, ok: bool, version: int = 1) -> list[h.HealthEvent]:
+    events = h.decide_replay(
+        state, run_id=run_id, version=version, ok=ok, at=T0, rules=RULES, reason="x"
+    )
+    return run(state, events)
+
+
+def test_compilations_get_the_next_version_and_supersede_the_last() -> None:
+    state = h.new("t")
+    assert [type(e) for e in compiled(state, "r1")] == [h.Compiled]
+    second = compiled(state, "r2")
+    assert [type(e) for e in second] == [h.Compiled, h.Superseded]
+    assert second[1] == h.Superseded(at=T0, version=1, reason="replaced by v2")
+    current = h.current(state)
+    assert current is not None and current.version == 2
+    assert h.decode_executor(current.executor).version == 2
+    assert compiled(state, "r2") == []  # the same trace again changes nothing
+
+
+def test_a_success_resets_the_run_of_failures() -> None:
+    state = h.new("t")
+    compiled(state, "r1")
+    for i, ok in enumerate([False, False, True, False, False]):
+        outcome(state, f"x{i}", ok)
+    version = h.current(state)
+    assert version is not None
+    assert (version.success_count, version.failure_count, version.consecutive_failures) == (1, 4, 2)
+    events = outcome(state, "x5", False)
+    assert [type(e) for e in events] == [h.ReplayFailed, h.Superseded]
+    assert h.current(state) is None and h.status(state) == "superseded"
+    assert h.summary(state).status_reason == "3 consecutive replay failures"
+
+
+@given(st.lists(st.booleans(), max_size=30))
+def test_superseded_exactly_when_three_failures_run_together(outcomes: list[bool]) -> None:
+    state = h.new("t")
+    log = compiled(state, "r1")
+    recorded: list[h.HealthEvent] = []
+    for i, ok in enumerate(outcomes):
+        recorded += outcome(state, f"x{i}", ok)
+    log += recorded
+    runs, longest = 0, 0
+    for ok in outcomes:
+        runs = 0 if ok else runs + 1
+        longest = max(longest, runs)
+    superseded = [e for e in recorded if isinstance(e, h.Superseded)]
+    assert len(superseded) == (1 if longest >= 3 else 0)
+    version = state.versions[0]
+    assert version.success_count == outcomes.count(True)
+    assert version.failure_count == outcomes.count(False)
+    assert version.consecutive_failures == runs
+    assert state == h.fold("t", log)  # the state is nothing but its events
+
+
+def test_redelivered_outcomes_count_once() -> None:
+    state = h.new("t")
+    compiled(state, "r1")
+    assert outcome(state, "x1", True)
+    assert outcome(state, "x1", True) == []
+    assert outcome(state, "x1", False) == []  # one outcome per run, whatever it says
+    assert run(state, h.decide_full_run(state, run_id="f1", cost_usd=0.04, at=T0))
+    assert run(state, h.decide_full_run(state, run_id="f1", cost_usd=0.04, at=T0)) == []
+
+
+def test_outcomes_of_unknown_versions_record_nothing() -> None:
+    state = h.new("t")
+    compiled(state, "r1")
+    assert outcome(state, "x1", True, version=9) == []
+
+
+def test_stale_after_thirty_days_unused() -> None:
+    state = h.new("t")
+    compiled(state, "r1")
+    assert h.decide_lookup(state, now=T0 + timedelta(days=29), rules=RULES) == []
+    events = h.decide_lookup(state, now=T0 + timedelta(days=31), rules=RULES)
+    assert len(events) == 1 and isinstance(events[0], h.Superseded)
+    assert events[0].reason.startswith("stale: unused for 31 days")
+    # A replay on day 20 makes it fresh until day 50.
+    run(
+        state,
+        h.decide_replay(
+            state, run_id="x", version=1, ok=True, at=T0 + timedelta(days=20), rules=RULES
+        ),
+    )
+    assert h.decide_lookup(state, now=T0 + timedelta(days=49), rules=RULES) == []
+
+
+def test_an_undecodable_executor_is_superseded_once() -> None:
+    state = h.new("t")
+    run(state, [h.Compiled(at=T0, version=1, executor={"steps": "garbage"}, source_run_id="r1")])
+    events = run(state, h.decide_lookup(state, now=T0, rules=RULES))
+    assert len(events) == 1 and isinstance(events[0], h.Superseded)
+    assert events[0].reason.startswith("cannot be decoded")
+    assert h.current(state) is None
+    assert h.decide_lookup(state, now=T0, rules=RULES) == []  # not retried forever
+
+
+def test_a_pinned_version_survives_new_compilations_and_still_counts_failures() -> None:
+    state = h.new("t")
+    compiled(state, "r1")
+    run(state, h.decide_pin(state, version=1, by="ops", at=T0))
+    assert [type(e) for e in compiled(state, "r2")] == [h.Compiled]  # v1 is not superseded
+    current = h.current(state)
+    assert current is not None and current.version == 1
+    assert state.versions[1].status == "active"  # v2 waits for the pin to go
+    outcome(state, "x1", False)
+    assert state.versions[0].failure_count == 1
+    # Unpinning makes the newest current and retires the old pin.
+    events = run(state, h.decide_pin(state, version=None, by="ops", at=T0))
+    assert [type(e) for e in events] == [h.Unpinned, h.Superseded]
+    current = h.current(state)
+    assert current is not None and current.version == 2
+
+
+def test_a_pinned_version_that_keeps_failing_is_superseded_and_unpinned() -> None:
+    state = h.new("t")
+    compiled(state, "r1")
+    run(state, h.decide_pin(state, version=1, by="ops", at=T0))
+    compiled(state, "r2")
+    for i in range(3):
+        events = outcome(state, f"x{i}", False)
+    assert [type(e) for e in events] == [h.ReplayFailed, h.Superseded, h.Unpinned]
+    current = h.current(state)
+    assert state.pinned is None and current is not None and current.version == 2
+
+
+def test_pinning_brings_back_a_superseded_version_but_not_an_invalidated_one() -> None:
+    state = h.new("t")
+    compiled(state, "r1")
+    compiled(state, "r2")
+    run(state, h.decide_pin(state, version=1, by="ops", at=T0))
+    current = h.current(state)
+    assert current is not None and current.version == 1 and current.status_reason == "pinned by ops"
+    run(state, h.decide_invalidate(state, reason="wrong answers", by="ops", at=T0))
+    assert state.pinned is None and state.versions[0].status == "invalidated"
+    with pytest.raises(h.HealthError) as caught:
+        h.decide_pin(state, version=1, by="ops", at=T0)
+    assert caught.value.code == "conflict"
+    with pytest.raises(h.HealthError) as caught:
+        h.decide_pin(state, version=7, by="ops", at=T0)
+    assert caught.value.code == "not_found"
+
+
+def test_invalidate_needs_an_active_executor() -> None:
+    state = h.new("t")
+    with pytest.raises(h.HealthError) as caught:
+        h.decide_invalidate(state, reason="x", by="ops", at=T0)
+    assert caught.value.code == "not_found"
+    compiled(state, "r1")
+    run(state, h.decide_invalidate(state, reason="x", by="ops", at=T0))
+    assert h.status(state) == "invalidated"
+    with pytest.raises(h.HealthError) as caught:
+        h.decide_invalidate(state, reason="again", by="ops", at=T0)
+    assert caught.value.code == "conflict"
+
+
+def test_cost_saved_uses_the_mean_of_recent_full_runs() -> None:
+    state = h.new("t")
+    compiled(state, "r1")
+    assert h.full_run_cost(state) == pytest.approx(TRACE.cost_usd)  # no full run seen yet
+    for i, cost in enumerate([0.02, 0.04, 0.06]):
+        run(state, h.decide_full_run(state, run_id=f"f{i}", cost_usd=cost, at=T0))
+    assert h.full_run_cost(state) == pytest.approx(0.04)
+    assert h.cost_saved(state, 0.001) == pytest.approx(0.039)
+    assert h.cost_saved(state, 0.001, reported_usd=0.03) == 0.03
+    for i in range(20):
+        run(state, h.decide_full_run(state, run_id=f"g{i}", cost_usd=0.10, at=T0))
+    assert h.full_run_cost(state) == pytest.approx(0.10)  # only the recent ones count
+
+
+def test_skips_are_recorded_and_explain_a_missing_executor() -> None:
+    state = h.new("t")
+    events = run(state, h.decide_trace(state, None, "one-time task", "r1", T0))
+    assert events == [h.Skipped(at=T0, run_id="r1", reason="one-time task")]
+    summary = h.summary(state)
+    assert summary.status == "none" and summary.status_reason == "skipped: one-time task"
+    wire = h.to_wire("t", events[0])
+    assert wire is not None and (wire.event, wire.reason) == ("skipped", "one-time task")
+
+
+def test_every_published_event_names_itself() -> None:
+    state = h.new("t")
+    events = compiled(state, "r1") + compiled(state, "r2")
+    wires = [h.to_wire("t", e) for e in events]
+    assert [w.event for w in wires if w] == ["compiled", "compiled", "superseded"]
+    assert wires[0] is not None and wires[0].executor is not None
+    assert h.to_wire("t", h.FullRunRecorded(at=T0, run_id="f", cost_usd=1.0)) is None

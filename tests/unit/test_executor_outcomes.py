@@ -1,0 +1,54 @@
+"""What the compiler reads from run events: replay outcomes and full-run costs."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from contracts.runs import ModelTokens, ReplayOutcome, RunEvent
+from services.compiler.outcomes import full_run_cost, replay_report
+
+AT = datetime(2025, 6, 1, tzinfo=UTC)
+
+
+def event(name: str, **kw: Any) -> RunEvent:
+    return RunEvent(task_id="t", run_id="r", event=name, at=AT, status="completed", **kw)  # type: ignore[arg-type]
+
+
+def test_a_replayed_run_reports_its_outcome_and_saving() -> None:
+    tokens = {"haiku": ModelTokens(input_tokens=100, output_tokens=10, cache_read_tokens=5)}
+    run = event(
+        "completed",
+        source="executor",
+        cost_usd=0.001,
+        cost_saved_usd=0.05,
+        replay=ReplayOutcome(version=2, ok=True, tokens=tokens, cost_usd=0.001),
+    )
+    report = replay_report(run)
+    assert report is not None
+    assert (report.version, report.ok, report.tokens, report.reported_saved_usd) == (
+        2,
+        True,
+        115,
+        0.05,
+    )
+    assert full_run_cost(run) is None  # a replay is not a full run
+
+
+def test_a_fallback_counts_a_failure_and_a_full_run_without_the_replay_part() -> None:
+    failed = ReplayOutcome(version=1, ok=False, step=3, reason="selector vanished", cost_usd=0.002)
+    run = event("completed", source="full_llm", fell_back=True, cost_usd=0.052, replay=failed)
+    report = replay_report(run)
+    assert report is not None and (report.ok, report.step, report.reason) == (
+        False,
+        3,
+        "selector vanished",
+    )
+    assert report.reported_saved_usd == 0.0
+    assert full_run_cost(run) == 0.05
+
+
+def test_other_events_say_nothing() -> None:
+    assert replay_report(event("completed", source="full_llm", cost_usd=0.04)) is None
+    assert full_run_cost(event("completed", source="full_llm", cost_usd=0.04)) == 0.04
+    assert full_run_cost(event("failed", source="full_llm", cost_usd=0.04)) is None

@@ -1,0 +1,153 @@
+"""SDK exceptions become stable codes; only transient failures are retried; backoff
+grows, is capped and honours the server's retry-after."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anthropic
+import httpx2
+import pytest
+
+from services.kernel.secrets import register_secret
+from services.llm.calls import make_client
+from services.llm.failures import (
+    BACKOFF_CAP_S,
+    MAX_RETRY_AFTER_S,
+    Failure,
+    backoff_s,
+    classify,
+    retry_after,
+)
+
+REQUEST = httpx2.Request("POST", "http://127.0.0.1:9/v1/messages")
+
+
+def status_error(
+    cls: type[anthropic.APIStatusError],
+    status: int,
+    kind: str,
+    headers: dict[str, str] | None = None,
+    message: str = "boom",
+) -> anthropic.APIStatusError:
+    body: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message}}
+    response = httpx2.Response(
+        status, request=REQUEST, headers={"request-id": "req_1", **(headers or {})}, json=body
+    )
+    return cls(f"Error code: {status} - {body}", response=response, body=body)
+
+
+@pytest.mark.parametrize(
+    ("cls", "status", "kind", "code", "retryable"),
+    [
+        (anthropic.RateLimitError, 429, "rate_limit_error", "rate_limited", True),
+        (anthropic.OverloadedError, 529, "overloaded_error", "overloaded", True),
+        (anthropic.InternalServerError, 500, "api_error", "upstream", True),
+        (anthropic.ServiceUnavailableError, 503, "api_error", "upstream", True),
+        (anthropic.GatewayTimeoutError, 504, "timeout_error", "timeout", True),
+        (anthropic.RequestTimeoutError, 408, "timeout_error", "timeout", True),
+        (anthropic.ConflictError, 409, "api_error", "upstream", True),
+        (anthropic.BadRequestError, 400, "invalid_request_error", "invalid_request", False),
+        (anthropic.NotFoundError, 404, "not_found_error", "invalid_request", False),
+        (anthropic.ContentTooLargeError, 413, "request_too_large", "invalid_request", False),
+        (
+            anthropic.UnprocessableEntityError,
+            422,
+            "invalid_request_error",
+            "invalid_request",
+            False,
+        ),
+        (anthropic.AuthenticationError, 401, "authentication_error", "auth", False),
+        (anthropic.PermissionDeniedError, 403, "permission_error", "auth", False),
+        (anthropic.PaymentRequiredError, 402, "billing_error", "auth", False),
+    ],
+)
+def test_status_errors_map_to_stable_codes(
+    cls: type[anthropic.APIStatusError], status: int, kind: str, code: str, retryable: bool
+) -> None:
+    failure = classify(status_error(cls, status, kind))
+    assert failure is not None
+    assert (failure.code, failure.retryable, failure.status) == (code, retryable, status)
+    assert failure.request_id == "req_1"
+    assert kind in failure.message and "boom" in failure.message
+
+
+def test_connection_and_timeout_errors_are_retryable() -> None:
+    timeout = classify(anthropic.APITimeoutError(request=REQUEST))
+    assert timeout is not None and (timeout.code, timeout.retryable) == ("timeout", True)
+    connection = classify(anthropic.APIConnectionError(request=REQUEST))
+    assert connection is not None and (connection.code, connection.retryable) == (
+        "upstream",
+        True,
+    )
+
+
+def test_missing_credentials_is_an_auth_failure() -> None:
+    exc = TypeError(
+        '"Could not resolve authentication method. Expected one of api_key, auth_token, '
+        'or credentials to be set."'
+    )
+    failure = classify(exc)
+    assert failure is not None and failure.code == "auth" and not failure.retryable
+    assert "ANTHROPIC_API_KEY" in failure.message
+
+
+def test_other_exceptions_are_not_model_failures() -> None:
+    assert classify(ValueError("a bug")) is None
+    assert classify(TypeError("unsupported operand")) is None
+
+
+def test_registered_secrets_are_masked_in_failure_messages() -> None:
+    register_secret("rote-unit-secret-0042")
+    exc = status_error(
+        anthropic.AuthenticationError,
+        401,
+        "authentication_error",
+        message="invalid x-api-key: 'rote-unit-secret-0042'",
+    )
+    failure = classify(exc)
+    assert failure is not None
+    assert "rote-unit-secret-0042" not in failure.message
+    assert "[redacted]" in failure.message
+
+
+def test_retry_after_headers() -> None:
+    assert retry_after({"retry-after-ms": "250"}) == pytest.approx(0.25)
+    assert retry_after({"retry-after": "3"}) == 3.0
+    assert retry_after({"retry-after-ms": "x", "retry-after": "2"}) == 2.0
+    assert retry_after({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}) == 0.0
+    assert retry_after({"retry-after": "soon"}) is None
+    assert retry_after({}) is None
+    failure = classify(
+        status_error(anthropic.RateLimitError, 429, "rate_limit_error", {"retry-after": "7"})
+    )
+    assert failure is not None and failure.retry_after_s == 7.0
+
+
+def test_backoff_grows_exponentially_with_jitter_and_is_capped() -> None:
+    plain = Failure(code="overloaded", retryable=True, message="x")
+    no_jitter = [backoff_s(n, plain, rand=lambda: 0.0) for n in range(1, 8)]
+    assert no_jitter[:5] == [0.5, 1.0, 2.0, 4.0, 8.0]
+    assert max(no_jitter) == BACKOFF_CAP_S
+    full_jitter = backoff_s(3, plain, rand=lambda: 1.0)
+    assert full_jitter == pytest.approx(2.0 * 0.75)
+
+
+def test_backoff_honours_retry_after_up_to_a_limit() -> None:
+    asked = Failure(code="rate_limited", retryable=True, message="x", retry_after_s=3.5)
+    assert backoff_s(1, asked) == 3.5
+    greedy = Failure(code="rate_limited", retryable=True, message="x", retry_after_s=3600)
+    assert backoff_s(1, greedy) == MAX_RETRY_AFTER_S
+
+
+def test_client_honours_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9/")
+    local = make_client()
+    # A local server needs no key, but the SDK wants one: a placeholder goes along.
+    assert local.api_key == "no-key"
+    assert str(local.base_url).startswith("http://127.0.0.1:9")
+    assert local.max_retries == 0  # rote retries itself, counting attempts
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "from-the-env-1234")
+    assert make_client().api_key == "from-the-env-1234"

@@ -1,0 +1,142 @@
+"""Request parameters never carry what the 5.5 models refuse; replies keep every block
+verbatim; usage is read as the API reported it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+
+from contracts.llm import (
+    CompleteRequest,
+    Message,
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolDefinition,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from services.llm.messages import (
+    RequestRefused,
+    UnreadableReply,
+    api_params,
+    check_request,
+    content_from_api,
+    usage_from_api,
+)
+
+TOOL = ToolDefinition(name="browser_navigate", description="open", input_schema={"type": "object"})
+
+
+def _request(**changes: Any) -> CompleteRequest:
+    base: dict[str, Any] = {"messages": [Message(role="user", content="hi")]}
+    return CompleteRequest(**{**base, **changes})
+
+
+def test_params_are_the_minimum_and_never_include_refused_options() -> None:
+    params = api_params(_request(), "claude-sonnet-5-5")
+    assert params == {
+        "model": "claude-sonnet-5-5",
+        "max_tokens": 4096,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    full = api_params(
+        _request(system="be brief", tools=[TOOL], effort="low", cache="1h", max_tokens=50),
+        "claude-haiku-5-5",
+    )
+    assert full["output_config"] == {"effort": "low"}
+    assert full["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
+    assert full["system"] == "be brief"
+    assert full["tools"] == [
+        {"name": "browser_navigate", "description": "open", "input_schema": {"type": "object"}}
+    ]
+    for refused in ("thinking", "tool_choice", "temperature", "top_p", "top_k"):
+        assert refused not in full
+
+
+def test_assistant_turns_are_sent_verbatim() -> None:
+    turn = [
+        ThinkingBlock(thinking="", signature="sig-1"),
+        RedactedThinkingBlock(data="opaque"),
+        TextBlock(text="Let me look."),
+        ToolUseBlock(id="toolu_1", name="browser_navigate", input={"url": "http://x"}),
+    ]
+    req = _request(
+        messages=[
+            Message(role="user", content="go"),
+            Message(role="assistant", content=turn),
+            Message(
+                role="user",
+                content=[ToolResultBlock(tool_use_id="toolu_1", content='{"status": 200}')],
+            ),
+        ]
+    )
+    sent = api_params(req, "claude-sonnet-5-5")["messages"][1]["content"]
+    assert sent == [
+        {"type": "thinking", "thinking": "", "signature": "sig-1"},
+        {"type": "redacted_thinking", "data": "opaque"},
+        {"type": "text", "text": "Let me look."},
+        {
+            "type": "tool_use",
+            "id": "toolu_1",
+            "name": "browser_navigate",
+            "input": {"url": "http://x"},
+        },
+    ]
+
+
+def test_prefill_is_refused_before_any_call() -> None:
+    req = _request(
+        messages=[Message(role="user", content="q"), Message(role="assistant", content="The ")]
+    )
+    with pytest.raises(RequestRefused) as caught:
+        check_request(req)
+    assert caught.value.field == "messages[1].role"
+    check_request(_request())  # a user-final conversation passes
+
+
+def test_reply_content_round_trips_unchanged() -> None:
+    blocks = [
+        {"type": "thinking", "thinking": "", "signature": "abc"},
+        {"type": "redacted_thinking", "data": "zzz"},
+        {"type": "text", "text": "hello"},
+        {"type": "tool_use", "id": "t1", "name": "n", "input": {"a": [1, {"b": None}]}},
+    ]
+    content = content_from_api(blocks)
+    assert msgspec.to_builtins(content) == blocks
+
+
+def test_unknown_block_types_are_unreadable() -> None:
+    with pytest.raises(UnreadableReply, match="server_tool_use"):
+        content_from_api([{"type": "server_tool_use", "id": "x", "name": "web", "input": {}}])
+
+
+def test_usage_with_and_without_cache_breakdown() -> None:
+    usage = usage_from_api(
+        {
+            "input_tokens": 10,
+            "output_tokens": 5,
+            "cache_creation_input_tokens": 300,
+            "cache_read_input_tokens": 40,
+            "cache_creation": {"ephemeral_5m_input_tokens": 100, "ephemeral_1h_input_tokens": 200},
+        }
+    )
+    assert (usage.input_tokens, usage.output_tokens) == (10, 5)
+    assert (usage.cache_write_tokens, usage.cache_write_1h_tokens) == (300, 200)
+    assert usage.cache_read_tokens == 40
+    assert usage.prompt_tokens == 350
+    bare = usage_from_api({"input_tokens": 3, "output_tokens": 4})
+    assert (bare.cache_write_tokens, bare.cache_read_tokens, bare.cache_write_1h_tokens) == (
+        0,
+        0,
+        0,
+    )
+
+
+def test_run_id_must_be_a_subject_token() -> None:
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.json.decode(
+            b'{"messages":[{"role":"user","content":"x"}],"run_id":"a.b"}', type=CompleteRequest
+        )

@@ -1,0 +1,166 @@
+"""Prices: every model of the table, both Haiku 5.5 bands, cache multipliers, aliases,
+snapshot ids and the price-file override."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from contracts.llm import Usage
+from services.llm.pricing import PriceTableError, load_price_table
+
+TABLE = load_price_table(None)
+M = 1_000_000
+
+
+@pytest.mark.parametrize(
+    ("model", "inp", "out"),
+    [
+        ("claude-sonnet-5-5", 2.0, 10.0),
+        ("claude-opus-5-5", 4.0, 20.0),
+        ("claude-haiku-4-5", 1.0, 5.0),
+        ("claude-sonnet-4-5", 3.0, 15.0),
+        ("claude-opus-4-5", 5.0, 25.0),
+    ],
+)
+def test_flat_priced_models(model: str, inp: float, out: float) -> None:
+    usage = Usage(input_tokens=12_345, output_tokens=678)
+    assert TABLE.cost(model, usage) == pytest.approx((12_345 * inp + 678 * out) / M)
+    # A million of each costs exactly the list prices.
+    assert TABLE.cost(model, Usage(input_tokens=M, output_tokens=M)) == pytest.approx(inp + out)
+
+
+def test_aliases_resolve_to_the_5_5_family() -> None:
+    assert TABLE.resolve("sonnet") == "claude-sonnet-5-5"
+    assert TABLE.resolve("haiku") == "claude-haiku-5-5"
+    assert TABLE.resolve("opus") == "claude-opus-5-5"
+    assert TABLE.resolve("claude-opus-4-5") == "claude-opus-4-5"
+    assert TABLE.resolve("llama3.2") == "llama3.2"
+
+
+def test_haiku_5_5_low_band_up_to_100k_prompt_tokens() -> None:
+    usage = Usage(input_tokens=100_000, output_tokens=1_000)
+    assert TABLE.cost("claude-haiku-5-5", usage) == pytest.approx(
+        (100_000 * 0.10 + 1_000 * 0.50) / M
+    )
+
+
+def test_haiku_5_5_high_band_above_100k_applies_to_input_and_output() -> None:
+    usage = Usage(input_tokens=100_001, output_tokens=1_000)
+    assert TABLE.cost("claude-haiku-5-5", usage) == pytest.approx(
+        (100_001 * 0.50 + 1_000 * 2.50) / M
+    )
+
+
+def test_haiku_band_counts_cache_tokens_in_the_prompt_size() -> None:
+    # 40k fresh + 30k written + 40k read = 110k prompt tokens: the high band, and the
+    # cache multipliers apply to the high band's input price.
+    usage = Usage(
+        input_tokens=40_000, cache_write_tokens=30_000, cache_read_tokens=40_000, output_tokens=10
+    )
+    expected = (40_000 * 0.5 + 30_000 * 0.5 * 1.25 + 40_000 * 0.5 * 0.1 + 10 * 2.5) / M
+    assert TABLE.cost("claude-haiku-5-5", usage) == pytest.approx(expected)
+    # The same call without the cache read fits the low band.
+    small = Usage(input_tokens=40_000, cache_write_tokens=30_000, output_tokens=10)
+    assert TABLE.cost("claude-haiku-5-5", small) == pytest.approx(
+        (40_000 * 0.1 + 30_000 * 0.1 * 1.25 + 10 * 0.5) / M
+    )
+
+
+def test_cache_write_multipliers_follow_the_ttl_the_api_reported() -> None:
+    five_min = Usage(cache_write_tokens=1_000_000)
+    one_hour = Usage(cache_write_tokens=1_000_000, cache_write_1h_tokens=1_000_000)
+    mixed = Usage(cache_write_tokens=1_000_000, cache_write_1h_tokens=250_000)
+    read = Usage(cache_read_tokens=1_000_000)
+    assert TABLE.cost("claude-sonnet-5-5", five_min) == pytest.approx(2.0 * 1.25)
+    assert TABLE.cost("claude-sonnet-5-5", one_hour) == pytest.approx(2.0 * 2.0)
+    assert TABLE.cost("claude-sonnet-5-5", mixed) == pytest.approx(2.0 * (0.75 * 1.25 + 0.25 * 2))
+    assert TABLE.cost("claude-sonnet-5-5", read) == pytest.approx(2.0 * 0.1)
+
+
+def test_dated_snapshot_ids_are_priced_like_their_base_and_unknown_models_are_not() -> None:
+    usage = Usage(input_tokens=1000, output_tokens=100)
+    assert TABLE.cost("claude-sonnet-4-5-20250929", usage) == TABLE.cost("claude-sonnet-4-5", usage)
+    assert TABLE.cost("llama3.2", usage) is None
+
+
+def test_listing_has_aliases_ids_prices_and_retirement() -> None:
+    listing = TABLE.listing()
+    assert listing.aliases == {
+        "sonnet": "claude-sonnet-5-5",
+        "haiku": "claude-haiku-5-5",
+        "opus": "claude-opus-5-5",
+    }
+    by_id = {m.id: m for m in listing.models}
+    assert set(by_id) == {
+        "claude-sonnet-5-5",
+        "claude-opus-5-5",
+        "claude-haiku-5-5",
+        "claude-haiku-4-5",
+        "claude-sonnet-4-5",
+        "claude-opus-4-5",
+    }
+    assert [b.up_to_prompt_tokens for b in by_id["claude-haiku-5-5"].bands] == [100_000, None]
+    assert str(by_id["claude-sonnet-4-5"].retires_on) == "2026-11-30"
+
+
+def test_price_file_overrides_merges_and_adds(tmp_path: Path) -> None:
+    path = tmp_path / "prices.json"
+    path.write_text(
+        json.dumps(
+            {
+                "aliases": {"sonnet": "claude-sonnet-4-5", "local": "llama3.2"},
+                "models": [
+                    {
+                        "id": "claude-sonnet-5-5",
+                        "bands": [{"input_per_mtok": 2.5, "output_per_mtok": 12.0}],
+                    },
+                    {
+                        "id": "llama3.2",
+                        "bands": [{"input_per_mtok": 0.0, "output_per_mtok": 0.0}],
+                    },
+                ],
+            }
+        )
+    )
+    table = load_price_table(path)
+    assert table.resolve("sonnet") == "claude-sonnet-4-5"
+    assert table.resolve("haiku") == "claude-haiku-5-5"  # untouched default
+    assert table.resolve("local") == "llama3.2"
+    usage = Usage(input_tokens=M, output_tokens=M)
+    assert table.cost("claude-sonnet-5-5", usage) == pytest.approx(14.5)
+    assert table.cost("llama3.2", usage) == 0.0
+    assert table.cost("claude-opus-5-5", usage) == pytest.approx(24.0)  # untouched default
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        ("{not json", "prices.json"),
+        ('{"modles": []}', "modles"),
+        ('{"models": [{"id": "x", "bands": []}]}', "at least one price band"),
+        (
+            '{"models": [{"id": "x", "bands": [{"input_per_mtok": 1, "output_per_mtok": 1,'
+            ' "up_to_prompt_tokens": 10}]}]}',
+            "last band",
+        ),
+        (
+            '{"models": [{"id": "x", "bands": [{"input_per_mtok": -1, "output_per_mtok": 1}]}]}',
+            "negative",
+        ),
+    ],
+)
+def test_bad_price_files_are_refused_with_a_reason(
+    tmp_path: Path, content: str, needle: str
+) -> None:
+    path = tmp_path / "prices.json"
+    path.write_text(content)
+    with pytest.raises(PriceTableError, match=needle):
+        load_price_table(path)
+
+
+def test_missing_price_file_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(PriceTableError, match="cannot read price file"):
+        load_price_table(tmp_path / "nope.json")

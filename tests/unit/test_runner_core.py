@@ -1,0 +1,92 @@
+"""The runner's pure rules: stuck detection, transcript bounds, run state folding."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from contracts.errors import ErrorInfo
+from contracts.llm import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from contracts.runs import ModelTokens, RunEvent
+from contracts.tools import ToolResult
+from services.runner.agent_loop import tool_result_text
+from services.runner.run_view import fold
+from services.runner.stuck import StuckDetector
+from services.runner.transcript import MAX_STRING, TranscriptRecorder
+
+
+def test_three_identical_failures_in_a_row_are_stuck() -> None:
+    stuck = StuckDetector()
+    args = ("browser_click", {"text": "Next"}, "not_found: no element")
+    assert not stuck.observe(*args)
+    assert not stuck.observe(*args)
+    assert stuck.observe(*args)
+
+
+def test_a_success_or_a_different_error_resets_the_count() -> None:
+    stuck = StuckDetector()
+    call = ("browser_click", {"text": "Next"})
+    stuck.observe(*call, "e1")
+    stuck.observe(*call, "e1")
+    stuck.observe(*call, None)  # success in between
+    stuck.observe(*call, "e1")
+    assert not stuck.observe(*call, "e1")
+    assert not stuck.observe(*call, "e2")  # different error
+    assert not stuck.observe("browser_click", {"text": "Other"}, "e2")  # different input
+    assert not stuck.observe("browser_click", {"text": "Other"}, "e2")
+    assert stuck.observe("browser_click", {"text": "Other"}, "e2")
+
+
+def test_transcript_bounds_long_strings_but_keeps_signatures() -> None:
+    recorder = TranscriptRecorder("run_1", "t")
+    long = "x" * (MAX_STRING + 50)
+    recorder.message(
+        Message(
+            role="assistant",
+            content=[
+                ThinkingBlock(thinking="", signature="sig=="),
+                TextBlock(text=long),
+                ToolUseBlock(id="u1", name="browser_read_page", input={}),
+            ],
+        )
+    )
+    recorder.message(
+        Message(role="user", content=[ToolResultBlock(tool_use_id="u1", content=long)])
+    )
+    transcript = recorder.build()
+    assert transcript.truncated
+    first = transcript.entries[0].message
+    assert first is not None and isinstance(first.content, list)
+    assert first.content[0] == ThinkingBlock(thinking="", signature="sig==")
+    assert isinstance(first.content[1], TextBlock)
+    assert len(first.content[1].text) < len(long)
+    assert "50 more characters" in first.content[1].text
+
+
+def test_tool_results_read_back_as_text() -> None:
+    ok = ToolResult(ok=True, output=["a", "b"], duration_ms=3)
+    assert tool_result_text(ok) == '["a", "b"]'
+    cut = ToolResult(ok=True, output="page", truncated=True, duration_ms=3)
+    assert tool_result_text(cut).endswith("[output truncated]")
+    bad = ToolResult(
+        ok=False, duration_ms=1, error=ErrorInfo(code="timeout", message="took too long")
+    )
+    assert tool_result_text(bad) == "timeout: took too long"
+
+
+def test_run_view_folds_lifecycle_in_any_order() -> None:
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    common = {"task_id": "t", "run_id": "r"}
+    events = [
+        RunEvent(
+            **common, event="completed", at=t0 + timedelta(seconds=9), status="completed",
+            source="full_llm", result="done", cost_usd=0.5, duration_ms=9000,
+            tokens={"claude-sonnet-5-5": ModelTokens(input_tokens=10, output_tokens=2)},
+        ),
+        RunEvent(**common, event="requested", at=t0, status="requested"),
+        RunEvent(**common, event="started", at=t0 + timedelta(seconds=1), status="running"),
+    ]  # fmt: skip
+    view = fold(events)
+    assert view is not None
+    assert view.status == "completed" and view.result == "done" and view.cost_usd == 0.5
+    assert view.requested_at == t0 and view.finished_at == t0 + timedelta(seconds=9)
+    assert fold([]) is None

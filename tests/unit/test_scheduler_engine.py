@@ -1,0 +1,416 @@
+"""The scheduler engine on a real (in-memory SQLite) event store with a manual clock:
+dispatch limits, the daily budget, recovery, catch-up, conditions and max_failures."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from contracts.runs import ListRuns, RunEvent
+from contracts.tasks import (
+    ConditionTrigger,
+    Contains,
+    CreateTask,
+    CronTrigger,
+    IntervalTrigger,
+    ListTasks,
+    ManualTrigger,
+    RunTask,
+    TaskRef,
+    UpdateTask,
+)
+from services.kernel.errors import ServiceError
+from services.kernel.event_store import application_env
+from services.kernel.settings import Settings
+from services.scheduler.application import Tasks
+from services.scheduler.clock import ManualClock
+from services.scheduler.engine import Scheduler, SchedulerConfig
+from services.scheduler.task import Task
+
+pytestmark = pytest.mark.anyio
+
+T0 = datetime(2025, 1, 6, 8, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Iterator[Tasks]:
+    tasks = Tasks(env=application_env(Settings(data_dir=tmp_path, event_store="memory"), "sched"))
+    yield tasks
+    tasks.close()
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(T0)
+
+
+def scheduler(app: Tasks, clock: ManualClock, **config: Any) -> Scheduler:
+    return Scheduler(app, clock, SchedulerConfig(**config))
+
+
+def stored(app: Tasks, kind: type) -> list[Any]:
+    events = (
+        app.mapper.to_domain_event(n)
+        for n in app.recorder.select_notifications(start=1, limit=10**6)
+    )
+    return [e for e in events if isinstance(e, kind)]
+
+
+def outcome(task_id: str, run_id: str, at: datetime, *, ok: bool = True, cost: float = 0.0):
+    return RunEvent(
+        task_id=task_id,
+        run_id=run_id,
+        event="completed" if ok else "failed",
+        status="completed" if ok else "failed",
+        at=at,
+        cost_usd=cost,
+        source="full_llm",
+        reason=None if ok else "tool_error",
+        error=None if ok else "selector #price vanished",
+    )
+
+
+def spec(name: str, **fields: Any) -> CreateTask:
+    return CreateTask(name=name, prompt=f"do {name}", **fields)
+
+
+async def test_interval_task_runs_at_creation_then_every_interval(
+    app: Tasks, clock: ManualClock
+) -> None:
+    engine = scheduler(app, clock)
+    view = await engine.create(spec("Watch price", trigger=IntervalTrigger(every_s=300)))
+    assert view.task_id == "watch-price" and view.next_due_at == T0
+
+    report = await engine.tick()
+    assert [t for t, _ in report.dispatched] == ["watch-price"]
+    run_id = report.dispatched[0][1]
+    assert (await engine.tick()).dispatched == []  # one run in flight per task
+
+    clock.advance(30)
+    assert await engine.on_run_event(outcome("watch-price", run_id, clock.now())) == "recorded"
+    assert (await engine.tick()).dispatched == []  # next slot is 300 s after the last
+    clock.advance(270)
+    assert [t for t, _ in (await engine.tick()).dispatched] == ["watch-price"]
+    dispatched = stored(app, Task.RunDispatched)
+    assert [e.origin for e in dispatched] == ["schedule", "schedule"]
+
+
+async def test_twenty_due_tasks_with_max_two_in_flight_all_run(
+    app: Tasks, clock: ManualClock
+) -> None:
+    engine = scheduler(app, clock, max_concurrent=2)
+    for i in range(20):
+        await engine.create(spec(f"task {i:02d}", trigger=IntervalTrigger(every_s=86_400)))
+    in_flight: dict[str, str] = {}
+    finished: list[str] = []
+    most = 0
+    for _ in range(100):
+        report = await engine.tick()
+        in_flight.update({run_id: task_id for task_id, run_id in report.dispatched})
+        most = max(most, len(in_flight))
+        assert len(in_flight) <= 2
+        if not in_flight:
+            break
+        clock.advance(5)
+        run_id, task_id = next(iter(in_flight.items()))
+        await engine.on_run_event(outcome(task_id, run_id, clock.now()))
+        del in_flight[run_id]
+        finished.append(task_id)
+    assert most == 2
+    assert sorted(finished) == [f"task-{i:02d}" for i in range(20)]
+    views = (await engine.list(ListTasks())).tasks
+    assert all(v.runs_dispatched == 1 and v.last_run_status == "completed" for v in views)
+
+
+async def test_over_budget_the_next_due_run_is_skipped_with_an_event(
+    app: Tasks, clock: ManualClock
+) -> None:
+    engine = scheduler(app, clock, daily_budget_usd=1.0)
+    await engine.create(spec("costly", trigger=IntervalTrigger(every_s=60)))
+    for cost in (0.6, 0.5):  # 1.1 spent: the budget is reached
+        (_, run_id), *_ = (await engine.tick()).dispatched
+        clock.advance(60)
+        await engine.on_run_event(outcome("costly", run_id, clock.now(), cost=cost))
+    report = await engine.tick()
+    assert report.dispatched == []
+    assert [t for t, _ in report.skipped] == ["costly"]
+    skipped = stored(app, Task.RunSkipped)
+    assert len(skipped) == 1 and "daily budget reached" in skipped[0].reason
+    assert "$1.1000" in skipped[0].reason
+    # The skip used up that slot: no second event at the next tick.
+    assert (await engine.tick()).skipped == []
+    with pytest.raises(ServiceError) as refused:
+        await engine.run(RunTask(task_id="costly"))
+    assert refused.value.code == "over_budget"
+    # A new UTC day, a fresh budget.
+    clock.set(datetime(2025, 1, 7, 0, 0, 30, tzinfo=UTC))
+    assert [t for t, _ in (await engine.tick()).dispatched] == ["costly"]
+
+
+async def test_restart_marks_a_run_past_its_deadline_abandoned(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    settings = Settings(data_dir=tmp_path, event_store="sqlite")
+    first = Tasks(env=application_env(settings, "scheduler"))
+    engine = scheduler(first, clock, grace_s=30)
+    await engine.create(spec("slow", deadline_s=120))
+    accepted = await engine.run(RunTask(task_id="slow"))
+    assert (await engine.tick()).dispatched == [("slow", accepted.run_id)]
+    first.close()  # the scheduler goes down; the run never reports
+
+    clock.advance(149)
+    second = Tasks(env=application_env(settings, "scheduler"))
+    restarted = scheduler(second, clock, grace_s=30)
+    assert (await restarted.tick()).abandoned == []  # deadline + grace not yet over
+    clock.advance(2)
+    assert (await restarted.tick()).abandoned == [("slow", accepted.run_id)]
+    view = await restarted.get(TaskRef(task_id="slow"))
+    assert view.run_in_flight is None and view.last_run_status == "failed"
+    (run,) = (await restarted.runs(ListRuns(task_id="slow"))).runs
+    assert (run.status, run.reason) == ("failed", "abandoned")
+    # Its slot is free again: a new run goes out.
+    await restarted.run(RunTask(task_id="slow"))
+    assert len((await restarted.tick()).dispatched) == 1
+    # A late outcome of the abandoned run still counts its cost.
+    late = await restarted.on_run_event(outcome("slow", accepted.run_id, clock.now(), cost=0.3))
+    assert late == "untracked"
+    assert second.catalog.spent_on(clock.now()) == pytest.approx(0.3)
+    second.close()
+
+
+async def test_schedules_missed_while_down_run_once(tmp_path: Path, clock: ManualClock) -> None:
+    settings = Settings(data_dir=tmp_path, event_store="sqlite")
+    first = Tasks(env=application_env(settings, "scheduler"))
+    engine = scheduler(first, clock)
+    clock.set(datetime(2025, 1, 6, 8, 59, tzinfo=UTC))
+    await engine.create(spec("hourly", trigger=CronTrigger(expr="0 * * * *")))
+    clock.set(datetime(2025, 1, 6, 9, 0, 1, tzinfo=UTC))
+    (_, run_id), *_ = (await engine.tick()).dispatched
+    await engine.on_run_event(outcome("hourly", run_id, clock.now()))
+    first.close()
+
+    clock.set(datetime(2025, 1, 6, 14, 20, tzinfo=UTC))  # down through 10:00 .. 14:00
+    second = Tasks(env=application_env(settings, "scheduler"))
+    restarted = scheduler(second, clock)
+    report = await restarted.tick()
+    assert len(report.dispatched) == 1
+    (_, again), *_ = report.dispatched
+    await restarted.on_run_event(outcome("hourly", again, clock.now()))
+    assert (await restarted.tick()).dispatched == []
+    assert [e.origin for e in stored(second, Task.RunDispatched)] == ["schedule", "catch_up"]
+    view = await restarted.get(TaskRef(task_id="hourly"))
+    assert view.next_due_at == datetime(2025, 1, 6, 15, 0, tzinfo=UTC)
+    second.close()
+
+
+async def test_condition_true_false_and_cooldown(app: Tasks, clock: ManualClock) -> None:
+    page = {"text": "Sold out"}
+    checks: list[datetime] = []
+
+    async def check(task_id: str, trigger: Any) -> Any:
+        checks.append(clock.now())
+        return dict(page)
+
+    engine = Scheduler(app, clock, SchedulerConfig(), check_condition=check)
+    await engine.create(
+        CreateTask(name="restock", prompt="buy it", trigger=_condition(every_s=60, cooldown_s=600))
+    )
+    assert await engine.check_conditions() == {"restock": False}
+    assert (await engine.tick()).dispatched == []
+    assert await engine.check_conditions() == {}  # next check not due yet
+    clock.advance(60)
+    page["text"] = "In stock now"
+    assert await engine.check_conditions() == {"restock": True}
+    (_, run_id), *_ = (await engine.tick()).dispatched
+    assert stored(app, Task.RunDispatched)[0].origin == "condition"
+    clock.advance(30)
+    await engine.on_run_event(outcome("restock", run_id, clock.now()))
+    # Still true, but inside the cooldown: no check, no run.
+    for _ in range(9):
+        clock.advance(60)
+        assert await engine.check_conditions() == {}
+        assert (await engine.tick()).dispatched == []
+    clock.advance(60)  # 630 s after the run went out
+    assert await engine.check_conditions() == {"restock": True}
+    assert len((await engine.tick()).dispatched) == 1
+    assert len(checks) == 3
+
+
+def _condition(every_s: float, cooldown_s: float) -> ConditionTrigger:
+    return ConditionTrigger(
+        tool="browser_extract",
+        input={"selector": "#stock"},
+        predicate=Contains(text="In stock", path="text"),
+        every_s=every_s,
+        cooldown_s=cooldown_s,
+    )
+
+
+async def test_a_failing_condition_check_is_not_true(app: Tasks, clock: ManualClock) -> None:
+    async def broken(task_id: str, trigger: Any) -> Any:
+        raise RuntimeError("tools service unavailable")
+
+    engine = Scheduler(app, clock, SchedulerConfig(), check_condition=broken)
+    await engine.create(CreateTask(name="c", prompt="p", trigger=_condition(60, 0)))
+    assert await engine.check_conditions() == {"c": False}
+    assert (await engine.tick()).dispatched == []
+
+
+async def test_max_failures_in_a_row_pause_the_task_and_say_why(
+    app: Tasks, clock: ManualClock
+) -> None:
+    engine = scheduler(app, clock)
+    await engine.create(spec("flaky", trigger=IntervalTrigger(every_s=60), max_failures=3))
+    for i, ok in enumerate([False, True, False, False, False]):
+        (_, run_id), *_ = (await engine.tick()).dispatched
+        clock.advance(60)
+        await engine.on_run_event(outcome("flaky", run_id, clock.now(), ok=ok))
+        view = await engine.get(TaskRef(task_id="flaky"))
+        assert view.status == ("paused" if i == 4 else "active")
+    assert view.consecutive_failures == 3  # the success in between reset the count
+    assert view.status_reason is not None
+    assert "3 failed runs in a row" in view.status_reason
+    assert "selector #price vanished" in view.status_reason
+    clock.advance(600)
+    assert (await engine.tick()).dispatched == []  # paused: nothing due
+    resumed = await engine.resume(TaskRef(task_id="flaky"))
+    assert resumed.status == "active" and resumed.consecutive_failures == 0
+    assert len((await engine.tick()).dispatched) == 1
+
+
+async def test_a_manual_run_waits_behind_the_run_in_flight(app: Tasks, clock: ManualClock) -> None:
+    engine = scheduler(app, clock)
+    await engine.create(spec("m", trigger=ManualTrigger()))
+    first = await engine.run(RunTask(task_id="m"))
+    assert not first.queued
+    assert (await engine.tick()).dispatched == [("m", first.run_id)]
+    second = await engine.run(RunTask(task_id="m"))
+    third = await engine.run(RunTask(task_id="m"))
+    assert second.queued and third.run_id == second.run_id  # one pending at a time
+    assert (await engine.tick()).dispatched == []
+    await engine.on_run_event(outcome("m", first.run_id, clock.now()))
+    assert (await engine.tick()).dispatched == [("m", second.run_id)]
+    # The same idempotency key asks for the same run.
+    await engine.on_run_event(outcome("m", second.run_id, clock.now()))
+    keyed = await engine.run(RunTask(task_id="m", run_id="my-key-1"))
+    again = await engine.run(RunTask(task_id="m", run_id="my-key-1"))
+    assert keyed.run_id == again.run_id == "my-key-1"
+    assert (await engine.tick()).dispatched == [("m", "my-key-1")]
+    await engine.on_run_event(outcome("m", "my-key-1", clock.now()))
+    replay = await engine.run(RunTask(task_id="m", run_id="my-key-1"))
+    assert replay.run_id == "my-key-1"
+    assert (await engine.tick()).dispatched == []  # already ran: not again
+
+
+async def test_commands_on_tasks(app: Tasks, clock: ManualClock) -> None:
+    engine = scheduler(app, clock)
+    created = await engine.create(spec("Daily report", trigger=CronTrigger(expr="0 9 * * *")))
+    assert created.next_due_at == datetime(2025, 1, 6, 9, 0, tzinfo=UTC)
+    # The same create again is a no-op; a different one under the same id conflicts.
+    assert (await engine.create(spec("Daily report", trigger=CronTrigger(expr="0 9 * * *")))) == (
+        created
+    )
+    with pytest.raises(ServiceError) as conflict:
+        await engine.create(spec("Daily report"))
+    assert (conflict.value.code, conflict.value.field) == ("conflict", "task_id")
+
+    clock.advance(10)
+    updated = await engine.update(
+        UpdateTask(task_id="daily-report", trigger=CronTrigger(expr="0 9 * * *", tz="Asia/Tokyo"))
+    )
+    assert updated.version == 2 and updated.next_due_at == datetime(2025, 1, 7, 0, 0, tzinfo=UTC)
+    unchanged = await engine.update(UpdateTask(task_id="daily-report", model="sonnet"))
+    assert unchanged.version == 2  # nothing changed, nothing recorded
+    with pytest.raises(ServiceError) as bad:
+        await engine.update(UpdateTask(task_id="daily-report", trigger=CronTrigger(expr="nope")))
+    assert (bad.value.code, bad.value.field) == ("invalid_request", "trigger.expr")
+
+    paused = await engine.pause(TaskRef(task_id="daily-report", reason="holidays"))
+    assert (paused.status, paused.status_reason, paused.next_due_at) == (
+        "paused",
+        "holidays",
+        None,
+    )
+    assert (await engine.pause(TaskRef(task_id="daily-report"))).version == paused.version
+    assert [v.task_id for v in (await engine.list(ListTasks(status="paused"))).tasks] == [
+        "daily-report"
+    ]
+    assert (await engine.resume(TaskRef(task_id="daily-report"))).status == "active"
+    deleted = await engine.delete(TaskRef(task_id="daily-report"))
+    assert deleted.status == "deleted"
+    assert (await engine.list(ListTasks())).tasks == []
+    with pytest.raises(ServiceError) as gone:
+        await engine.run(RunTask(task_id="daily-report"))
+    assert gone.value.code == "not_found"
+    with pytest.raises(ServiceError) as missing:
+        await engine.get(TaskRef(task_id="never-was"))
+    assert (missing.value.code, missing.value.field) == ("not_found", "task_id")
+    # A deleted id can be defined again.
+    again = await engine.create(spec("Daily report", trigger=IntervalTrigger(every_s=60)))
+    assert again.status == "active" and again.version > deleted.version
+
+
+async def test_an_outcome_from_outside_the_scheduler_counts_toward_the_budget(
+    app: Tasks, clock: ManualClock
+) -> None:
+    engine = scheduler(app, clock, daily_budget_usd=0.5)
+    await engine.create(spec("x", trigger=IntervalTrigger(every_s=60)))
+    result = await engine.on_run_event(outcome("adhoc", "inline-run-1", clock.now(), cost=0.5))
+    assert result == "untracked"
+    assert await engine.on_run_event(outcome("adhoc", "inline-run-1", clock.now(), cost=0.5)) == (
+        "duplicate"
+    )
+    assert [t for t, _ in (await engine.tick()).skipped] == ["x"]
+    runs = (await engine.runs(ListRuns())).runs
+    assert [(r.run_id, r.cost_usd) for r in runs] == [("inline-run-1", 0.5)]
+
+
+async def test_an_intake_command_redelivered_after_the_dedupe_window_runs_once(
+    app: Tasks, clock: ManualClock
+) -> None:
+    # JetStream drops a duplicate only inside its window; past it, the run id derived
+    # from the message id makes the second delivery ask for the run already taken.
+    engine = scheduler(app, clock)
+    await engine.handle("create", b'{"name": "m", "prompt": "p"}', key="create-1")
+    first = await engine.handle("run", b'{"task_id": "m"}', key="msg-7")
+    assert (await engine.tick()).dispatched == [("m", first.run_id)]  # type: ignore[attr-defined]
+    await engine.on_run_event(outcome("m", first.run_id, clock.now()))  # type: ignore[attr-defined]
+    clock.advance(3600)
+    again = await engine.handle("run", b'{"task_id": "m"}', key="msg-7")
+    assert again == first
+    assert (await engine.tick()).dispatched == []
+    with pytest.raises(ServiceError) as unknown:
+        await engine.handle("explode", b"{}")
+    assert (unknown.value.code, unknown.value.field) == ("invalid_request", "verb")
+
+
+async def test_a_redelivered_run_restarts_the_deadline_clock(
+    app: Tasks, clock: ManualClock
+) -> None:
+    engine = scheduler(app, clock, grace_s=10)
+    await engine.create(spec("long", deadline_s=100))
+    run_id = (await engine.run(RunTask(task_id="long"))).run_id
+    await engine.tick()
+
+    def started(attempt: int) -> RunEvent:
+        return RunEvent(
+            task_id="long",
+            run_id=run_id,
+            event="started",
+            status="running",
+            at=clock.now(),
+            attempt=attempt,
+        )
+
+    assert await engine.on_run_event(started(1)) == "started"
+    assert await engine.on_run_event(started(1)) == "ignored"  # the same report again
+    clock.advance(100)
+    assert await engine.on_run_event(started(2)) == "started"  # a runner died; retried
+    clock.advance(100)
+    assert (await engine.tick()).abandoned == []  # 200 s after the first start
+    clock.advance(11)
+    assert (await engine.tick()).abandoned == [("long", run_id)]

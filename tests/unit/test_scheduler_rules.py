@@ -1,0 +1,208 @@
+"""The scheduler's pure rules: condition predicates, dispatch limits, the daily budget,
+recovery, max_failures, ids and the run ledger. No server, no store."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from contracts.base import SubjectToken
+from contracts.tasks import Above, Below, Contains, NotContains
+from services.kernel.codec import decode, encode
+from services.scheduler import failures, recovery
+from services.scheduler.budget import DailySpend, over_budget
+from services.scheduler.conditions import ConditionError, as_number, holds
+from services.scheduler.dispatch import Candidate, plan
+from services.scheduler.ids import new_run_id, run_id_for_key, task_id_from_name
+from services.scheduler.ledger import RunLedger
+
+T0 = datetime(2025, 1, 6, 8, 0, tzinfo=UTC)
+DF = {
+    "exit_code": 0,
+    "stdout": "Filesystem 1K-blocks Used Available Use% Mounted on\n/dev/sda1 100 91 9 91% /\n",
+    "stderr": "",
+}
+
+
+# --- conditions ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("predicate", "output", "expected"),
+    [
+        (Contains(text="In stock"), "<p>In stock</p>", True),
+        (Contains(text="In stock"), "<p>Sold out</p>", False),
+        (NotContains(text="error"), "all good", True),
+        (NotContains(text="error"), "an error occurred", False),
+        (Contains(text="/dev/sda1", path="stdout"), DF, True),
+        (Above(value=90, path="stdout"), DF, False),  # the first number is 1 (1K-blocks)
+        (Above(value=90, path="exit_code"), DF, False),
+        (Below(value=1, path="exit_code"), DF, True),
+        (Above(value=1000, path="items.0.price"), {"items": [{"price": "$1,299.00"}]}, True),
+        (Below(value=1000, path="items.-1.price"), {"items": [{"price": 999.5}]}, True),
+        (Above(value=80), "Use% 85%", True),
+        (Below(value=0), "temperature -3.5 C", True),
+        (Contains(text="ok", path="status"), '{"status": "ok"}', True),  # JSON text
+    ],
+)
+def test_predicates(predicate: object, output: object, expected: bool) -> None:
+    assert holds(predicate, output) is expected  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("predicate", "output"),
+    [
+        (Contains(text="x", path="missing"), {"stdout": "x"}),
+        (Above(value=1, path="items.3"), {"items": [1]}),
+        (Above(value=1), "no digits here"),
+        (Contains(text="x", path="a.b"), {"a": "plain text"}),
+    ],
+)
+def test_predicates_on_output_without_what_they_test_raise(
+    predicate: object, output: object
+) -> None:
+    with pytest.raises(ConditionError):
+        holds(predicate, output)  # type: ignore[arg-type]
+
+
+@given(st.floats(min_value=-1e9, max_value=1e9, allow_nan=False).map(lambda f: round(f, 2)))
+def test_a_number_written_in_text_reads_back(value: float) -> None:
+    assert as_number(f"price: {value:.2f} EUR") == pytest.approx(value)
+
+
+# --- dispatch --------------------------------------------------------------------------
+
+
+def _due(n: int) -> list[Candidate]:
+    return [Candidate(f"t{i:02d}", T0 + timedelta(seconds=n - i), "schedule") for i in range(n)]
+
+
+def test_dispatch_fills_free_slots_earliest_due_first() -> None:
+    decision = plan(
+        _due(5), in_flight=1, max_concurrent=3, spent_today_usd=0, budget_usd=None, day=T0.date()
+    )
+    assert [c.task_id for c in decision.dispatch] == ["t04", "t03"]
+    assert len(decision.waiting) == 3 and not decision.skip
+
+
+def test_dispatch_with_no_free_slot_waits() -> None:
+    decision = plan(
+        _due(3), in_flight=2, max_concurrent=2, spent_today_usd=0, budget_usd=None, day=T0.date()
+    )
+    assert decision.dispatch == [] and len(decision.waiting) == 3
+
+
+def test_over_budget_skips_every_due_run_with_the_reason() -> None:
+    decision = plan(
+        _due(3), in_flight=0, max_concurrent=2, spent_today_usd=1.0, budget_usd=1.0, day=T0.date()
+    )
+    assert decision.dispatch == [] and decision.waiting == []
+    assert len(decision.skip) == 3
+    assert all("daily budget reached" in reason for _, reason in decision.skip)
+    assert "2025-01-06" in decision.skip[0][1]
+
+
+@given(
+    due=st.integers(0, 30),
+    in_flight=st.integers(0, 10),
+    limit=st.integers(1, 10),
+)
+def test_dispatch_never_exceeds_the_limit(due: int, in_flight: int, limit: int) -> None:
+    decision = plan(
+        _due(due),
+        in_flight=in_flight,
+        max_concurrent=limit,
+        spent_today_usd=0,
+        budget_usd=None,
+        day=T0.date(),
+    )
+    assert in_flight + len(decision.dispatch) <= max(limit, in_flight)
+    assert len(decision.dispatch) + len(decision.waiting) == due
+
+
+# --- budget ----------------------------------------------------------------------------
+
+
+def test_spend_is_per_utc_day_and_counts_each_run_once() -> None:
+    spend = DailySpend()
+    late = datetime(2025, 1, 6, 23, 59, tzinfo=UTC)
+    spend.add("r1", late, 0.40)
+    spend.add("r1", late, 0.40)  # the same outcome seen twice
+    spend.add("r2", late.astimezone(tz=UTC) + timedelta(minutes=2), 0.25)  # next UTC day
+    assert spend.spent_at(late) == pytest.approx(0.40)
+    assert spend.spent_at(late + timedelta(minutes=2)) == pytest.approx(0.25)
+    assert not over_budget(0.99, 1.0) and over_budget(1.0, 1.0) and not over_budget(5, None)
+
+
+# --- recovery and failures --------------------------------------------------------------
+
+
+def test_a_run_is_abandoned_only_after_its_deadline_and_the_grace() -> None:
+    assert not recovery.is_abandoned(T0, 600, T0 + timedelta(seconds=659), grace_s=60)
+    assert recovery.is_abandoned(T0, 600, T0 + timedelta(seconds=661), grace_s=60)
+    assert recovery.scheduled_origin(1) == "schedule"
+    assert recovery.scheduled_origin(3) == "catch_up"
+
+
+def test_max_failures_rule() -> None:
+    assert not failures.should_pause(2, 3)
+    assert failures.should_pause(3, 3)
+    reason = failures.pause_reason(3, 3, "tool_error: selector vanished")
+    assert "3 failed runs in a row" in reason and "selector vanished" in reason
+
+
+# --- ids -------------------------------------------------------------------------------
+
+
+@given(st.text(max_size=200))
+def test_task_ids_from_any_name_are_subject_tokens(name: str) -> None:
+    task_id = task_id_from_name(name)
+    decode(encode({"v": task_id}), dict[str, SubjectToken])
+
+
+def test_ids() -> None:
+    assert task_id_from_name("Check ACME price!") == "check-acme-price"
+    assert task_id_from_name("  ") != task_id_from_name("!!")
+    assert run_id_for_key("msg-1") == run_id_for_key("msg-1") != run_id_for_key("msg-2")
+    first, second = new_run_id(T0), new_run_id(T0)
+    assert first != second and first.startswith("20250106T080000-")
+
+
+# --- ledger ----------------------------------------------------------------------------
+
+
+def test_ledger_folds_a_run_and_lists_newest_first() -> None:
+    ledger = RunLedger(keep_per_task=2)
+    ledger.requested("a", "r1", "schedule", T0)
+    ledger.started("a", "r1", T0 + timedelta(seconds=1))
+    ledger.finished(
+        "a",
+        "r1",
+        status="completed",
+        at=T0 + timedelta(seconds=4),
+        cost_usd=0.01,
+        cost_saved_usd=0.2,
+        source="executor",
+        executor_version=3,
+    )
+    ledger.requested("b", "r2", "manual", T0 + timedelta(seconds=10))
+    runs = ledger.list()
+    assert [r.run_id for r in runs] == ["r2", "r1"]
+    r1 = runs[1]
+    assert (r1.status, r1.source, r1.executor_version, r1.duration_ms) == (
+        "completed",
+        "executor",
+        3,
+        3000,
+    )
+    assert (r1.cost_usd, r1.cost_saved_usd, r1.origin) == (0.01, 0.2, "schedule")
+    # A late "started" never reopens a finished run.
+    ledger.started("a", "r1", T0 + timedelta(seconds=20))
+    assert ledger.list("a")[0].status == "completed"
+    for i in range(3, 6):
+        ledger.requested("a", f"r{i}", "schedule", T0 + timedelta(minutes=i))
+    assert [r.run_id for r in ledger.list("a")] == ["r5", "r4"]  # only the newest kept
+    assert len(ledger.list(limit=1)) == 1

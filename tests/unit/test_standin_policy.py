@@ -1,0 +1,456 @@
+"""The stand-in's policy on canned tool results: each vocabulary item, probing, the
+misbehaviour markers, and reading tool results out of a Messages API request."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from services.standin.policy import (
+    CANDIDATE_RECORDS,
+    CANDIDATE_SELECTORS,
+    STUCK_CALL,
+    Answer,
+    ApiFailure,
+    Conversation,
+    Decision,
+    Step,
+    ToolCall,
+    decide,
+    parse_fields,
+    parse_price,
+    read_conversation,
+)
+
+BROWSER = frozenset(
+    {
+        "browser_navigate",
+        "browser_extract",
+        "browser_click",
+        "browser_fill_form",
+        "browser_read_page",
+        "browser_scroll",
+    }
+)
+NAV_OK = {"url": "http://site.test/", "status": 200, "title": "Site"}
+
+
+def step(call: ToolCall, output: Any = None, ok: bool = True, error: str | None = None) -> Step:
+    return Step(name=call.name, input=call.input, ok=ok, output=output, error=error)
+
+
+def play(prompt: str, tool_outputs: Any, tools: frozenset[str] = BROWSER) -> list[Decision]:
+    """Run the policy to its end. `tool_outputs(call)` gives (ok, output) for a call."""
+    steps: list[Step] = []
+    decisions: list[Decision] = []
+    for _ in range(30):
+        decision = decide(Conversation(prompt=prompt, tools=tools, steps=tuple(steps)))
+        decisions.append(decision)
+        if not isinstance(decision, ToolCall):
+            return decisions
+        ok, output = tool_outputs(decision)
+        steps.append(step(decision, output if ok else None, ok, None if ok else str(output)))
+    raise AssertionError("the policy never finished")
+
+
+def calls(decisions: list[Decision]) -> list[tuple[str, dict[str, Any]]]:
+    return [(d.name, d.input) for d in decisions if isinstance(d, ToolCall)]
+
+
+# --- 1 and 2: top N ---------------------------------------------------------------------
+
+
+def test_top_n_takes_the_first_candidate_that_has_enough_items() -> None:
+    def tools(call: ToolCall) -> tuple[bool, Any]:
+        if call.name == "browser_navigate":
+            return True, NAV_OK
+        return True, (
+            ["Alpha", "Beta  news", "Gamma", "Delta"]
+            if call.input["selector"] == ".headline"
+            else []
+        )
+
+    decisions = play("Open http://site.test/ and report the top 3 headlines.", tools)
+    assert calls(decisions) == [
+        ("browser_navigate", {"url": "http://site.test/"}),
+        ("browser_extract", {"selector": ".headline"}),
+    ]
+    assert decisions[-1] == Answer("Top 3 headlines:\n1. Alpha\n2. Beta news\n3. Gamma")
+    assert decisions[0].preface == "Let me open http://site.test/."  # type: ignore[union-attr]
+
+
+def test_top_n_probes_in_order_and_keeps_short_probes_in_the_conversation() -> None:
+    matches = {"li.item": ["one", "two", "three"], "article .title": ["only one"]}
+
+    def tools(call: ToolCall) -> tuple[bool, Any]:
+        if call.name == "browser_navigate":
+            return True, NAV_OK
+        return True, matches.get(call.input["selector"], [])
+
+    decisions = play("open http://site.test/list and report the top two stories", tools)
+    assert calls(decisions)[1:] == [
+        ("browser_extract", {"selector": ".headline"}),
+        ("browser_extract", {"selector": "article .title"}),
+        ("browser_extract", {"selector": "li.item"}),
+    ]
+    assert decisions[-1] == Answer("Top 2 stories:\n1. one\n2. two")
+    prefaces = [d.preface for d in decisions if isinstance(d, ToolCall)]
+    assert prefaces[1] is None and prefaces[2] == prefaces[3] is not None
+
+
+def test_top_n_gives_up_after_every_candidate() -> None:
+    decisions = play(
+        "Open http://site.test/ and report the top 3 headlines",
+        lambda c: (True, NAV_OK if c.name == "browser_navigate" else []),
+    )
+    probes = [i["selector"] for n, i in calls(decisions) if n == "browser_extract"]
+    assert probes == CANDIDATE_SELECTORS
+    assert isinstance(decisions[-1], Answer) and "could not find 3 headlines" in decisions[-1].text
+
+
+def test_click_then_top_n() -> None:
+    def tools(call: ToolCall) -> tuple[bool, Any]:
+        if call.name == "browser_extract":
+            return True, ["x", "y"]
+        return True, NAV_OK
+
+    prompt = 'Open http://site.test/, click "Older posts", and report the top 2 posts.'
+    decisions = play(prompt, tools)
+    assert calls(decisions)[:3] == [
+        ("browser_navigate", {"url": "http://site.test/"}),
+        ("browser_click", {"text": "Older posts"}),
+        ("browser_extract", {"selector": ".headline"}),
+    ]
+    assert decisions[-1] == Answer("Top 2 posts:\n1. x\n2. y")
+
+
+def test_failed_navigation_and_click_end_with_an_explanation() -> None:
+    nav = play(
+        "Open http://down.test/ and report the top 3 headlines",
+        lambda c: (False, "net::ERR_CONNECTION_REFUSED"),
+    )
+    assert nav[-1] == Answer("I could not open http://down.test/: net::ERR_CONNECTION_REFUSED")
+    click = play(
+        "Open http://site.test/, click Next, and report the top 3 headlines",
+        lambda c: (c.name != "browser_click", NAV_OK if c.name != "browser_click" else "no match"),
+    )
+    assert isinstance(click[-1], Answer) and "could not click 'Next'" in click[-1].text
+
+
+# --- 3: forms ---------------------------------------------------------------------------
+
+
+def test_fill_form_reports_the_confirmation_line() -> None:
+    page = "Newsletter\n\n  Thanks,   Ada!  Your subscription is confirmed.\nFooter"
+
+    def tools(call: ToolCall) -> tuple[bool, Any]:
+        return True, page if call.name == "browser_read_page" else NAV_OK
+
+    prompt = (
+        "Open http://site.test/signup, fill the form with name=Ada Lovelace, "
+        'email=ada@example.com, note="hi, there" and report the confirmation.'
+    )
+    decisions = play(prompt, tools)
+    assert calls(decisions) == [
+        ("browser_navigate", {"url": "http://site.test/signup"}),
+        (
+            "browser_fill_form",
+            {"fields": {"name": "Ada Lovelace", "email": "ada@example.com", "note": "hi, there"}},
+        ),
+        ("browser_read_page", {}),
+    ]
+    assert decisions[-1] == Answer("Confirmation: Thanks, Ada! Your subscription is confirmed.")
+
+
+def test_fill_form_without_a_confirmation() -> None:
+    decisions = play(
+        "Open http://site.test/f, fill the form with q=1 and report the confirmation",
+        lambda c: (True, "Nothing here" if c.name == "browser_read_page" else NAV_OK),
+    )
+    assert decisions[-1] == Answer("The form was submitted, but the page shows no confirmation.")
+
+
+def test_parse_fields() -> None:
+    assert parse_fields("a=1, b = two words ,#c='x, y'") == {
+        "a": "1",
+        "b": "two words",
+        "#c": "x, y",
+    }
+
+
+# --- 4: judgement -----------------------------------------------------------------------
+
+PRODUCTS = [
+    {"name": "Kettle", "price": "$24.00"},
+    {"name": "Toaster", "price": "$1,019.50"},
+    {"name": "Mug", "price": "$4.50"},
+    {"name": "Cup", "price": "$4.50"},
+    {"name": None, "price": "$0.10"},
+]
+
+
+def test_cheapest_probes_records_and_names_the_cheapest() -> None:
+    def tools(call: ToolCall) -> tuple[bool, Any]:
+        if call.name == "browser_navigate":
+            return True, NAV_OK
+        return True, PRODUCTS if call.input["selector"] == "li.item" else []
+
+    decisions = play("Open http://shop.test/ and report the cheapest product.", tools)
+    extracts = [i for n, i in calls(decisions) if n == "browser_extract"]
+    assert extracts == [{"selector": s, "fields": f} for s, f in CANDIDATE_RECORDS[:2]]
+    assert decisions[-1] == Answer("Cheapest product: Mug at $4.50")
+
+
+def test_open_the_cheapest_and_report_a_detail() -> None:
+    detail_page = "Mug\nPrice: $4.50\nShipping time: 3 days\n"
+
+    def tools(call: ToolCall) -> tuple[bool, Any]:
+        if call.name == "browser_extract":
+            return True, PRODUCTS
+        if call.name == "browser_read_page":
+            return True, detail_page
+        return True, NAV_OK
+
+    prompt = "Open http://shop.test/, open the cheapest product and report its shipping time."
+    decisions = play(prompt, tools)
+    assert calls(decisions)[2:] == [("browser_click", {"text": "Mug"}), ("browser_read_page", {})]
+    assert decisions[-1] == Answer("Cheapest product: Mug at $4.50; shipping time: 3 days")
+
+
+def test_judgement_prompt_for_replay_steps() -> None:
+    prompt = (
+        "Pick the cheapest product from this JSON and answer with its name only:\n"
+        + json.dumps(PRODUCTS)
+    )
+    assert decide(Conversation(prompt=prompt, tools=frozenset())) == Answer("Mug")
+    by_price = prompt.replace("its name only", "its price only")
+    assert decide(Conversation(prompt=by_price, tools=frozenset())) == Answer("$4.50")
+
+
+def test_parse_price() -> None:
+    assert parse_price("$1,299.00") == 1299.0
+    assert parse_price("EUR 3") == 3.0
+    assert parse_price(".5") == 0.5
+    assert parse_price("free") is None
+    assert parse_price(7) == 7.0
+
+
+# --- the smaller items ------------------------------------------------------------------
+
+
+def test_extract_title_and_read() -> None:
+    extract = play(
+        "Open http://site.test/ and extract `ul.links a`",
+        lambda c: (True, ["a", "b"] if c.name == "browser_extract" else NAV_OK),
+    )
+    assert calls(extract)[1] == ("browser_extract", {"selector": "ul.links a"})
+    assert extract[-1] == Answer("Items matching ul.links a:\n1. a\n2. b")
+    title = play("Open http://site.test/ and report its title", lambda c: (True, NAV_OK))
+    assert title[-1] == Answer("Title: Site")
+    read = play(
+        "Open http://site.test/ and read the page",
+        lambda c: (True, "One\n\nTwo" if c.name == "browser_read_page" else NAV_OK),
+    )
+    assert read[-1] == Answer("The page reads:\nOne\nTwo")
+
+
+def test_unknown_prompts_and_missing_tools_get_an_honest_answer() -> None:
+    unknown = decide(Conversation(prompt="Write me a poem", tools=BROWSER))
+    assert isinstance(unknown, Answer)
+    assert "stand-in" in unknown.text and "report the top <N> <things>" in unknown.text
+    no_tools = decide(
+        Conversation(prompt="Open http://x.test/ and report the top 3 headlines", tools=frozenset())
+    )
+    assert isinstance(no_tools, Answer) and "browser_navigate" in no_tools.text
+
+
+# --- markers ----------------------------------------------------------------------------
+
+
+def test_stuck_repeats_the_same_failing_call() -> None:
+    prompt = "Open http://site.test/ and report the top 3 headlines [standin:stuck]"
+    steps: list[Step] = []
+    seen = []
+    for _ in range(4):
+        decision = decide(Conversation(prompt=prompt, tools=BROWSER, steps=tuple(steps)))
+        assert isinstance(decision, ToolCall)
+        seen.append((decision.name, decision.input))
+        steps.append(step(decision, ok=False, error="no element matches"))
+    assert seen == [(STUCK_CALL[0], STUCK_CALL[1])] * 4
+
+
+def test_endless_never_ends_and_varies_its_input() -> None:
+    prompt = "[standin:endless] keep going"
+    steps: list[Step] = []
+    inputs = []
+    for _ in range(25):
+        decision = decide(Conversation(prompt=prompt, tools=BROWSER, steps=tuple(steps)))
+        assert isinstance(decision, ToolCall) and decision.name == "browser_scroll"
+        inputs.append(decision.input["amount"])
+        steps.append(step(decision, {"scroll_y": 0}))
+    assert len(set(inputs)) == 25
+
+
+@pytest.mark.parametrize(
+    ("marker", "status", "kind"),
+    [
+        ("[standin:fail]", 500, "api_error"),
+        ("[standin:fail:529]", 529, "overloaded_error"),
+        ("[standin:fail:400]", 400, "invalid_request_error"),
+    ],
+)
+def test_fail_marker_answers_an_api_error(marker: str, status: int, kind: str) -> None:
+    decision = decide(Conversation(prompt=f"do it {marker}", tools=BROWSER))
+    assert isinstance(decision, ApiFailure)
+    assert (decision.status, decision.error_type) == (status, kind)
+
+
+def test_redacted_marker_flags_tool_calls() -> None:
+    prompt = "Open http://site.test/ and report the top 3 headlines [standin:redacted]"
+    decision = decide(Conversation(prompt=prompt, tools=BROWSER))
+    assert isinstance(decision, ToolCall) and decision.redacted
+    assert decision.input == {"url": "http://site.test/"}
+
+
+# --- reading a request ------------------------------------------------------------------
+
+
+def test_read_conversation_pairs_calls_with_results() -> None:
+    body = {
+        "tools": [{"name": "browser_navigate", "input_schema": {}}],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "Open it"}]},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "", "signature": "s"},
+                    {
+                        "type": "tool_use",
+                        "id": "a",
+                        "name": "browser_navigate",
+                        "input": {"url": "u"},
+                    },
+                    {"type": "tool_use", "id": "b", "name": "browser_extract", "input": {}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "b",
+                        "content": "boom",
+                        "is_error": True,
+                    },
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "a",
+                        "content": [
+                            {"type": "text", "text": json.dumps({"ok": True, "output": [1]})}
+                        ],
+                    },
+                ],
+            },
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": "c", "name": "x", "input": {}}],
+            },
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "c", "content": "plain text"}],
+            },
+        ],
+    }
+    conv = read_conversation(body)
+    assert conv.prompt == "Open it"
+    assert conv.tools == frozenset({"browser_navigate"})
+    assert conv.steps == (
+        Step(name="browser_navigate", input={"url": "u"}, ok=True, output=[1]),
+        Step(name="browser_extract", input={}, ok=False, error="boom"),
+        Step(name="x", input={}, ok=True, output="plain text"),
+    )
+    failed = read_conversation(
+        {
+            "messages": [
+                {"role": "user", "content": "p"},
+                {
+                    "role": "assistant",
+                    "content": [{"type": "tool_use", "id": "z", "name": "t", "input": {}}],
+                },
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": "z",
+                            "content": json.dumps(
+                                {
+                                    "ok": False,
+                                    "output": None,
+                                    "error": {"code": "x", "message": "gone"},
+                                }
+                            ),
+                        }
+                    ],
+                },
+            ]
+        }
+    )
+    assert failed.steps[0].ok is False and failed.steps[0].error == "gone"
+
+
+def test_a_truncation_note_after_json_output_is_ignored() -> None:
+    body = {
+        "messages": [
+            {"role": "user", "content": "p"},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": "t", "name": "browser_extract", "input": {}}
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "t",
+                        "content": '["a", "b"]\n[output truncated]',
+                    }
+                ],
+            },
+        ]
+    }
+    assert read_conversation(body).steps[0].output == ["a", "b"]
+
+
+def test_answer_again_prompt_answers_from_todays_data() -> None:
+    # The compiler's llm result step for a form task: the stand-in must answer in the
+    # same form as the full run, from the fresh page text it is given.
+    from services.standin.policy import Answer, Conversation, decide
+
+    prompt = (
+        "Task (for context): Open <url>, fill the form with name=Ada, plan=pro and report "
+        "the confirmation\n\n"
+        "Answer the task again from today's data, in exactly the same form as this earlier "
+        "answer (same structure, wording and formatting; only the data may differ):\n"
+        "<example>\nConfirmation: Thank you, Bob! Your basic plan is confirmed.\n</example>\n"
+        "Reply with only the answer.\n\n"
+        "Today's data:\nstep_2 (browser_read_page): Welcome\n"
+        "Thank you, Ada! Your pro plan is confirmed.\nWe wrote to ada@example.com."
+    )
+    decision = decide(Conversation(prompt=prompt, tools=frozenset()))
+    assert decision == Answer("Confirmation: Thank you, Ada! Your pro plan is confirmed.")
+
+    shop = (
+        "Task (for context): Open <url>, open the cheapest gadget and report its description"
+        "\n\nAnswer the task again from today's data, in exactly the same form.\n\n"
+        "Today's data:\n"
+        'step_1 (browser_extract): [{"name":"Mug","price":"$9.00"},'
+        '{"name":"Pot","price":"$4.50"}]\n'
+        "step_3 (browser_read_page): Pot\n$4.50\nDescription: Small and sturdy."
+    )
+    decision = decide(Conversation(prompt=shop, tools=frozenset()))
+    assert decision == Answer("Cheapest gadget: Pot at $4.50; description: Small and sturdy.")

@@ -1,0 +1,219 @@
+"""The stand-in's wire rules: the 400s of the current models, thinking signatures, token
+estimates, prompt caching and the response shape."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from services.standin import protocol
+from services.standin.policy import Answer, ToolCall
+from services.standin.signing import DEFAULT_KEY
+
+KEY = DEFAULT_KEY
+TOOLS = [{"name": "browser_navigate", "description": "d", "input_schema": {"type": "object"}}]
+
+
+def body(**changes: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "model": "claude-sonnet-5-5",
+        "max_tokens": 1000,
+        "tools": TOOLS,
+        "messages": [{"role": "user", "content": "Open http://x.test/ and report its title"}],
+    }
+    base.update(changes)
+    return base
+
+
+def tool_turn(key: bytes = KEY, redacted: bool = False) -> dict[str, Any]:
+    """An assistant turn as the stand-in builds it."""
+    call = ToolCall(
+        "browser_navigate", {"url": "http://x.test/"}, preface="Let me look.", redacted=redacted
+    )
+    message = protocol.build_message(call, body(), key, protocol.PromptCache())
+    return {"role": "assistant", "content": message["content"]}
+
+
+def with_turn(turn: dict[str, Any]) -> dict[str, Any]:
+    tool_id = next(b["id"] for b in turn["content"] if b["type"] == "tool_use")
+    result = {"type": "tool_result", "tool_use_id": tool_id, "content": '{"title": "X"}'}
+    return body(messages=[*body()["messages"], turn, {"role": "user", "content": [result]}])
+
+
+def rejection(request: Any) -> str:
+    with pytest.raises(protocol.ApiError) as caught:
+        protocol.validate(request, KEY)
+    assert caught.value.status == 400
+    assert caught.value.error_type == "invalid_request_error"
+    return caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("changes", "needle"),
+    [
+        ({"thinking": {"type": "disabled"}}, "disabled"),
+        ({"tool_choice": {"type": "any"}}, "forced tool use"),
+        ({"tool_choice": {"type": "tool", "name": "browser_navigate"}}, "forced tool use"),
+        ({"temperature": 0.2}, "temperature"),
+        ({"top_p": 0.9}, "top_p"),
+        ({"top_k": 5}, "top_k"),
+        ({"output_config": {"effort": "extreme"}}, "effort"),
+        ({"stream": True}, "stream"),
+        ({"model": ""}, "model"),
+        ({"max_tokens": "many"}, "max_tokens"),
+        ({"messages": []}, "at least one message"),
+        ({"messages": [{"role": "system", "content": "x"}]}, "role"),
+        ({"messages": [{"role": "assistant", "content": "x"}]}, "first message"),
+        ({"tools": [{"name": "t"}]}, "input_schema"),
+    ],
+)
+def test_requests_the_current_models_refuse(changes: dict[str, Any], needle: str) -> None:
+    assert needle in rejection(body(**changes))
+
+
+def test_allowed_options_pass() -> None:
+    protocol.validate(
+        body(
+            thinking={"type": "adaptive"},
+            tool_choice={"type": "auto"},
+            output_config={"effort": "low"},
+            cache_control={"type": "ephemeral"},
+        ),
+        KEY,
+    )
+
+
+def test_assistant_prefill_is_refused() -> None:
+    request = body(messages=[*body()["messages"], {"role": "assistant", "content": "Sure"}])
+    assert "prefill" in rejection(request)
+
+
+def test_an_intact_tool_turn_passes_and_any_change_is_refused() -> None:
+    turn = tool_turn()
+    protocol.validate(with_turn(turn), KEY)
+
+    dropped = copy.deepcopy(turn)
+    dropped["content"] = [b for b in dropped["content"] if b["type"] != "thinking"]
+    assert "thinking blocks that were dropped" in rejection(with_turn(dropped))
+
+    altered_thinking = copy.deepcopy(turn)
+    altered_thinking["content"][0]["thinking"] = "I changed my mind"
+    assert "Invalid `signature`" in rejection(with_turn(altered_thinking))
+
+    altered_input = copy.deepcopy(turn)
+    altered_input["content"][-1]["input"]["url"] = "http://evil.test/"
+    assert "Invalid `signature`" in rejection(with_turn(altered_input))
+
+    altered_text = copy.deepcopy(turn)
+    altered_text["content"][1]["text"] = "Let me look again."
+    assert "Invalid `signature`" in rejection(with_turn(altered_text))
+
+    moved = copy.deepcopy(turn)
+    moved["content"] = moved["content"][1:] + moved["content"][:1]
+    assert "must come first" in rejection(with_turn(moved))
+
+    other_key = tool_turn(key=b"another-server")
+    assert "Invalid `signature`" in rejection(with_turn(other_key))
+
+
+def test_redacted_thinking_is_verified_too() -> None:
+    turn = tool_turn(redacted=True)
+    assert [b["type"] for b in turn["content"]][:2] == ["thinking", "redacted_thinking"]
+    protocol.validate(with_turn(turn), KEY)
+    altered = copy.deepcopy(turn)
+    altered["content"][1]["data"] = "forged"
+    assert "redacted_thinking" in rejection(with_turn(altered))
+
+
+def test_tool_use_needs_its_tool_result_next() -> None:
+    turn = tool_turn()
+    request = body(messages=[*body()["messages"], turn, {"role": "user", "content": "well?"}])
+    assert "without tool_result" in rejection(request)
+    stray = body(
+        messages=[
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "nope", "content": "x"}],
+            }
+        ]
+    )
+    assert "unexpected tool_use_id" in rejection(stray)
+
+
+def test_not_json_objects_are_refused() -> None:
+    assert "JSON object" in rejection([1, 2])
+    assert "content" in rejection(body(messages=[{"role": "user", "content": 5}]))
+
+
+def test_tool_call_message_shape_and_usage() -> None:
+    message = protocol.build_message(
+        ToolCall("browser_navigate", {"url": "u"}), body(), KEY, protocol.PromptCache()
+    )
+    assert message["type"] == "message" and message["role"] == "assistant"
+    assert message["stop_reason"] == "tool_use"
+    thinking, tool_use = message["content"]
+    assert thinking["type"] == "thinking" and thinking["thinking"] == ""
+    assert thinking["signature"].startswith("standin1.")
+    assert tool_use["type"] == "tool_use" and tool_use["id"].startswith("toolu_")
+    assert message["usage"]["input_tokens"] == protocol.count_input_tokens(body())
+    assert message["usage"]["output_tokens"] >= 1
+
+
+def test_answers_are_cut_at_max_tokens() -> None:
+    long_answer = Answer("word " * 200)
+    message = protocol.build_message(long_answer, body(max_tokens=10), KEY, protocol.PromptCache())
+    assert message["stop_reason"] == "max_tokens"
+    assert len(message["content"][0]["text"]) == 40
+    short = protocol.build_message(Answer("ok"), body(), KEY, protocol.PromptCache())
+    assert short["stop_reason"] == "end_turn" and short["content"] == [
+        {"type": "text", "text": "ok"}
+    ]
+
+
+def test_token_estimate_is_a_quarter_of_the_characters() -> None:
+    assert protocol.estimate_tokens("") == 0
+    assert protocol.estimate_tokens("abcd") == 1
+    assert protocol.estimate_tokens("abcde") == 2
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_prompt_cache_writes_then_reads_and_expires() -> None:
+    clock = Clock()
+    cache = protocol.PromptCache(min_tokens=0, clock=clock)
+    first = body(cache_control={"type": "ephemeral", "ttl": "5m"})
+    total = protocol.count_input_tokens(first)
+    written = cache.account(first)
+    assert (written.cache_write_5m, written.cache_read, written.input_tokens) == (total, 0, 0)
+
+    # The next turn shares the whole first prompt as its prefix.
+    turn = tool_turn()
+    second = with_turn(turn) | {"cache_control": {"type": "ephemeral", "ttl": "5m"}}
+    total2 = protocol.count_input_tokens(second)
+    read = cache.account(second)
+    assert read.cache_read == total
+    assert read.cache_write_5m == total2 - total
+    assert read.input_tokens == 0
+
+    clock.now += 301  # the first prefix expired (the second was written later: also 5m)
+    again = cache.account(first)
+    assert again.cache_read == 0 and again.cache_write_5m == total
+
+
+def test_prompt_cache_one_hour_ttl_and_minimum_size() -> None:
+    cache = protocol.PromptCache(min_tokens=0, clock=Clock())
+    one_hour = cache.account(body(cache_control={"type": "ephemeral", "ttl": "1h"}))
+    assert one_hour.cache_write_1h > 0 and one_hour.cache_write_5m == 0
+    big_minimum = protocol.PromptCache(min_tokens=10_000, clock=Clock())
+    small = big_minimum.account(body(cache_control={"type": "ephemeral"}))
+    assert small.cache_write_5m == small.cache_read == 0
+    no_marker = protocol.PromptCache(min_tokens=0).account(body())
+    assert no_marker.input_tokens == protocol.count_input_tokens(body())

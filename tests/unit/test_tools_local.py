@@ -1,0 +1,156 @@
+"""Local tools on real processes and files: timeouts kill the whole process group,
+output is bounded, the environment carries no secrets, files stay in their roots."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from services.tools import local
+from services.tools.outcome import ToolFailure
+
+pytestmark = pytest.mark.anyio
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purposes.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+async def test_runs_and_reports_exit_code_stdout_and_stderr(tmp_path: Path) -> None:
+    code = "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"
+    outcome = await local.shell_exec(
+        [sys.executable, "-c", code], timeout=10, cwd=tmp_path, max_output_bytes=1000
+    )
+    assert outcome.output == {"exit_code": 3, "stdout": "out\n", "stderr": "err\n"}
+    assert outcome.metadata.exit_code == 3 and not outcome.truncated
+
+
+async def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
+    pid_file = tmp_path / "child.pid"
+    # The command starts a grandchild that would outlive a plain kill of its parent.
+    code = (
+        "import subprocess, sys, time;"
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']);"
+        f"open({str(pid_file)!r}, 'w').write(str(p.pid));"
+        "print('started', flush=True); time.sleep(60)"
+    )
+    started = time.monotonic()
+    with pytest.raises(ToolFailure) as caught:
+        await local.shell_exec(
+            [sys.executable, "-c", code], timeout=1.0, cwd=tmp_path, max_output_bytes=1000
+        )
+    assert time.monotonic() - started < 10
+    failure = caught.value
+    assert failure.code == "timeout"
+    assert failure.output["stdout"] == "started\n"  # what it printed is kept
+    grandchild = int(pid_file.read_text())
+    with anyio.fail_after(5):
+        while _alive(grandchild):
+            await anyio.sleep(0.05)
+
+
+async def test_background_children_do_not_outlive_the_call(tmp_path: Path) -> None:
+    pid_file = tmp_path / "bg.pid"
+    code = (
+        "import subprocess, sys;"
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']);"
+        f"open({str(pid_file)!r}, 'w').write(str(p.pid))"
+    )
+    started = time.monotonic()
+    outcome = await local.shell_exec(
+        [sys.executable, "-c", code], timeout=30, cwd=tmp_path, max_output_bytes=1000
+    )
+    assert outcome.output["exit_code"] == 0
+    assert time.monotonic() - started < 10  # did not wait for the sleeper
+    background = int(pid_file.read_text())
+    with anyio.fail_after(5):
+        while _alive(background):
+            await anyio.sleep(0.05)
+
+
+async def test_output_is_bounded_and_the_pipe_never_blocks(tmp_path: Path) -> None:
+    code = "import sys; sys.stdout.write('x' * 5_000_000); sys.stdout.flush()"
+    outcome = await local.shell_exec(
+        [sys.executable, "-c", code], timeout=30, cwd=tmp_path, max_output_bytes=10_000
+    )
+    assert outcome.truncated
+    assert outcome.output["exit_code"] == 0
+    assert outcome.output["stdout"].startswith("x" * 10_000)
+    assert "4990000 more bytes dropped" in outcome.output["stdout"]
+
+
+async def test_commands_see_no_secrets(tmp_path: Path) -> None:
+    env = {
+        "PATH": os.environ["PATH"],
+        "ANTHROPIC_API_KEY": "sk-ant-secret-value-123",
+        "MY_SERVICE_TOKEN": "tok-123456789",
+        "ROTE_NATS_URL": "nats://u:pw@host:4222",
+        "HARMLESS": "yes",
+    }
+    outcome = await local.shell_exec(
+        ["env"], timeout=10, cwd=tmp_path, max_output_bytes=100_000, env=env
+    )
+    out = outcome.output["stdout"]
+    assert "HARMLESS=yes" in out
+    for hidden in ("sk-ant-secret", "tok-123456789", "pw@host"):
+        assert hidden not in out
+
+
+async def test_unknown_command_is_a_failure(tmp_path: Path) -> None:
+    with pytest.raises(ToolFailure) as caught:
+        await local.shell_exec(
+            ["no-such-command-rote"], timeout=5, cwd=tmp_path, max_output_bytes=100
+        )
+    assert caught.value.code == "command_failed"
+
+
+def test_file_write_then_read(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "er" / "note.txt"
+    written = local.file_write(path, "héllo\n")
+    assert written.output == {"path": str(path), "bytes": 7}
+    assert local.file_read(path, max_chars=100).output == "héllo\n"
+
+
+def test_file_read_is_bounded_without_reading_everything(tmp_path: Path) -> None:
+    path = tmp_path / "big.txt"
+    path.write_text("y" * 1_000_000)
+    outcome = local.file_read(path, max_chars=1000)
+    assert outcome.truncated
+    assert outcome.output.startswith("y" * 1000) and len(outcome.output) < 1100
+
+
+def test_file_read_failures(tmp_path: Path) -> None:
+    with pytest.raises(ToolFailure) as caught:
+        local.file_read(tmp_path / "missing.txt", max_chars=10)
+    assert caught.value.code == "not_found"
+    with pytest.raises(ToolFailure) as caught:
+        local.file_read(tmp_path, max_chars=10)
+    assert caught.value.code == "io_error"
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(ToolFailure):  # refused, not blocked forever
+        local.file_read(tmp_path / "fifo", max_chars=10)
+
+
+def test_a_symlink_swapped_in_after_the_check_is_not_followed(tmp_path: Path) -> None:
+    target = tmp_path / "outside.txt"
+    target.write_text("secret")
+    link = tmp_path / "swapped.txt"
+    os.symlink(target, link)
+    with pytest.raises(ToolFailure):
+        local.file_read(link, max_chars=100)
+    with pytest.raises(ToolFailure):
+        local.file_write(link, "overwrite")
+    assert target.read_text() == "secret"

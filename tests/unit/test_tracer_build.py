@@ -1,0 +1,93 @@
+"""Trace building: the last attempt's calls, in order, with the model's evidence."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from contracts.errors import ErrorInfo
+from contracts.llm import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from contracts.runs import RunEvent, Transcript, TranscriptEntry
+from contracts.tasks import TaskSpec
+from contracts.tools import ToolEvent, ToolMetadata
+from services.tracer.build import build_trace, final_attempt_calls, model_evidence
+
+AT = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def finished(
+    step: int, tool: str, output: object, *, ok: bool = True, source: str = "full_llm"
+) -> ToolEvent:
+    return ToolEvent(
+        run_id="r", event="finished", step=step, tool=tool, input={"n": step}, at=AT,
+        source=source, ok=ok, output=output, duration_ms=5 + step,
+        error=None if ok else ErrorInfo(code="not_found", message="no such element"),
+        metadata=ToolMetadata(item_count=len(output) if isinstance(output, list) else None),
+    )  # fmt: skip
+
+
+def test_redelivered_run_keeps_only_the_last_attempt_per_step() -> None:
+    dead_attempt = [
+        finished(0, "browser_navigate", {"url": "old"}),
+        finished(1, "browser_extract", ["x"]),
+    ]
+    live_attempt = [
+        finished(0, "browser_navigate", {"url": "new"}),
+        finished(1, "browser_extract", ["a", "b"]),
+    ]
+    replayed = [finished(0, "browser_navigate", {"url": "replay"}, source="executor")]
+    started = [
+        ToolEvent(run_id="r", event="started", step=2, tool="t", input={}, at=AT),
+    ]
+    calls = final_attempt_calls(dead_attempt + replayed + live_attempt + started)
+    assert [c.output for c in calls] == [{"url": "new"}, ["a", "b"]]
+
+
+def _assistant(*blocks: object) -> TranscriptEntry:
+    return TranscriptEntry(
+        at=AT, kind="message", message=Message(role="assistant", content=list(blocks))
+    )  # type: ignore[arg-type]
+
+
+def test_model_evidence_counts_thinking_and_text_before_each_call() -> None:
+    result = ToolResultBlock(tool_use_id="u1", content="ok")
+    transcript = Transcript(
+        run_id="r",
+        task_id="t",
+        entries=[
+            TranscriptEntry(at=AT, kind="message", message=Message(role="user", content="go")),
+            _assistant(
+                ThinkingBlock(thinking="", signature="s1"),
+                TextBlock(text="Let me open the page."),
+                ToolUseBlock(id="u1", name="browser_navigate", input={}),
+            ),
+            TranscriptEntry(at=AT, kind="message", message=Message(role="user", content=[result])),
+            _assistant(
+                ThinkingBlock(thinking="", signature="s2"),
+                ToolUseBlock(id="u2", name="browser_extract", input={}),
+                ToolUseBlock(id="u3", name="browser_read_page", input={}),
+            ),
+            _assistant(TextBlock(text="final answer")),
+        ],
+    )  # fmt: skip
+    assert model_evidence(transcript) == [("Let me open the page.", 1), ("", 1), ("", 0)]
+    assert model_evidence(None) == []
+
+
+def test_build_trace_carries_outputs_previews_and_run_facts() -> None:
+    spec = TaskSpec(name="news", prompt="report the top 3 headlines")
+    run = RunEvent(
+        task_id="t", run_id="r", event="completed", at=AT, status="completed",
+        source="full_llm", result="Top 3 headlines:\n1. a", cost_usd=0.03, duration_ms=1200,
+    )  # fmt: skip
+    events = [
+        finished(0, "browser_navigate", {"url": "http://x", "status": 200, "title": "News"}),
+        finished(1, "browser_extract", ["a" * 300]),
+        finished(2, "browser_click", None, ok=False),
+    ]
+    trace = build_trace(run=run, spec=spec, tool_events=events, transcript=None, captured_at=AT)
+    assert [s.tool for s in trace.steps] == ["browser_navigate", "browser_extract", "browser_click"]
+    assert trace.steps[1].output == ["a" * 300]
+    assert len(trace.steps[1].preview) == 200
+    assert trace.steps[2].status == "error" and trace.steps[2].error == "not_found: no such element"
+    assert trace.answer == "Top 3 headlines:\n1. a" and trace.cost_usd == 0.03
+    assert trace.task == spec

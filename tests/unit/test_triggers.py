@@ -1,0 +1,173 @@
+"""Every trigger kind against a controllable clock: when it is due, what a missed
+schedule does, cron in a named time zone (DST included), and what is refused."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from contracts.tasks import (
+    Above,
+    ConditionTrigger,
+    CronTrigger,
+    IntervalTrigger,
+    ManualTrigger,
+    OnceTrigger,
+)
+from services.scheduler.clock import ManualClock
+from services.scheduler.triggers import (
+    TriggerError,
+    TriggerState,
+    is_due,
+    missed_slots,
+    next_due,
+    validate,
+)
+
+T0 = datetime(2025, 1, 6, 8, 0, tzinfo=UTC)  # a Monday
+
+
+def at(hours: float = 0, minutes: float = 0, seconds: float = 0) -> datetime:
+    return T0 + timedelta(hours=hours, minutes=minutes, seconds=seconds)
+
+
+def test_interval_first_run_at_creation_then_every_interval() -> None:
+    clock = ManualClock(T0)
+    trigger = IntervalTrigger(every_s=600)
+    state = TriggerState(set_at=clock.now())
+    assert is_due(trigger, state, clock.now())
+
+    fired = TriggerState(set_at=T0, last_fired=clock.now())
+    clock.advance(599)
+    assert not is_due(trigger, fired, clock.now())
+    clock.advance(1)
+    assert is_due(trigger, fired, clock.now())
+    assert next_due(trigger, fired) == at(minutes=10)
+
+
+def test_interval_missed_while_down_runs_once() -> None:
+    trigger = IntervalTrigger(every_s=3600)
+    state = TriggerState(set_at=T0, last_fired=T0)
+    now = at(hours=5, minutes=30)  # down for five slots
+    assert is_due(trigger, state, now)
+    assert missed_slots(trigger, state, now) == 5
+    # Once it fires, the next slot is an interval after now, not the next missed one.
+    after = TriggerState(set_at=T0, last_fired=now)
+    assert not is_due(trigger, after, now)
+    assert next_due(trigger, after) == now + timedelta(hours=1)
+    assert missed_slots(trigger, after, now) == 0
+
+
+def test_cron_in_utc() -> None:
+    trigger = validate(CronTrigger(expr="0 9 * * 1-5"))
+    state = TriggerState(set_at=T0)
+    assert next_due(trigger, state) == at(hours=1)
+    assert not is_due(trigger, state, at(minutes=59, seconds=59))
+    assert is_due(trigger, state, at(hours=1))
+    fired = TriggerState(set_at=T0, last_fired=at(hours=1, seconds=2))
+    assert next_due(trigger, fired) == at(hours=25)  # Tuesday 09:00
+
+
+def test_cron_in_a_named_time_zone_follows_its_offset() -> None:
+    trigger = validate(CronTrigger(expr="0 9 * * *", tz="America/New_York"))
+    winter = TriggerState(set_at=datetime(2025, 1, 15, 12, 0, tzinfo=UTC))
+    assert next_due(trigger, winter) == datetime(2025, 1, 15, 14, 0, tzinfo=UTC)  # EST
+    summer = TriggerState(set_at=datetime(2025, 7, 15, 12, 0, tzinfo=UTC))
+    assert next_due(trigger, summer) == datetime(2025, 7, 15, 13, 0, tzinfo=UTC)  # EDT
+
+
+def test_cron_runs_once_when_clocks_go_back_and_once_when_they_skip() -> None:
+    ny = validate(CronTrigger(expr="30 1 * * *", tz="America/New_York"))
+    # 2025-11-02: 01:30 happens twice in New York (EDT, then EST).
+    first = next_due(ny, TriggerState(set_at=datetime(2025, 11, 2, 4, 0, tzinfo=UTC)))
+    assert first == datetime(2025, 11, 2, 5, 30, tzinfo=UTC)  # 01:30 EDT
+    second = next_due(ny, TriggerState(set_at=first, last_fired=first + timedelta(seconds=1)))
+    assert second == datetime(2025, 11, 3, 6, 30, tzinfo=UTC)  # next day 01:30 EST
+    # 2025-03-09: 02:30 does not exist in New York; the job runs at 03:00 EDT instead.
+    spring = validate(CronTrigger(expr="30 2 * * *", tz="America/New_York"))
+    skipped = next_due(spring, TriggerState(set_at=datetime(2025, 3, 9, 5, 0, tzinfo=UTC)))
+    assert skipped == datetime(2025, 3, 9, 7, 0, tzinfo=UTC)
+
+
+def test_cron_missed_slots_collapse_and_resume_skips_the_paused_ones() -> None:
+    hourly = validate(CronTrigger(expr="0 * * * *"))
+    state = TriggerState(set_at=T0, last_fired=at(hours=1))
+    now = at(hours=6, minutes=30)
+    assert next_due(hourly, state) == at(hours=2)
+    assert missed_slots(hourly, state, now) == 5  # 10:00 .. 14:00 UTC
+    assert next_due(hourly, TriggerState(set_at=T0, last_fired=now)) == at(hours=7)
+    resumed = TriggerState(set_at=T0, last_fired=at(hours=1), resumed_at=now)
+    assert not is_due(hourly, resumed, now)
+    assert next_due(hourly, resumed) == at(hours=7)
+
+
+def test_once_fires_once_and_reads_a_naive_time_as_utc() -> None:
+    trigger = validate(OnceTrigger(at=datetime(2025, 1, 6, 12, 0)))
+    assert isinstance(trigger, OnceTrigger) and trigger.at.tzinfo is not None
+    state = TriggerState(set_at=T0)
+    assert not is_due(trigger, state, at(hours=3, minutes=59))
+    assert is_due(trigger, state, at(hours=4))
+    fired = TriggerState(set_at=T0, last_fired=at(hours=4))
+    assert next_due(trigger, fired) is None
+    assert not is_due(trigger, fired, at(hours=100))
+    # A new `once` (trigger changed after the last firing) is due again.
+    assert is_due(trigger, TriggerState(set_at=at(hours=5), last_fired=at(hours=4)), at(hours=6))
+
+
+def test_manual_is_never_due() -> None:
+    state = TriggerState(set_at=T0)
+    assert next_due(ManualTrigger(), state) is None
+    assert not is_due(ManualTrigger(), state, at(hours=10_000))
+
+
+def test_condition_checks_every_interval_and_waits_out_the_cooldown() -> None:
+    trigger = ConditionTrigger(
+        tool="shell_exec",
+        input={"command": "df /"},
+        predicate=Above(value=90, path="stdout"),
+        every_s=60,
+        cooldown_s=600,
+    )
+    assert next_due(trigger, TriggerState(set_at=T0)) == T0  # first check right away
+    checked = TriggerState(set_at=T0, last_checked=at(minutes=1))
+    assert next_due(trigger, checked) == at(minutes=2)
+    fired = TriggerState(set_at=T0, last_checked=at(minutes=1), last_fired=at(minutes=1))
+    assert next_due(trigger, fired) == at(minutes=11)  # cooldown beats the interval
+
+
+@pytest.mark.parametrize(
+    ("trigger", "field"),
+    [
+        (CronTrigger(expr="61 * * * *"), "trigger.expr"),
+        (CronTrigger(expr="* * * *"), "trigger.expr"),
+        (CronTrigger(expr="* * * * * *"), "trigger.expr"),  # seconds are not cron
+        (CronTrigger(expr="@sometimes"), "trigger.expr"),
+        (CronTrigger(expr="0 9 * * *", tz="Mars/Olympus"), "trigger.tz"),
+        (CronTrigger(expr="0 9 * * *", tz="../etc/passwd"), "trigger.tz"),
+        (IntervalTrigger(every_s=0.01), "trigger.every_s"),
+        (
+            ConditionTrigger(tool="x", predicate=Above(value=1), every_s=0.5),
+            "trigger.every_s",
+        ),
+    ],
+)
+def test_unschedulable_triggers_name_the_field(trigger: object, field: str) -> None:
+    with pytest.raises(TriggerError) as caught:
+        validate(trigger)  # type: ignore[arg-type]
+    assert caught.value.field == field
+
+
+@given(
+    every=st.floats(min_value=1, max_value=86_400),
+    gap=st.floats(min_value=0, max_value=30 * 86_400),
+)
+def test_interval_is_due_exactly_when_an_interval_has_passed(every: float, gap: float) -> None:
+    trigger = IntervalTrigger(every_s=every)
+    state = TriggerState(set_at=T0, last_fired=T0)
+    now = T0 + timedelta(seconds=gap)
+    due = is_due(trigger, state, now)
+    assert due == (now >= T0 + timedelta(seconds=every))
+    assert (missed_slots(trigger, state, now) >= 1) == due
