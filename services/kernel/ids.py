@@ -2,28 +2,24 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
-import secrets
-import time
+import uuid
+from datetime import UTC, datetime
 
-_NOT_TOKEN = re.compile(r"[^A-Za-z0-9_-]+")
-
-
-def new_id(prefix: str) -> str:
-    """Time-ordered and unique: `<prefix>_<ms since epoch, base36><random>`."""
-    millis = int(time.time() * 1000)
-    stamp = ""
-    while millis:
-        millis, digit = divmod(millis, 36)
-        stamp = "0123456789abcdefghijklmnopqrstuvwxyz"[digit] + stamp
-    return f"{prefix}_{stamp}{secrets.token_hex(4)}"
+_NOT_TOKEN = re.compile(r"[^a-z0-9_-]+")
+MAX_TOKEN = 64
 
 
-def new_run_id() -> str:
-    return new_id("run")
+def slug(name: str) -> str:
+    """A task id from a human name: `"Check ACME price!"` -> `"check-acme-price"`."""
+    token = _NOT_TOKEN.sub("-", name.lower()).strip("-_")[:MAX_TOKEN].strip("-_")
+    if token:
+        return token
+    return "task-" + hashlib.sha256(name.encode()).hexdigest()[:12]
 
 
-def slug(name: str, max_length: int = 48) -> str:
-    """A subject-safe id from a human name ("Top headlines!" -> "top-headlines")."""
-    token = _NOT_TOKEN.sub("-", name.strip().lower()).strip("-")[:max_length].strip("-")
-    return token or new_id("task")
+def new_run_id(now: datetime | None = None) -> str:
+    """Sortable by time, unique by a random suffix: `20250101T090000-3f2a9c1b7e40`."""
+    at = (now or datetime.now(UTC)).astimezone(UTC)
+    return f"{at:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:12]}"

@@ -67,6 +67,15 @@ class EventRelay:
             self.position = int(entry.value or b"0")
         except KeyNotFoundError:
             self.position = 0
+        # A position past the end of the store means the store was replaced (an
+        # in-memory store after a restart, a reset database) while NATS kept the old
+        # position: start again from the beginning rather than publish nothing.
+        newest = await anyio.to_thread.run_sync(self.app.recorder.max_notification_id)
+        if self.position > (newest or 0):
+            log.warning(
+                "relay_position_reset", relay=self.name, position=self.position, newest=newest
+            )
+            self.position = 0
         return self.position
 
     def wake(self) -> None:

@@ -96,6 +96,7 @@ async def open_stack(
     names: list[str] | tuple[str, ...],
     *,
     join_running: bool = True,
+    embedded_port: int | None = None,
 ) -> AsyncIterator[Stack]:
     """Connect (starting an embedded NATS when no URL is configured), provision streams,
     start the named services, and stop all of it on exit."""
@@ -110,14 +111,15 @@ async def open_stack(
                 f"rote is already running with an embedded NATS in {settings.data_dir}"
                 f" ({url_file(settings).read_text().strip()}); stop it or use `rote serve`"
             )
-        embedded = EmbeddedNats(Path(settings.data_dir) / "nats")
+        embedded = EmbeddedNats(Path(settings.data_dir) / "nats", port=embedded_port)
         await anyio.to_thread.run_sync(embedded.start)
         url = embedded.url
         url_file(settings).write_text(url + "\n")
     bus: Bus | None = None
     try:
         bus = await connect(url, name="rote:" + ",".join(names))
-        await ensure_streams(bus.js)
+        # An embedded server is a single node: it cannot hold more than one replica.
+        await ensure_streams(bus.js, 1 if embedded is not None else settings.stream_replicas)
         async with anyio.create_task_group() as tg:
             ctx = ServiceContext(
                 settings=settings,

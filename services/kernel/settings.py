@@ -76,6 +76,9 @@ class Settings:
     chromium: str | None = None
     allowed_commands: tuple[str, ...] = ()
     path_roots: tuple[str, ...] = ()
+    # Replicas of every JetStream stream rote provisions: 1 on a single server, 3 on a
+    # 3-node cluster (infra/nats/cluster). An embedded server always uses 1.
+    stream_replicas: int = 1
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -92,6 +95,9 @@ class Settings:
         ):
             raise SettingsError("ROTE_EVENT_STORE must be sqlite, memory or a postgresql:// URL")
         prices = env.get("ROTE_PRICES_FILE")
+        replicas = _int(env, "ROTE_STREAM_REPLICAS", 1)
+        if not 1 <= replicas <= 5:
+            raise SettingsError(f"ROTE_STREAM_REPLICAS must be 1 to 5, got {replicas}")
         return cls(
             nats_url=env.get("ROTE_NATS_URL") or None,
             data_dir=Path(env["ROTE_DATA_DIR"]).expanduser()
@@ -113,6 +119,7 @@ class Settings:
             chromium=env.get("ROTE_CHROMIUM") or None,
             allowed_commands=_list(env, "ROTE_TOOLS_ALLOW_COMMANDS"),
             path_roots=_list(env, "ROTE_TOOLS_PATH_ROOTS"),
+            stream_replicas=replicas,
         )
 
     def with_(self, **changes: object) -> Settings:

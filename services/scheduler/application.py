@@ -22,9 +22,10 @@ from eventsourcing.persistence import JSONTranscoder, RecordConflictError, Trans
 from contracts.runs import RunOrigin, RunView
 from contracts.tasks import CreateTask, TaskSpec, TaskView, UpdateTask
 from services.kernel.errors import ServiceError
+from services.kernel.ids import slug
 from services.kernel.logs import get_logger
 from services.scheduler.budget import DailySpend, utc_day
-from services.scheduler.ids import task_id_from_name, task_uuid, untracked_uuid
+from services.scheduler.ids import task_uuid, untracked_uuid
 from services.scheduler.ledger import RunLedger
 from services.scheduler.task import Task, UntrackedRuns, checked_spec
 from services.scheduler.triggers import next_due
@@ -204,7 +205,7 @@ class Tasks(Application[UUID]):
 
     def create(self, command: CreateTask, at: datetime) -> Task:
         spec = checked_spec(command)
-        task_id = command.task_id or task_id_from_name(command.name)
+        task_id = command.task_id or slug(command.name)
         for _ in range(MAX_ATTEMPTS):
             try:
                 existing = self._load(task_id)

@@ -30,13 +30,14 @@ from contracts.tasks import (
 )
 from services.kernel.codec import decoder
 from services.kernel.errors import ServiceError, validation_error
+from services.kernel.ids import new_run_id
 from services.kernel.logs import get_logger
 from services.scheduler import conditions, recovery
 from services.scheduler.application import Tasks, to_view
 from services.scheduler.budget import over_budget, skip_reason, utc_day
 from services.scheduler.clock import Clock
 from services.scheduler.dispatch import Candidate, plan
-from services.scheduler.ids import new_run_id, run_id_for_key
+from services.scheduler.ids import run_id_for_key
 from services.scheduler.task import Task
 from services.scheduler.triggers import missed_slots, next_due
 

@@ -1,28 +1,13 @@
-"""Task and run ids (NATS subject tokens), and the aggregate ids behind them."""
+"""Run ids for idempotency keys, and the aggregate ids behind tasks. Task ids from names
+and fresh run ids come from services.kernel.ids."""
 
 from __future__ import annotations
 
 import hashlib
-import re
 import uuid
-from datetime import UTC, date, datetime
+from datetime import date
 
-_NOT_TOKEN = re.compile(r"[^a-z0-9_-]+")
 _NAMESPACE = uuid.UUID("5d0f1f8e-51a4-4c36-9a43-6f1ab0c3a8a1")
-MAX_TOKEN = 64
-
-
-def task_id_from_name(name: str) -> str:
-    """`"Check ACME price!"` -> `"check-acme-price"`: a readable, valid subject token."""
-    slug = _NOT_TOKEN.sub("-", name.lower()).strip("-_")[:MAX_TOKEN].strip("-_")
-    if slug:
-        return slug
-    return "task-" + hashlib.sha256(name.encode()).hexdigest()[:12]
-
-
-def new_run_id(now: datetime) -> str:
-    """Sortable by time, unique by a random suffix: `20250101T090000-3f2a9c1b7e40`."""
-    return f"{now.astimezone(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:12]}"
 
 
 def run_id_for_key(key: str) -> str:

@@ -188,8 +188,9 @@ class BrowserPool:
     # --- lifecycle -----------------------------------------------------------------------
 
     async def __aenter__(self) -> BrowserPool:
-        tg = await self._stack.enter_async_context(anyio.create_task_group())
+        # Unwound in reverse: cancel the helpers, wait for them, then close the browser.
         self._stack.push_async_callback(self._shutdown)
+        tg = await self._stack.enter_async_context(anyio.create_task_group())
         self._stack.callback(tg.cancel_scope.cancel)
         tg.start_soon(self._keep_warm)
         tg.start_soon(self._reap_idle)
@@ -247,7 +248,12 @@ class BrowserPool:
 
     async def _launch_once(self) -> Browser:
         if self._playwright is None:
-            self._playwright = await async_playwright().start()
+            # Shielded: a start cut short would leave a driver process nobody stops.
+            with anyio.CancelScope(shield=True):
+                self._playwright = await async_playwright().start()
+            if self._closing:
+                await self._stop_playwright()
+                raise BrowserUnavailable("the tools service is shutting down")
         pw = self._playwright
         try:
             own = pw.chromium.executable_path

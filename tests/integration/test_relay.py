@@ -87,3 +87,14 @@ async def test_relay_publishes_once_and_resumes(bus: Bus, tmp_path: Path, event_
     assert msg.headers is not None
     assert msg.headers[s.HEADER_NOTIFICATION_ID] == "4"
     app.close()
+
+
+async def test_a_replaced_store_is_published_from_the_start(bus: Bus, tmp_path: Path) -> None:
+    await ensure_streams(bus.js)
+    kv = await bus.js.key_value(s.BUCKET_RELAY)
+    await kv.put("fresh", b"57")  # a position left by an earlier, now vanished, store
+    app = Counters(env=application_env(Settings(data_dir=tmp_path, event_store="memory"), "fresh"))
+    app.save(Counter("new"))
+    relay = EventRelay(app, bus, convert, name="fresh")
+    assert await relay.publish_pending() == 1
+    app.close()

@@ -720,7 +720,8 @@ def nothing_left_behind() -> Iterator[None]:
     deadline = time.monotonic() + 10
     while _leftovers() and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _leftovers() == []
+    left = _leftovers()
+    assert left == [], [Path(f"/proc/{p}/cmdline").read_bytes()[:200] for p in left]
 
 
 def _browser_pids() -> list[int]:

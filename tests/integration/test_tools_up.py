@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -75,6 +76,9 @@ def test_rote_up_serves_tools_and_leaves_no_chromium(tmp_path: Path) -> None:
     )
     try:
         assert proc.stdout is not None
+        # Every service must start; a hang is a failure, not a stuck test run.
+        ready, _, _ = select.select([proc.stdout], [], [], 90)
+        assert ready, "rote up printed nothing within 90 s"
         first = proc.stdout.readline()
         assert first.startswith("rote up: NATS "), first
         assert "tools" in first.split("services:")[1]

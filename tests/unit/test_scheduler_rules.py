@@ -12,11 +12,13 @@ from hypothesis import strategies as st
 from contracts.base import SubjectToken
 from contracts.tasks import Above, Below, Contains, NotContains
 from services.kernel.codec import decode, encode
+from services.kernel.ids import new_run_id
+from services.kernel.ids import slug as task_id_from_name
 from services.scheduler import failures, recovery
 from services.scheduler.budget import DailySpend, over_budget
 from services.scheduler.conditions import ConditionError, as_number, holds
 from services.scheduler.dispatch import Candidate, plan
-from services.scheduler.ids import new_run_id, run_id_for_key, task_id_from_name
+from services.scheduler.ids import run_id_for_key
 from services.scheduler.ledger import RunLedger
 
 T0 = datetime(2025, 1, 6, 8, 0, tzinfo=UTC)

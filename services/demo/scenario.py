@@ -1,0 +1,225 @@
+"""`rote demo`: one task's whole life, on the embedded stack.
+
+Run 1 is a full LLM run and compiles executor v1; runs 2 and 3 replay it; the site then
+changes its layout; run 4's replay breaks, the run falls back to the full loop and its
+trace compiles v2; run 5 replays v2. Offline, the model is the scripted stand-in
+served over the Anthropic Messages API; with --live it is Claude.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import anyio
+
+from contracts import subjects as s
+from contracts.executors import ExecutorEvent, ExecutorHealth, ExecutorRef
+from contracts.llm import ModelsReply
+from contracts.runs import RunEvent
+from contracts.tasks import CreateTask, RunAccepted, RunTask, TaskView
+from services.demo.site import DemoSite
+from services.kernel.bus import Bus
+from services.kernel.codec import decode
+from services.kernel.embedded_nats import free_port
+from services.kernel.replay_read import read_all
+from services.kernel.runtime import open_stack
+from services.kernel.settings import Settings
+
+TASK_ID = "demo-news"
+RUNS = 5
+LAYOUT_CHANGE_BEFORE_RUN = 4
+SERVICES = ["system", "llm", "tools", "compiler", "tracer", "runner", "scheduler"]
+
+
+@dataclass
+class RunRow:
+    number: int
+    run_id: str
+    status: str
+    source: str
+    executor_version: int | None
+    fell_back: bool
+    large_tokens: int
+    small_tokens: int
+    cost_usd: float
+    saved_usd: float
+    duration_ms: int
+    result: str
+
+
+@dataclass
+class DemoReport:
+    rows: list[RunRow] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+
+    @property
+    def total_cost_usd(self) -> float:
+        return sum(r.cost_usd for r in self.rows)
+
+    @property
+    def full_run_cost_usd(self) -> float:
+        """The measured mean cost of this task's full LLM runs."""
+        full = [r.cost_usd for r in self.rows if r.source == "full_llm"]
+        return statistics.fmean(full) if full else 0.0
+
+    @property
+    def all_full_cost_usd(self) -> float:
+        return self.full_run_cost_usd * len(self.rows)
+
+    @property
+    def full_runs_after_change(self) -> int:
+        return sum(
+            1 for r in self.rows if r.number >= LAYOUT_CHANGE_BEFORE_RUN and r.source == "full_llm"
+        )
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "runs": [r.__dict__ for r in self.rows],
+            "versions": self.versions,
+            "total_cost_usd": round(self.total_cost_usd, 8),
+            "all_full_cost_usd": round(self.all_full_cost_usd, 8),
+            "full_run_cost_usd": round(self.full_run_cost_usd, 8),
+            "full_runs_caused_by_site_change": self.full_runs_after_change,
+        }
+
+
+Printer = Callable[[str], None]
+
+
+async def _model_ids(bus: Bus) -> dict[str, str]:
+    models = await bus.request(s.LLM_MODELS, b"{}", ModelsReply)
+    return models.aliases
+
+
+async def _finished(bus: Bus, run_id: str, timeout: float) -> RunEvent:
+    with anyio.fail_after(timeout):
+        while True:
+            for msg in reversed(
+                await read_all(bus.js, s.STREAM_RUNS, s.run_events_of(run_id=run_id))
+            ):
+                event = decode(msg.data, RunEvent)
+                if event.event in ("completed", "failed"):
+                    return event
+            await anyio.sleep(0.2)
+
+
+async def _compiled(bus: Bus, version: int, timeout: float) -> ExecutorEvent | None:
+    """The `compiled` event of `version` (None if the compiler skipped the trace)."""
+    with anyio.fail_after(timeout):
+        while True:
+            for msg in await read_all(bus.js, s.STREAM_EXECUTORS, s.executor_event(TASK_ID, "*")):
+                event = decode(msg.data, ExecutorEvent)
+                if event.event == "compiled" and event.version == version:
+                    return event
+                if event.event == "skipped":
+                    return None
+            await anyio.sleep(0.2)
+
+
+def _row(number: int, event: RunEvent, large: str, small: str) -> RunRow:
+    def tokens(model: str) -> int:
+        t = event.tokens.get(model)
+        return (t.input_tokens + t.output_tokens) if t else 0
+
+    return RunRow(
+        number=number,
+        run_id=event.run_id,
+        status=event.status,
+        source=event.source or "-",
+        executor_version=event.executor_version,
+        fell_back=event.fell_back,
+        large_tokens=tokens(large),
+        small_tokens=tokens(small),
+        cost_usd=event.cost_usd,
+        saved_usd=event.cost_saved_usd,
+        duration_ms=event.duration_ms or 0,
+        result=event.result or (event.error or ""),
+    )
+
+
+HEADER = (
+    f"{'run':>3}  {'source':<8}  {'exec':>4}  {'large tok':>9}  {'small tok':>9}  "
+    f"{'cost $':>10}  {'saved $':>10}  {'time':>7}"
+)
+
+
+def format_row(row: RunRow) -> str:
+    source = row.source if row.status == "completed" else f"FAILED:{row.source}"
+    version = f"v{row.executor_version}" if row.executor_version else "-"
+    note = "  (replay broke, fell back)" if row.fell_back else ""
+    return (
+        f"{row.number:>3}  {source:<8}  {version:>4}  {row.large_tokens:>9}  "
+        f"{row.small_tokens:>9}  {row.cost_usd:>10.6f}  {row.saved_usd:>10.6f}  "
+        f"{row.duration_ms / 1000:>6.2f}s{note}"
+    )
+
+
+async def run_demo(
+    *,
+    settings: Settings,
+    site: DemoSite,
+    out: Printer,
+    run_timeout_s: float = 180.0,
+) -> DemoReport:
+    report = DemoReport()
+    async with open_stack(
+        settings, SERVICES, join_running=False, embedded_port=free_port()
+    ) as stack:
+        bus = stack.bus
+        aliases = await _model_ids(bus)
+        spec = CreateTask(
+            task_id=TASK_ID,
+            name="Demo town headlines",
+            prompt=f"Open {site.url}/news and report the top 3 headlines",
+        )
+        large = aliases.get(spec.model, spec.model)
+        small = aliases.get(spec.small_model, spec.small_model)
+        await bus.request(s.TASKS_CREATE, spec, TaskView)
+        out(f"NATS {stack.nats_url} (embedded); site {site.url}; models {large} / {small}")
+        out(f"task {TASK_ID!r}: {spec.prompt}")
+        out("")
+        out(HEADER)
+        for number in range(1, RUNS + 1):
+            if number == LAYOUT_CHANGE_BEFORE_RUN:
+                site.layout = "v2"
+                out("    -- the site changes its layout (v1 -> v2); old selectors stop matching")
+            site.edition = number - 1  # fresh headlines every run: a replay must read the page
+            accepted = await bus.request(s.TASKS_RUN, RunTask(task_id=TASK_ID), RunAccepted)
+            event = await _finished(bus, accepted.run_id, run_timeout_s)
+            row = _row(number, event, large, small)
+            report.rows.append(row)
+            out(format_row(row))
+            if event.status == "completed" and event.source == "full_llm":
+                version = len(report.versions) + 1
+                compiled = await _compiled(bus, version, 60)
+                if compiled is None:
+                    out("         the compiler skipped this trace")
+                    continue
+                report.versions.append(version)
+                health = await bus.request(
+                    s.EXECUTORS_GET, ExecutorRef(task_id=TASK_ID), ExecutorHealth
+                )
+                out(
+                    f"         compiled v{version}: {health.total_steps} steps "
+                    f"({health.deterministic_steps} deterministic, {health.templated_steps} "
+                    f"templated, {health.llm_steps} small-model)"
+                )
+        health = await bus.request(s.EXECUTORS_GET, ExecutorRef(task_id=TASK_ID), ExecutorHealth)
+    out("")
+    out(f"answer of the last run:\n{report.rows[-1].result}")
+    out("")
+    saved = report.all_full_cost_usd - report.total_cost_usd
+    share = saved / report.all_full_cost_usd * 100 if report.all_full_cost_usd else 0.0
+    out(
+        f"total cost ${report.total_cost_usd:.6f} vs ${report.all_full_cost_usd:.6f} for the "
+        f"same {len(report.rows)} runs all as full LLM runs "
+        f"(mean full run ${report.full_run_cost_usd:.6f}): {share:.1f}% saved"
+    )
+    out(
+        f"the site change cost {report.full_runs_after_change} full run(s); executor now "
+        f"v{health.version} ({health.status}), {health.success_count} replays, "
+        f"${health.total_cost_saved_usd:.6f} saved by it"
+    )
+    return report

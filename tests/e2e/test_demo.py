@@ -1,0 +1,70 @@
+"""`rote demo` as a newcomer runs it: the scenario's sources and versions per run, a
+summary whose numbers add up, exit 0, and nothing left running."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+def _children_named(name: str, parent: int | None = None) -> set[int]:
+    args = ["pgrep", "-f", name] if parent is None else ["pgrep", "-P", str(parent), "-f", name]
+    out = subprocess.run(args, capture_output=True, text=True)
+    return {int(p) for p in out.stdout.split()}
+
+
+def test_demo_walks_the_whole_life_of_a_task() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ROTE_", "ANTHROPIC_"))}
+    before = _children_named("rote-demo-")
+    orphans_before = _children_named("chromium", parent=1) | _children_named("playwright", parent=1)
+    done = subprocess.run(
+        [sys.executable, "-m", "services.cli", "demo", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    summary = json.loads(out[out.index("\n{") + 1 :])
+    runs = summary["runs"]
+
+    assert [r["source"] for r in runs] == [
+        "full_llm",
+        "executor",
+        "executor",
+        "full_llm",
+        "executor",
+    ]
+    assert [r["executor_version"] for r in runs] == [None, 1, 1, None, 2]
+    assert [r["fell_back"] for r in runs] == [False, False, False, True, False]
+    assert summary["versions"] == [1, 2]
+    assert summary["full_runs_caused_by_site_change"] == 1
+    for r in runs:
+        assert r["status"] == "completed"
+        assert r["result"].startswith("Top 3 headlines:\n1. ")
+        if r["source"] == "executor":
+            assert r["large_tokens"] == 0 and r["cost_usd"] == 0
+            assert r["saved_usd"] > 0
+        else:
+            assert r["large_tokens"] > 0 and r["cost_usd"] > 0
+
+    full = [r["cost_usd"] for r in runs if r["source"] == "full_llm"]
+    total = sum(r["cost_usd"] for r in runs)
+    assert summary["total_cost_usd"] == pytest.approx(total)
+    assert summary["full_run_cost_usd"] == pytest.approx(sum(full) / len(full))
+    assert summary["all_full_cost_usd"] == pytest.approx(5 * summary["full_run_cost_usd"])
+    assert f"total cost ${total:.6f}" in out
+    assert "the site change cost 1 full run(s)" in out
+    assert "not Claude" in out  # the stand-in says what it is
+
+    # Nothing left behind: no nats-server from the demo's data dir, no stray Chromium.
+    assert _children_named("rote-demo-") - before == set()
+    orphans = _children_named("chromium", parent=1) | _children_named("playwright", parent=1)
+    assert orphans - orphans_before == set()

@@ -1,0 +1,145 @@
+"""How runs end when things go wrong, and what survives a crash or a restart."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import msgspec
+import pytest
+
+from contracts import subjects as s
+from contracts.runs import RunStarted, StartRun
+from contracts.tasks import TaskSpec
+from contracts.traces import Trace, TraceCaptured
+from services.demo.site import DemoSite
+from services.kernel.runtime import open_stack
+from services.kernel.settings import Settings
+from services.standin.server import StandinServer
+from tests.e2e.conftest import Rig
+from tests.e2e.helpers import run_events, wait_finished, wait_for
+
+pytestmark = [pytest.mark.anyio, pytest.mark.browser, pytest.mark.slow]
+
+
+async def start(rig_bus: object, spec: TaskSpec, task_id: str = "t") -> str:
+    started = await rig_bus.request(  # type: ignore[attr-defined]
+        s.RUNS_START, StartRun(spec=spec, task_id=task_id), RunStarted
+    )
+    return started.run_id
+
+
+@pytest.mark.parametrize(
+    ("marker", "reason", "max_iterations"),
+    [("[standin:stuck]", "stuck", 30), ("[standin:endless]", "max_iterations", 4),
+     ("[standin:fail:400]", "llm_error", 30)],
+)  # fmt: skip
+async def test_bad_runs_end_with_their_reason(
+    rig: Rig, marker: str, reason: str, max_iterations: int
+) -> None:
+    spec = TaskSpec(
+        name="bad",
+        prompt=f"Open {rig.site.url}/news and report the top 3 headlines {marker}",
+        max_iterations=max_iterations,
+    )
+    run_id = await start(rig.stack.bus, spec)
+    done = await wait_finished(rig.stack.bus, run_id)
+    assert done.status == "failed"
+    assert done.reason == reason, done.error
+    assert done.source == "full_llm"
+    if reason == "max_iterations":
+        assert done.tokens["claude-sonnet-5-5"].calls == max_iterations
+    if reason == "stuck":
+        assert "3 times in a row" in (done.error or "")
+
+
+def _runner_process(
+    settings: Settings, data_dir: Path, standin_url: str
+) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROTE_")}
+    env.update(
+        ROTE_NATS_URL=settings.nats_url or "",
+        ROTE_DATA_DIR=str(data_dir),
+        ROTE_RUNNER_ACK_WAIT_S="3",
+        ROTE_LOG_FORMAT="json",
+        ANTHROPIC_BASE_URL=standin_url,
+    )
+    return subprocess.Popen(
+        [sys.executable, "-m", "services.cli", "serve", "runner"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+async def test_killed_runner_run_is_redelivered_and_completes_once(
+    stack_settings: Settings, site: DemoSite, standin: StandinServer, tmp_path: Path
+) -> None:
+    names = ["system", "llm", "tools", "compiler", "tracer"]
+    async with open_stack(stack_settings, names) as stack:
+        first = _runner_process(stack_settings, tmp_path / "r1", standin.url)
+        assert first.stdout is not None
+        await anyio.to_thread.run_sync(first.stdout.readline)  # "rote up: ..." = ready
+        # Make the model slow, so the run is surely in flight when the runner dies.
+        standin.inject(latency_ms=1500, latency_count=2)
+        spec = TaskSpec(name="news", prompt=f"Open {site.url}/news and report the top 3 headlines")
+        run_id = await start(stack.bus, spec, "news")
+        with anyio.fail_after(20):
+            while "started" not in [e.event for e in await run_events(stack.bus, run_id)]:
+                await anyio.sleep(0.1)
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+
+        second = _runner_process(stack_settings, tmp_path / "r2", standin.url)
+        try:
+            done = await wait_finished(stack.bus, run_id, timeout=60)
+            assert done.status == "completed" and done.attempt == 2
+            await anyio.sleep(4)  # past another ack wait: nothing is redelivered again
+            events = [e.event for e in await run_events(stack.bus, run_id)]
+            assert events.count("completed") == 1 and "failed" not in events
+            assert events.count("started") == 2
+        finally:
+            second.send_signal(signal.SIGTERM)
+            second.wait(timeout=15)
+
+
+def _comparable(trace: Trace) -> dict[str, object]:
+    steps = [
+        {"tool": st.tool, "input": st.input, "output": st.output, "status": st.status,
+         "model_text": st.model_text, "thinking_blocks": st.thinking_blocks}
+        for st in trace.steps
+    ]  # fmt: skip
+    return {"steps": steps, "answer": trace.answer}
+
+
+async def test_tracer_restarted_mid_run_captures_the_same_trace(
+    stack_settings: Settings, site: DemoSite, standin: StandinServer
+) -> None:
+    spec = TaskSpec(name="news", prompt=f"Open {site.url}/news and report the top 3 headlines")
+    names = ["system", "llm", "tools", "compiler", "runner"]
+    async with open_stack(stack_settings, names) as stack:
+        async with open_stack(stack_settings, ["tracer"]):
+            calm = await start(stack.bus, spec, "calm")
+            await wait_finished(stack.bus, calm)
+            undisturbed = await wait_for(
+                stack.bus, s.STREAM_TRACES, s.trace_captured("calm", calm), TraceCaptured
+            )
+
+        standin.inject(latency_ms=800, latency_count=3)
+        async with open_stack(stack_settings, ["tracer"]):
+            bumpy = await start(stack.bus, spec, "bumpy")
+            with anyio.fail_after(20):
+                while "started" not in [e.event for e in await run_events(stack.bus, bumpy)]:
+                    await anyio.sleep(0.1)
+        # The tracer is down while the run goes on, then comes back.
+        await wait_finished(stack.bus, bumpy)
+        async with open_stack(stack_settings, ["tracer"]):
+            restarted = await wait_for(
+                stack.bus, s.STREAM_TRACES, s.trace_captured("bumpy", bumpy), TraceCaptured
+            )
+    assert _comparable(restarted.trace) == _comparable(undisturbed.trace)
+    assert msgspec.json.encode(restarted.trace.task) == msgspec.json.encode(spec)
