@@ -54,6 +54,16 @@ TOOLS_LIST: Final = api("tools", "list")
 TOOLS_EXEC: Final = api("tools", "exec")
 TOOLS_CLOSE_SESSION: Final = api("tools", "close_session")
 
+
+def tools_exec_on(instance: str) -> str:
+    """One tools process's own exec subject: a run's later calls go where its browser
+    session lives."""
+    return f"{TOOLS_EXEC}.{instance}"
+
+
+def tools_close_session_on(instance: str) -> str:
+    return f"{TOOLS_CLOSE_SESSION}.{instance}"
+
 LLM_COMPLETE: Final = api("llm", "complete")
 LLM_MODELS: Final = api("llm", "models")
 

@@ -59,6 +59,9 @@ class ToolResult(Reply, kw_only=True):
     duration_ms: int
     metadata: ToolMetadata = msgspec.field(default_factory=ToolMetadata)
     error: ErrorInfo | None = None
+    # The tools process that holds this run's browser session: later calls of the run
+    # go to it directly (subjects.tools_exec_on), so several processes can share runs.
+    served_by: str | None = None
 
 
 class CloseSession(Command, kw_only=True):
@@ -189,6 +192,12 @@ class ShellExecInput(ToolInput):
 
 class FileReadInput(ToolInput):
     path: NonEmptyStr
+
+
+class NoopInput(ToolInput):
+    """Anything to echo back (health checks and benchmarks of the tool path itself)."""
+
+    echo: str = ""
 
 
 class FileWriteInput(ToolInput):

@@ -20,22 +20,12 @@ from typing import Any
 import anyio
 from nats.js import JetStreamContext
 
-from contracts import subjects as s
 from services.cli.common import load_settings
 from services.kernel.bus import connect
 from services.kernel.secrets import redact
 from services.kernel.streams import STREAMS, StreamSpec, ensure_streams
 
 DEFAULT_DIR = "infra/streams"
-
-# The streams behind rote's key-value and object buckets (NATS names them KV_<bucket>
-# and OBJ_<bucket>). ensure_streams creates the buckets with one replica; on a cluster
-# `provision` raises them to the streams' replica count.
-BUCKET_STREAMS = (
-    f"KV_{s.BUCKET_RELAY}",
-    f"OBJ_{s.BUCKET_BLOBS}",
-    f"OBJ_{s.BUCKET_TRANSCRIPTS}",
-)
 
 # Limits rote leaves at the server's "unlimited" (-1): streams are bounded by age.
 # The NATS CLI's schema requires them to be present.
@@ -117,14 +107,6 @@ def _replicas_hint(path: Path, replicas: int) -> str:
 async def provision(js: JetStreamContext, replicas: int) -> dict[str, str]:
     """Streams and buckets at `replicas`; returns what happened to each. Idempotent."""
     outcomes: dict[str, str] = dict(await ensure_streams(js, replicas))
-    for name in BUCKET_STREAMS:
-        config = (await js.stream_info(name)).config
-        if config.num_replicas == replicas:
-            outcomes[name] = "unchanged"
-            continue
-        config.num_replicas = replicas
-        await js.update_stream(config)
-        outcomes[name] = "updated"
     changed = [name for name, outcome in outcomes.items() if outcome != "unchanged"]
     if replicas > 1:
         await _wait_replicated(js, changed, replicas)

@@ -37,21 +37,34 @@ def run(args: argparse.Namespace, names: list[str], *, join: bool) -> int:
     settings = load_settings()
     if args.nats_url:
         settings = settings.with_(nats_url=args.nats_url)
+    code = 0
     try:
         anyio.run(_serve_until_signal, settings, names, join, backend="asyncio")
-    except UnknownServiceError as exc:
-        print(f"rote: {exc}", file=sys.stderr)
-        return 2
-    except AlreadyRunningError as exc:
-        print(f"rote: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
+    # Start-up failures surface from inside a task group, wrapped in an exception group.
+    except* UnknownServiceError as group:
+        print(f"rote: {group.exceptions[0]}", file=sys.stderr)
+        code = 2
+    except* AlreadyRunningError as group:
+        print(f"rote: {group.exceptions[0]}", file=sys.stderr)
+        code = 1
+    except* KeyboardInterrupt:
         pass
-    return 0
+    return code
 
 
 async def _serve_until_signal(settings: Settings, names: list[str], join: bool) -> None:
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    async with anyio.create_task_group() as tg:
+
+        async def stop_on_signal() -> None:
+            # Listening from the very start: a signal that arrives while services are
+            # still starting stops them too, instead of waiting for start-up to finish.
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for signum in signals:
+                    log.info("rote_stopping", signal=signal.Signals(signum).name)
+                    tg.cancel_scope.cancel()
+                    return
+
+        tg.start_soon(stop_on_signal)
         async with open_stack(settings, names, join_running=join) as stack:
             where = "embedded" if stack.embedded else "external"
             # One plain line for people and scripts; the structured log has the rest.
@@ -65,7 +78,5 @@ async def _serve_until_signal(settings: Settings, names: list[str], join: bool) 
                 services=names,
                 data_dir=str(settings.data_dir),
             )
-            async for signum in signals:
-                log.info("rote_stopping", signal=signal.Signals(signum).name)
-                break
+            await anyio.sleep_forever()
     log.info("rote_stopped")

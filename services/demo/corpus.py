@@ -432,7 +432,7 @@ def _books(section: str, edition: int) -> list[Item]:
 class _Bookshop(ListSite):
     """Priced books and unpriced new arrivals: each list has its own layouts."""
 
-    NEW_LAYOUTS: dict[Layout, str] = {"v1": "h3", "v2": "article-title", "v3": "table-name"}
+    NEW_LAYOUTS: dict[Layout, str] = {"v1": "h3", "v2": "li-item", "v3": "table-name"}
 
     def render(
         self, path: str, layout: Layout, edition: int, form: dict[str, str] | None = None

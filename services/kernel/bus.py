@@ -3,6 +3,7 @@ publishing with Nats-Msg-Id de-duplication."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, TypeVar
 
 import msgspec
@@ -72,6 +73,19 @@ class Bus:
         all_headers = {HEADER_MSG_ID: msg_id, **(headers or {})}
         return await self.js.publish(subject, encode(event), headers=all_headers, timeout=timeout)
 
+    async def publish_event_soon(
+        self,
+        subject: str,
+        event: msgspec.Struct,
+        *,
+        msg_id: str,
+        headers: dict[str, str] | None = None,
+    ) -> asyncio.Future[PubAck]:
+        """Publish to JetStream without waiting for the ack; the returned future holds
+        it. Messages from one connection are stored in the order they were sent."""
+        all_headers = {HEADER_MSG_ID: msg_id, **(headers or {})}
+        return await self.js.publish_async(subject, encode(event), headers=all_headers)
+
     async def close(self) -> None:
         self.closing = True
         if self.nc.is_closed:
@@ -118,6 +132,9 @@ async def connect(url: str, *, name: str = "rote", connect_timeout: float = 5.0)
         "disconnected_cb": on_disconnect,
         "reconnected_cb": on_reconnect,
     }
-    nc = await nats.connect(url, **options)
+    # A comma-separated list names several seed servers (cluster nodes): any one that
+    # answers will do, and the client learns the rest of the cluster from it.
+    servers = [u.strip() for u in url.split(",") if u.strip()]
+    nc = await nats.connect(servers=servers, **options)
     bus = Bus(nc, url)
     return bus

@@ -13,7 +13,11 @@ from collections.abc import Mapping
 from typing import Any
 
 _SECRET_ENV = re.compile(r"(API_KEY|AUTH_TOKEN|TOKEN|PASSWORD|SECRET)$")
-_URL_PASSWORD = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]+):(?P<pw>[^@\s]+)@")
+# The scheme starts at a word boundary and is short: without both, a long unbroken run
+# of letters (a base64 blob in a tool output) is rescanned from every position.
+_URL_PASSWORD = re.compile(
+    r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]{0,31}://[^:/@\s]+):(?P<pw>[^@\s]+)@"
+)
 _KEY_SHAPES = re.compile(r"sk-ant-[A-Za-z0-9_-]{8,}")
 MASK = "[redacted]"
 

@@ -11,7 +11,7 @@ from typing import Literal
 
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
-from nats.js.errors import BucketNotFoundError, NotFoundError
+from nats.js.errors import NotFoundError
 
 from contracts import subjects as s
 from services.kernel.logs import get_logger
@@ -133,20 +133,40 @@ async def ensure_streams(js: JetStreamContext, replicas: int = 1) -> dict[str, O
             log.info("stream_updated", stream=spec.name, fields=changed)
         else:
             outcomes[spec.name] = "unchanged"
-    await _ensure_buckets(js)
+    outcomes.update(await _ensure_buckets(js, replicas))
     return outcomes
 
 
-async def _ensure_buckets(js: JetStreamContext) -> None:
-    try:
-        await js.key_value(s.BUCKET_RELAY)
-    except BucketNotFoundError:
-        await js.create_key_value(bucket=s.BUCKET_RELAY, description="event-store relay positions")
-    for bucket, description in (
-        (s.BUCKET_BLOBS, "large blobs by sha256"),
-        (s.BUCKET_TRANSCRIPTS, "run transcripts by run_id"),
-    ):
+# The streams behind rote's buckets (NATS names them KV_<bucket> and OBJ_<bucket>).
+BUCKET_STREAMS: dict[str, str] = {
+    f"KV_{s.BUCKET_RELAY}": "event-store relay positions",
+    f"OBJ_{s.BUCKET_BLOBS}": "large blobs by sha256",
+    f"OBJ_{s.BUCKET_TRANSCRIPTS}": "run transcripts by run_id",
+}
+
+
+async def _ensure_buckets(js: JetStreamContext, replicas: int) -> dict[str, Outcome]:
+    """Create the buckets, or bring their streams to `replicas` (a bucket's other
+    settings are the server's own and left alone)."""
+    outcomes: dict[str, Outcome] = {}
+    for stream, description in BUCKET_STREAMS.items():
+        kind, _, bucket = stream.partition("_")
         try:
-            await js.object_store(bucket)
-        except (BucketNotFoundError, NotFoundError):
-            await js.create_object_store(bucket=bucket, description=description)
+            config = (await js.stream_info(stream)).config
+        except NotFoundError:
+            if kind == "KV":
+                await js.create_key_value(bucket=bucket, description=description, replicas=replicas)
+            else:
+                await js.create_object_store(
+                    bucket=bucket, description=description, replicas=replicas
+                )
+            outcomes[stream] = "created"
+            continue
+        if (config.num_replicas or 1) != replicas:
+            config.num_replicas = replicas
+            await js.update_stream(config)
+            outcomes[stream] = "updated"
+            log.info("bucket_updated", bucket=bucket, replicas=replicas)
+        else:
+            outcomes[stream] = "unchanged"
+    return outcomes

@@ -32,3 +32,5 @@ class Ports:
     publish_text: Callable[[TextEvent], Awaitable[None]]
     # The executor to replay for a task (None: the compiler has none, or cannot say).
     active_executor: Callable[[str], Awaitable[ActiveExecutor | None]]
+    # Close a run's browser session (wherever it lives).
+    close_session: Callable[[str], Awaitable[None]]

@@ -53,7 +53,10 @@ LLM_TIMEOUT_S = 300.0
 
 
 def bus_ports(bus: Bus) -> Ports:
-    """The runner's view of the llm and tools services, over NATS."""
+    """The runner's view of the llm, tools and compiler services, over NATS."""
+    # run_id -> the tools process holding that run's browser session. The first call
+    # of a run goes to the tools queue group; later ones go to whoever answered it.
+    tools_of_run: dict[str, str] = {}
 
     async def complete(request: CompleteRequest) -> CompleteReply:
         try:
@@ -62,12 +65,36 @@ def bus_ports(bus: Bus) -> Ports:
             raise PortError(exc.code, exc.message) from None
 
     async def exec_tool(request: ExecTool) -> ToolResult:
+        timeout = request.timeout_s + 15
+        pinned = tools_of_run.get(request.run_id)
         try:
-            return await bus.request(
-                s.TOOLS_EXEC, request, ToolResult, timeout=request.timeout_s + 15
-            )
+            if pinned is not None:
+                try:
+                    result = await bus.request(
+                        s.tools_exec_on(pinned), request, ToolResult, timeout=timeout
+                    )
+                except RemoteError as exc:
+                    if exc.code != "unavailable":
+                        raise
+                    # That process is gone, and the session with it: start afresh.
+                    log.warning("tools_instance_gone", instance=pinned)
+                    tools_of_run.pop(request.run_id, None)
+                    result = await bus.request(s.TOOLS_EXEC, request, ToolResult, timeout=timeout)
+            else:
+                result = await bus.request(s.TOOLS_EXEC, request, ToolResult, timeout=timeout)
         except RemoteError as exc:
             raise PortError(exc.code, exc.message) from None
+        if result.served_by:
+            tools_of_run[request.run_id] = result.served_by
+        return result
+
+    async def close_session(run_id: str) -> None:
+        pinned = tools_of_run.pop(run_id, None)
+        subject = s.tools_close_session_on(pinned) if pinned else s.TOOLS_CLOSE_SESSION
+        try:
+            await bus.request(subject, CloseSession(run_id=run_id), SessionClosed, timeout=10)
+        except RemoteError as exc:
+            log.warning("close_session_failed", error=exc.message)
 
     async def list_tools(names: list[str]) -> list[ToolDefinition]:
         try:
@@ -98,6 +125,7 @@ def bus_ports(bus: Bus) -> Ports:
         list_tools=list_tools,
         publish_text=publish_text,
         active_executor=active_executor,
+        close_session=close_session,
     )
 
 
@@ -309,12 +337,7 @@ class Runner:
         await self.close_session(request.run_id)
 
     async def close_session(self, run_id: str) -> None:
-        try:
-            await self.bus.request(
-                s.TOOLS_CLOSE_SESSION, CloseSession(run_id=run_id), SessionClosed, timeout=10
-            )
-        except RemoteError as exc:
-            log.warning("close_session_failed", error=exc.message)
+        await self.ports.close_session(run_id)
 
     # --- endpoints ---------------------------------------------------------------------
 

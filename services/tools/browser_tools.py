@@ -39,18 +39,24 @@ class BrowserLimits:
     screenshot_dir: Path = Path("blobs")
 
 
+def inner_timeout(seconds: float) -> float:
+    """The part of a call's timeout its steps may use: what is left over lets a step's
+    own, more specific error (which element was missing, what the command printed) be
+    reported before the call's hard deadline cuts everything off."""
+    return max(0.001, seconds - max(0.05 * seconds, 0.35))
+
+
 class Budget:
-    """The time left for one call, handed to Playwright as per-action timeouts so that
-    its own, more specific error arrives before the call's deadline."""
+    """The time left for one call, handed to Playwright as per-action timeouts."""
 
     def __init__(self, seconds: float) -> None:
-        self.deadline = anyio.current_time() + seconds
+        self.deadline = anyio.current_time() + inner_timeout(seconds)
 
     def left(self) -> float:
         return max(0.0, self.deadline - anyio.current_time())
 
     def ms(self, cap_s: float | None = None) -> float:
-        left = self.left() * 0.95  # leave the call's own timeout a moment to spare
+        left = self.left()
         if cap_s is not None:
             left = min(left, cap_s)
         return max(1.0, left * 1000)

@@ -3,13 +3,15 @@ started/finished events on JetStream), and closing a run's browser context."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
 import anyio
 import msgspec
 import structlog
-from anyio.abc import TaskStatus
+from anyio.abc import TaskGroup, TaskStatus
+from nats.js.api import PubAck
 
 from contracts import subjects
 from contracts.base import utc_now
@@ -29,8 +31,8 @@ from services.kernel.endpoints import Endpoint, start_service, stop_service
 from services.kernel.errors import ServiceError
 from services.kernel.logs import get_logger
 from services.kernel.runtime import ServiceContext
+from services.kernel.secrets import redact_value
 from services.tools.browser import BrowserPool
-from services.tools.scrub import redact_json
 from services.tools.specs import definitions
 from services.tools.toolbox import ToolBox, ToolsConfig, event_input
 
@@ -38,20 +40,33 @@ log = get_logger("rote.tools")
 
 
 class ToolEvents:
-    """Publishes a call's started/finished events, in that order, each acked by the
-    stream before the call goes on. Nats-Msg-Id `{run_id}:{call_id}:{event}`: a retried
-    step has a new call_id, so its events are not de-duplicated away."""
+    """Publishes a call's started/finished events, in that order. Nats-Msg-Id
+    `{run_id}:{call_id}:{event}`: a retried step has a new call_id, so its events are not
+    de-duplicated away.
 
-    def __init__(self, bus: Bus, config: ToolsConfig) -> None:
+    The acks are not waited for one by one (that would add two round trips to every
+    call, replayed steps included): both events go out on one connection, so the stream
+    stores them in order, and their acks are checked in the background."""
+
+    def __init__(self, bus: Bus, config: ToolsConfig, task_group: TaskGroup) -> None:
         self.bus = bus
         self.config = config
+        self.task_group = task_group
 
     async def publish(self, call: ExecTool, call_id: str, event: ToolEvent) -> None:
-        await self.bus.publish_event(
+        ack = await self.bus.publish_event_soon(
             subjects.tool_event(call.run_id, event.event),
             event,
             msg_id=f"{call.run_id}:{call_id}:{event.event}",
         )
+        self.task_group.start_soon(self._confirm, ack, event.event, call_id)
+
+    async def _confirm(self, ack: asyncio.Future[PubAck], event: str, call_id: str) -> None:
+        try:
+            with anyio.fail_after(10):
+                await ack
+        except Exception as exc:
+            log.error("tool_event_unpublished", event=event, call_id=call_id, error=str(exc))
 
     def started(self, call: ExecTool, call_id: str) -> ToolEvent:
         return ToolEvent(
@@ -61,7 +76,7 @@ class ToolEvents:
             event="started",
             step=call.step,
             tool=call.tool,
-            input=redact_json(event_input(call.input, self.config.max_event_input_bytes)),
+            input=redact_value(event_input(call.input, self.config.max_event_input_bytes)),
             at=utc_now(),
             source=call.source,
         )
@@ -92,9 +107,10 @@ class ToolEvents:
 async def _redacted(output: Any) -> Any:
     if output is None or isinstance(output, int | float | bool):
         return output
-    if len(msgspec.json.encode(output)) < 16 * 1024:
-        return redact_json(output)
-    return await anyio.to_thread.run_sync(redact_json, output)  # long text: seconds, not ms
+    if len(msgspec.json.encode(output)) < 64 * 1024:
+        return redact_value(output)
+    # A bounded output is at most a few hundred KB: linear, but keep the loop free.
+    return await anyio.to_thread.run_sync(redact_value, output)
 
 
 async def serve(
@@ -103,7 +119,9 @@ async def serve(
     config = ToolsConfig.from_settings(ctx.settings)
     async with BrowserPool(config.browser) as browsers:
         toolbox = ToolBox(config, browsers)
-        events = ToolEvents(ctx.bus, config)
+        events = ToolEvents(ctx.bus, config, ctx.task_group)
+        # This process's name on the bus: a run's later calls come straight here.
+        instance = uuid.uuid4().hex[:12]
 
         async def list_tools(req: ListTools) -> ToolList:
             return ToolList(tools=definitions(req.names))
@@ -117,7 +135,7 @@ async def serve(
                 try:
                     await events.publish(call, call_id, started)
                 except Exception as exc:
-                    # A call nobody can trace must not run: the trace would lie.
+                    # A call whose start cannot even be sent must not run: its trace would lie.
                     log.error("tool_event_unpublished", event="started", error=str(exc))
                     raise ServiceError(
                         "unavailable", f"cannot record the tool call on JetStream: {exc}"
@@ -152,6 +170,7 @@ async def serve(
                     duration_ms=result.duration_ms,
                     error=result.error.code if result.error else None,
                 )
+                result.served_by = instance
                 return result
 
         async def close_session(req: CloseSession) -> SessionClosed:
@@ -183,8 +202,25 @@ async def serve(
                     concurrent=True,
                     description="close a run's browser context",
                 ),
+                Endpoint(
+                    "exec_here",
+                    subjects.tools_exec_on(instance),
+                    ExecTool,
+                    exec_tool,
+                    concurrent=True,
+                    description="run one tool call in this process (where the run's session is)",
+                ),
+                Endpoint(
+                    "close_session_here",
+                    subjects.tools_close_session_on(instance),
+                    CloseSession,
+                    close_session,
+                    concurrent=True,
+                    description="close a run's browser context in this process",
+                ),
             ],
             task_group=ctx.task_group,
+            metadata={"instance": instance},
         )
         task_status.started()
         try:

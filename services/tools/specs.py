@@ -105,6 +105,13 @@ SPECS: dict[str, ToolSpec] = {
             t.FileReadInput,
         ),
         ToolSpec(
+            "noop",
+            "local",
+            "Do nothing and return `echo` unchanged. For checking and measuring the tool "
+            "path itself; it touches no browser, file or process.",
+            t.NoopInput,
+        ),
+        ToolSpec(
             "file_write",
             "local",
             "Write a UTF-8 text file under the allowed directories, creating parent "

@@ -26,6 +26,7 @@ from services.tools.browser_tools import (
     BrowserLimits,
     Budget,
     current_page,
+    inner_timeout,
     stop_loading,
 )
 from services.tools.outcome import Outcome, ToolFailure
@@ -136,7 +137,7 @@ class ToolBox:
                 assert prepared.argv is not None
                 return await local.shell_exec(
                     prepared.argv,
-                    timeout=min(timeout or call.timeout_s, call.timeout_s),
+                    timeout=min(timeout or call.timeout_s, inner_timeout(call.timeout_s)),
                     cwd=self._workdir(),
                     max_output_bytes=self.config.max_output_bytes // 2,
                 )
@@ -150,6 +151,8 @@ class ToolBox:
                 assert prepared.path is not None
                 path = prepared.path
                 return await anyio.to_thread.run_sync(lambda: local.file_write(path, content))
+            case t.NoopInput(echo=echo):
+                return Outcome(output=echo)
             case _:
                 return await self._browser_call(call, args)
 

@@ -29,7 +29,7 @@ from services.kernel.logs import get_logger
 from services.kernel.replay_read import read_all
 from services.kernel.run_store import RunStore
 from services.kernel.runtime import ServiceContext
-from services.tracer.build import build_trace
+from services.tracer.build import build_trace, final_attempt_calls, model_evidence
 
 log = get_logger("rote.tracer")
 
@@ -54,6 +54,12 @@ class Tracer:
             )
             tool_events = [decode(m.data, ToolEvent) for m in tool_msgs]
             transcript = await self.runs.transcript(event.run_id)
+            # Tools services confirm their events in the background, so the last call's
+            # event can land just after the run's completion: wait for every call the
+            # transcript shows.
+            made = len(model_evidence(transcript))
+            if len(final_attempt_calls(tool_events)) < made:
+                raise Retry(f"waiting for the events of {made} tool calls", delay_s=0.5)
             trace = build_trace(
                 run=event,
                 spec=started.spec,

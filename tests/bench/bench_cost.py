@@ -1,22 +1,26 @@
 """Cost: rote against always-full-LLM runs, on the same page states.
 
-The whole stack runs in-process (embedded NATS; system, llm, tools, compiler, tracer,
-runner; real Chromium; SQLite event stores in a temporary data dir) with the stand-in
-model over HTTP through the anthropic SDK. Each corpus task (services/demo/corpus.py)
-gets its own local site and runs on a schedule: the content edition advances every run,
-and the layout changes before the runs the task names (a redesign). For every run:
+The whole stack runs in-process (an embedded NATS with JetStream; system, llm, tools,
+compiler, tracer, runner; real Chromium; SQLite event stores in a temporary data dir)
+with the stand-in model over HTTP through the anthropic SDK. Each corpus task
+(services/demo/corpus.py) gets its own local site and runs on a schedule: the content
+edition advances every run, and the layout changes before the runs the task names (a
+redesign). For every run, on the same page state:
 
   rote      the task under its own id: run 1 is a full LLM run that compiles v1; later
             runs replay the active executor, or fall back to a full run (and compile
             the next version) when the replay breaks;
-  baseline  the same prompt on the same page state under a one-time task id (trigger
-            `once`, which the compiler never compiles): always a full LLM run.
+  baseline  the same prompt under a one-time task id (trigger `once`, which the compiler
+            never compiles): always a full LLM run. Its answer is also checked against
+            what tests/bench/corpus_oracle.py expects from the page, offline.
 
-Costs are the runner's own accounting (tokens x list prices) as published on the run's
-completed event. Targets: median replay cost <= 1 % of the same task's full run on the
-same page state; answer agreement (replay == baseline) >= 99 %; exactly 1 full run per
-layout change that breaks the executor; a projected month of hourly runs with a weekly
-layout change <= 3 % of always-full.
+Costs are the runner's own accounting (tokens x list prices) from each run's completed
+event. Targets: median replay cost <= 1 % of the full run on the same page state; answer
+agreement (replay == baseline) >= 99 %; exactly 1 full run per layout change that breaks
+the executor; a projected month of hourly runs with a weekly layout change <= 3 % of
+always-full. Quick mode (3 tasks x 4 runs, one redesign) lets a rote run that ran the
+full loop stand as its own baseline; the full benchmark runs every baseline and checks
+that such pairs are the same conversation.
 
     python -m tests.bench.bench_cost [--quick]
 """
@@ -24,6 +28,7 @@ layout change <= 3 % of always-full.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import statistics
 import sys
@@ -44,18 +49,19 @@ from contracts.runs import RunEvent, RunStarted, StartRun
 from contracts.tasks import OnceTrigger, TaskSpec
 from services.demo.corpus import SITES, TASKS, TASKS_BY_ID, CorpusTask, Layout, SiteServer
 from services.kernel.bus import Bus
-from services.kernel.embedded_nats import free_port
+from services.kernel.embedded_nats import EmbeddedNats, free_port
 from services.kernel.logs import configure_logging
 from services.kernel.replay_read import read_all
 from services.kernel.runtime import open_stack
 from services.kernel.settings import Settings
 from services.standin.server import StandinServer
+from tests.bench.corpus_oracle import expected_answer
 from tests.bench.harness import Metric, Section, render_table, to_json
 
 SERVICES = ["system", "llm", "tools", "compiler", "tracer", "runner"]
 RUNS = 10
 QUICK_RUNS = 4
-QUICK_TASKS = ("gazette-sports", "kitchen-stock", "stays-lisbon", "townhall-signup")
+QUICK_TASKS = ("gazette-top3", "kitchen-stock", "townhall-signup")
 QUICK_CHANGES = (3,)  # quick mode: one redesign, before run 3
 CONCURRENT_TASKS = 3  # tasks in flight at once (one run each); Chromium shares 2 cores
 RUN_TIMEOUT_S = 120.0
@@ -98,6 +104,8 @@ class RunRecord:
     full_loop_cost_usd: float | None = None  # the rote run's full loop, without the replay
     compiled: str | None = None  # after a rote full run: "v2" or "skipped: <reason>"
     compile_wait_ms: int | None = None
+    oracle_agrees: bool = False  # the baseline's answer is what the offline oracle expects
+    rote_oracle_agrees: bool = False  # and the rote run's
     wall_ms: int = 0  # this scheduled run, both runs and the compile wait
 
     @property
@@ -274,6 +282,10 @@ async def drive(
                 compiled = await watcher.compilation(task.task_id, done.run_id)
                 compile_wait_ms = int((time.perf_counter() - waited) * 1000)
             replay = done.replay
+            try:
+                oracle: str | None = expected_answer(task, site)
+            except AssertionError:
+                oracle = None
             records.append(
                 RunRecord(
                     task_id=task.task_id,
@@ -300,6 +312,8 @@ async def drive(
                     full_loop_cost_usd=_full_loop_cost(done) if _full_loop(done) else None,
                     compiled=compiled,
                     compile_wait_ms=compile_wait_ms,
+                    oracle_agrees=base.result == oracle,
+                    rote_oracle_agrees=done.result == oracle,
                     wall_ms=int((time.perf_counter() - began) * 1000),
                 )
             )
@@ -395,6 +409,17 @@ def project_month(
     return rote, MONTH_RUNS * full
 
 
+def _right(r: RunRecord) -> str:
+    """Which answer of a disagreeing pair the offline oracle confirms."""
+    if r.rote_oracle_agrees:
+        return "rote"
+    return "full" if r.oracle_agrees else "neither"
+
+
+def _pct(part: float, whole: float, digits: int = 3) -> float:
+    return round(part / whole * 100, digits) if whole else float("nan")
+
+
 def summarise(
     tasks: list[CorpusTask], records: list[RunRecord], duration_s: float, quick: bool
 ) -> Section:
@@ -402,87 +427,98 @@ def summarise(
     rows = [task_row(t, by_task[t.task_id]) for t in tasks]
     replays = [r for r in records if r.replayed]
     after_first = [r for r in records if r.run > 1]
+
+    # Cost of a replay against the full run on the same page state.
     ratios = [r.cost_usd / r.baseline_cost_usd for r in replays if r.baseline_cost_usd > 0]
     median_ratio = _median(ratios)
-    task_ratios = [row["replay_over_full"] for row in rows if row["replay_over_full"] is not None]
+    worst_task = max(
+        (row["replay_over_full"] for row in rows if row["replay_over_full"] is not None),
+        default=float("nan"),
+    )
     agreement = sum(r.agrees for r in replays) / len(replays) if replays else 0.0
-    rote_total = sum(r.cost_usd for r in records)
-    full_total = sum(r.baseline_cost_usd for r in records)
+    replays_as_oracle = sum(r.rote_oracle_agrees for r in replays)
+
+    # Layout changes: which broke the executor, and how many full runs each cost.
     changes = changes_of(records)
     broke = [c for c in changes if c.broke]
     per_change = [c.full_runs for c in broke]
     exact = bool(per_change) and all(n == 1 for n in per_change)
-    # Breaks and whether the next run replayed again.
+    # Full runs after the first other than the one fallback each breaking change costs.
+    explained = {(c.task_id, c.before_run) for c in broke}
+    unexplained = [r for r in after_first if r.full and (r.task_id, r.run) not in explained]
     heals = healable = 0
     for task_rows in by_task.values():
-        for r, nxt in zip(task_rows, task_rows[1:], strict=False):
+        for r, nxt in itertools.pairwise(task_rows):
             if r.fell_back:
                 healable += 1
                 heals += nxt.replayed
+
+    rote_total = sum(r.cost_usd for r in records)
+    full_total = sum(r.baseline_cost_usd for r in records)
     month_rote = month_full = 0.0
     for t in tasks:
         rote, full = project_month(t, by_task[t.task_id], changes)
         month_rote += rote
         month_full += full
     month_share = month_rote / month_full if month_full else float("nan")
-    baseline_ok = sum(r.baseline_status == "completed" for r in records)
-    not_broken = [c for c in changes if not c.broke]
-    replay_ms = [r.duration_ms for r in replays if r.duration_ms is not None]
-    full_ms = [r.baseline_duration_ms for r in records if r.baseline_duration_ms is not None]
+
+    # The stand-in is deterministic: a rote full loop and the baseline on the same page
+    # state must be the same conversation (what lets quick mode skip such baselines).
+    twins = [r for r in records if r.full_loop_cost_usd is not None and r.baseline_kind == "run"]
+    same = [
+        r
+        for r in twins
+        if abs((r.full_loop_cost_usd or 0.0) - r.baseline_cost_usd) < 1e-9
+        and r.result == r.baseline_result
+    ]
+    replay_ms = [float(r.duration_ms) for r in replays if r.duration_ms is not None]
+    full_ms = [float(r.baseline_duration_ms) for r in records if r.baseline_duration_ms]
     unexpected = [
-        f"{c.task_id} before run {c.before_run}: "
-        + ("broke" if c.broke else "survived")
-        + f", corpus says it {'breaks' if TASKS_BY_ID[c.task_id].breaks else 'survives'}"
+        f"{c.task_id} before run {c.before_run}: {'broke' if c.broke else 'survived'}, the "
+        f"corpus expects it to {'break' if TASKS_BY_ID[c.task_id].breaks else 'survive'}"
         for c in changes
         if c.broke != TASKS_BY_ID[c.task_id].breaks
     ]
+
     metrics = [
-        Metric(
-            "median replay cost / full run cost",
-            round(median_ratio * 100, 4),
-            "%",
-            f"<= {TARGET_REPLAY_SHARE * 100:g} %",
-            median_ratio <= TARGET_REPLAY_SHARE,
-        ),
-        Metric("worst task's median replay / full", round(max(task_ratios, default=0) * 100, 4), "%"),
-        Metric(
-            "answer agreement (replay vs full, same page)",
-            round(agreement * 100, 2),
-            "%",
-            f">= {TARGET_AGREEMENT * 100:g} %",
-            bool(replays) and agreement >= TARGET_AGREEMENT,
-        ),
-        Metric(
-            "full runs per breaking layout change",
-            round(_mean([float(n) for n in per_change]), 3) if per_change else 0.0,
-            "runs",
-            "exactly 1 each",
-            exact,
-        ),
-        Metric("layout changes that broke a replay", len(broke), "changes"),
-        Metric("layout changes replays survived", len(not_broken), "changes"),
-        Metric("hit rate (replayed / runs after the first)", round(len(replays) / max(1, len(after_first)) * 100, 2), "%"),
-        Metric("heal rate (break, then a replay next run)", round(heals / healable * 100, 2) if healable else 100.0, "%"),
-        Metric("total cost rote / always-full", round(rote_total / full_total * 100, 3), "%"),
-        Metric(
-            "projected month (hourly, weekly redesign) rote / always-full",
-            round(month_share * 100, 3),
-            "%",
-            f"<= {TARGET_MONTH_SHARE * 100:g} %",
-            month_share <= TARGET_MONTH_SHARE,
-        ),
+        Metric("median replay cost / full run cost", round(median_ratio * 100, 4), "%",
+               f"<= {TARGET_REPLAY_SHARE * 100:g} %", median_ratio <= TARGET_REPLAY_SHARE),
+        Metric("worst task's median replay / full", round(worst_task * 100, 4), "%"),
+        Metric("answer agreement, replay vs full run on the same page", round(agreement * 100, 2),
+               "%", f">= {TARGET_AGREEMENT * 100:g} %",
+               bool(replays) and agreement >= TARGET_AGREEMENT),
+        Metric("replay answers as the page says (offline oracle)",
+               _pct(replays_as_oracle, len(replays), 2), "%"),
+        Metric("full run answers as the page says (offline oracle)",
+               _pct(sum(r.oracle_agrees for r in records), len(records), 2), "%"),
+        Metric("full runs per breaking layout change",
+               round(_mean([float(n) for n in per_change]), 3) if per_change else 0.0, "runs",
+               "exactly 1 each", exact),
+        Metric("layout changes that broke the executor", len(broke), "changes"),
+        Metric("layout changes replays survived", len(changes) - len(broke), "changes"),
+        Metric("other full runs after the first", len(unexplained), "runs"),
+        Metric("hit rate (replayed / runs after the first)",
+               _pct(len(replays), len(after_first), 2), "%"),
+        Metric("heal rate (replayed the run after a break)", _pct(heals, healable, 2), "%"),
+        Metric("total cost rote / always-full", _pct(rote_total, full_total), "%"),
+        Metric("projected month rote / always-full (hourly, weekly redesign)",
+               round(month_share * 100, 3), "%", f"<= {TARGET_MONTH_SHARE * 100:g} %",
+               month_share <= TARGET_MONTH_SHARE),
         Metric("projected month, rote", round(month_rote, 4), "USD"),
         Metric("projected month, always-full", round(month_full, 4), "USD"),
-        Metric("replay run duration p50", _median([float(x) for x in replay_ms]), "ms"),
-        Metric("full run duration p50", _median([float(x) for x in full_ms]), "ms"),
+        Metric("replay run duration p50", _median(replay_ms), "ms"),
+        Metric("full run duration p50", _median(full_ms), "ms"),
     ]  # fmt: skip
     notes = (
-        f"{len(tasks)} tasks x {len(records) // max(1, len(tasks))} runs on local sites, each "
-        "run twice on the same page state: rote (replay, or full run + recompile on a break) "
-        "and a one-time full LLM run as the always-full baseline; stand-in model priced as "
-        "Sonnet/Haiku 5.5. The month figure is a PROJECTION from the measured per-run costs "
-        f"({MONTH_RUNS} hourly runs, {MONTH_CHANGES:.2f} layout changes, each breaking at the "
-        "share measured per task), not a measurement."
+        f"{len(tasks)} tasks x {len(records) // max(1, len(tasks))} runs on local sites "
+        "(content changes every run, layout changes on a schedule); each run measured twice on "
+        "the same page state: rote (a replay, or a full run and recompilation after a break) "
+        "and a one-time task's full LLM run (always-full). Stand-in model priced as Sonnet 5.5 "
+        "(full runs) and Haiku 5.5 (replay steps). The month is a PROJECTION from the measured "
+        f"per-run costs ({MONTH_RUNS} hourly runs, {MONTH_CHANGES:.2f} layout changes each "
+        "breaking at the share measured for the task, the first full run included), not a "
+        "measurement."
+        + (" Quick mode: a rote run that ran the full loop is its own baseline." if quick else "")
     )
     return Section(
         name="cost",
@@ -492,17 +528,40 @@ def summarise(
             "duration_s": round(duration_s, 1),
             "quick": quick,
             "tasks": rows,
-            "runs_total": len(records) * 2,
-            "baseline_runs_completed": baseline_ok,
+            "rote_runs": len(records),
+            "baseline_runs": sum(r.baseline_kind == "run" for r in records),
+            "baseline_runs_completed": sum(
+                r.baseline_kind == "run" and r.baseline_status == "completed" for r in records
+            ),
+            "rote_total_usd": round(rote_total, 6),
+            "always_full_total_usd": round(full_total, 6),
+            "full_loops_equal_to_baseline": f"{len(same)}/{len(twins)}",
+            "full_run_answers_as_oracle_expects": (
+                f"{sum(r.oracle_agrees for r in records)}/{len(records)}"
+            ),
+            "oracle_mismatches": [
+                {"task": r.task_id, "run": r.run, "full": r.baseline_result}
+                for r in records
+                if not r.oracle_agrees
+            ],
             "changes": [asdict(c) for c in changes],
             "changes_not_as_corpus_expects": unexpected,
+            "unexplained_full_runs": [
+                {"task": r.task_id, "run": r.run, "compiled": r.compiled} for r in unexplained
+            ],
             "replay_failures": [
                 {"task": r.task_id, "run": r.run, "reason": r.replay_failure}
                 for r in records
                 if r.replay_failure
             ],
             "disagreements": [
-                {"task": r.task_id, "run": r.run, "rote": r.result, "full": r.baseline_result}
+                {
+                    "task": r.task_id,
+                    "run": r.run,
+                    "rote": r.result,
+                    "full": r.baseline_result,
+                    "right_per_oracle": _right(r),
+                }
                 for r in records
                 if not r.agrees
             ],
@@ -511,6 +570,7 @@ def summarise(
                     "task": r.task_id,
                     "run": r.run,
                     "layout": r.layout,
+                    "edition": r.edition,
                     "source": r.source,
                     "v": r.version,
                     "fell_back": r.fell_back,
@@ -518,6 +578,7 @@ def summarise(
                     "full_cost": r.baseline_cost_usd,
                     "agrees": r.agrees,
                     "ms": r.duration_ms,
+                    "full_ms": r.baseline_duration_ms,
                     "compiled": r.compiled,
                     "compile_wait_ms": r.compile_wait_ms,
                     "wall_ms": r.wall_ms,
@@ -560,9 +621,15 @@ async def run(quick: bool) -> Section:
     tasks, runs, changes = plan(quick)
     concurrency = len(tasks) if quick else CONCURRENT_TASKS
     records: dict[str, list[RunRecord]] = {}
-    with tempfile.TemporaryDirectory(prefix="rote-bench-cost-") as tmp, StandinServer() as standin:
+    with contextlib.ExitStack() as resources:
+        tmp = Path(resources.enter_context(tempfile.TemporaryDirectory(prefix="rote-bench-cost-")))
+        standin = resources.enter_context(StandinServer())
+        # Started here, on the event loop's thread, rather than by open_stack (which starts
+        # it from a worker thread): the server dies with the thread that started it.
+        nats = resources.enter_context(EmbeddedNats(tmp / "nats", port=free_port()))
         settings = Settings(
-            data_dir=Path(tmp) / "data",
+            nats_url=nats.url,
+            data_dir=tmp / "data",
             event_store="sqlite",
             log_format="json",
             log_level="warning",
@@ -573,9 +640,7 @@ async def run(quick: bool) -> Section:
         )
         settings.data_dir.mkdir(parents=True)
         with standin_env(standin.url):
-            async with open_stack(
-                settings, SERVICES, join_running=False, embedded_port=free_port()
-            ) as stack:
+            async with open_stack(settings, SERVICES) as stack:
                 startup_s = time.perf_counter() - began
                 watcher = Watcher(stack.bus)
                 await watcher.start()

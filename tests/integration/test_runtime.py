@@ -19,3 +19,13 @@ async def test_a_request_right_after_start_is_answered(settings: Settings) -> No
         async with open_stack(settings, ["system"]) as stack:
             info = await stack.bus.request(s.SYSTEM_INFO, b"{}", SystemInfo, timeout=2)
             assert info.services_running == ["system"]
+
+
+async def test_several_seed_urls_connect_through_any_live_one(settings: Settings) -> None:
+    from services.kernel.embedded_nats import free_port
+
+    dead = f"nats://127.0.0.1:{free_port()}"
+    seeds = f"{dead},{settings.nats_url}"
+    async with open_stack(settings.with_(nats_url=seeds), ["system"]) as stack:
+        info = await stack.bus.request(s.SYSTEM_INFO, b"{}", SystemInfo, timeout=2)
+        assert info.services_running == ["system"]

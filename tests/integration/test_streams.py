@@ -7,7 +7,7 @@ from nats.js.api import RetentionPolicy, StreamConfig
 
 from contracts import subjects as s
 from services.kernel.bus import Bus
-from services.kernel.streams import STREAMS, ensure_streams
+from services.kernel.streams import BUCKET_STREAMS, STREAMS, ensure_streams
 
 pytestmark = pytest.mark.anyio
 
@@ -15,7 +15,8 @@ pytestmark = pytest.mark.anyio
 async def test_provisioning_twice_changes_nothing(bus: Bus) -> None:
     first = await ensure_streams(bus.js)
     assert set(first.values()) == {"created"}
-    assert set(first) == {spec.name for spec in STREAMS} == set(s.STREAM_SUBJECTS)
+    assert {spec.name for spec in STREAMS} == set(s.STREAM_SUBJECTS)
+    assert set(first) == set(s.STREAM_SUBJECTS) | set(BUCKET_STREAMS)
     before = {spec.name: (await bus.js.stream_info(spec.name)).config for spec in STREAMS}
 
     second = await ensure_streams(bus.js)

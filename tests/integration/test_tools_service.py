@@ -45,6 +45,7 @@ from services.kernel.runtime import ServiceContext
 from services.kernel.settings import Settings
 from services.kernel.streams import ensure_streams
 from services.tools import service as tools_service
+from services.tools.specs import SPECS
 
 pytestmark = [
     pytest.mark.anyio,
@@ -52,19 +53,8 @@ pytestmark = [
     pytest.mark.usefixtures("nothing_left_behind"),
 ]
 
-ALL_TOOLS = [
-    "browser_navigate",
-    "browser_read_page",
-    "browser_extract",
-    "browser_click",
-    "browser_type",
-    "browser_fill_form",
-    "browser_scroll",
-    "browser_screenshot",
-    "shell_exec",
-    "file_read",
-    "file_write",
-]
+# The whole catalogue (its names are pinned in tests/unit/test_tools_specs.py).
+ALL_TOOLS = list(SPECS)
 
 # --- a small site ------------------------------------------------------------------------
 

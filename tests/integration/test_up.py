@@ -105,3 +105,35 @@ def test_schema_writes_every_contract(tmp_path: Path) -> None:
     assert len(files) > 50
     schema = json.loads((tmp_path / "schema" / "CreateTask.json").read_text())
     assert "$defs" in schema or "properties" in schema
+
+
+def test_second_rote_up_on_the_same_data_dir_is_refused(tmp_path: Path) -> None:
+    env = _env(tmp_path / "d")
+    first = subprocess.Popen(_rote("up"), env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert first.stdout is not None and first.stdout.readline().startswith("rote up:")
+        second = subprocess.run(_rote("up"), env=env, capture_output=True, text=True, timeout=60)
+        assert second.returncode == 1
+        assert "already running" in second.stderr
+    finally:
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=30) == 0
+
+
+def test_sigterm_during_start_up_stops_cleanly(tmp_path: Path) -> None:
+    data_dir = tmp_path / "early"
+    proc = subprocess.Popen(_rote("up"), env=_env(data_dir), stdout=subprocess.PIPE, text=True)
+    try:
+        # Wait only until the embedded server exists, then stop while services start.
+        deadline = time.monotonic() + 30
+        while not _nats_pids(data_dir / "nats") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    deadline = time.monotonic() + 5
+    while _nats_pids(data_dir / "nats") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _nats_pids(data_dir / "nats") == []

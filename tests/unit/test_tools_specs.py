@@ -25,6 +25,7 @@ TOOL_IO_NAMES = [
     "browser_screenshot",
     "shell_exec",
     "file_read",
+    "noop",
     "file_write",
 ]
 
