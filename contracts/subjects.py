@@ -166,7 +166,7 @@ CONSUMER_TRACER: Final = "rote-tracer"
 BUCKET_BLOBS: Final = "rote_blobs"
 # Key-value bucket holding how far each event store's notification log was published.
 BUCKET_RELAY: Final = "rote_relay"
-# Object store with the transcript of every run, by run_id.
+# Key-value bucket with the transcript of every run, by run_id.
 BUCKET_TRANSCRIPTS: Final = "rote_transcripts"
 
 # Headers.

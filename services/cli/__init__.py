@@ -7,12 +7,13 @@ import sys
 from collections.abc import Callable
 
 from services import __version__
-from services.cli import demo, infra, model, schema, status, up
+from services.cli import bench, demo, infra, model, schema, status, up
 
 # Each module adds its parser with `register(subparsers)` and sets `func`.
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [  # type: ignore[type-arg]
     up.register,
     demo.register,
+    bench.register,
     status.register,
     schema.register,
     model.register,

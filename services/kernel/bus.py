@@ -3,7 +3,6 @@ publishing with Nats-Msg-Id de-duplication."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, TypeVar
 
 import msgspec
@@ -73,18 +72,19 @@ class Bus:
         all_headers = {HEADER_MSG_ID: msg_id, **(headers or {})}
         return await self.js.publish(subject, encode(event), headers=all_headers, timeout=timeout)
 
-    async def publish_event_soon(
+    async def publish_event_unacked(
         self,
         subject: str,
         event: msgspec.Struct,
         *,
         msg_id: str,
         headers: dict[str, str] | None = None,
-    ) -> asyncio.Future[PubAck]:
-        """Publish to JetStream without waiting for the ack; the returned future holds
-        it. Messages from one connection are stored in the order they were sent."""
+    ) -> None:
+        """Publish to a stream's subject without asking for an ack: the stream stores it
+        (in the order this connection sent it) and no reply travels back. For activity
+        that is observed, not relied on; the caller never learns of a lost message."""
         all_headers = {HEADER_MSG_ID: msg_id, **(headers or {})}
-        return await self.js.publish_async(subject, encode(event), headers=all_headers)
+        await self.nc.publish(subject, encode(event), headers=all_headers)
 
     async def close(self) -> None:
         self.closing = True

@@ -114,6 +114,18 @@ class EmbeddedNats:
         return DEFAULT_PORT if port_is_free(DEFAULT_PORT, self.host) else free_port(self.host)
 
     def start(self) -> EmbeddedNats:
+        """Spawn and wait until ready. Call it from a thread that outlives the server
+        (see `spawn`)."""
+        self.spawn()
+        return self.wait_ready()
+
+    def spawn(self) -> None:
+        """Start the process without waiting for it.
+
+        On Linux the server is asked to stop when its parent dies — and "parent" means
+        the *thread* that spawned it: spawned from a worker thread (anyio.to_thread),
+        it would be stopped when the pool retires that idle thread. Async callers
+        therefore spawn on the event-loop thread and only wait in a worker."""
         self.store_dir.mkdir(parents=True, exist_ok=True)
         self.port = self._choose_port()
         log_file = self.store_dir / "nats-server.log"
@@ -136,6 +148,10 @@ class EmbeddedNats:
             stderr=subprocess.DEVNULL,
             preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
+
+    def wait_ready(self) -> EmbeddedNats:
+        assert self.process is not None and self.port is not None, "spawn() first"
+        log_file = self.store_dir / "nats-server.log"
         deadline = time.monotonic() + self.ready_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

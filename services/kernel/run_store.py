@@ -1,15 +1,16 @@
-"""Run state read back from the bus: lifecycle events in ROTE_RUNS, transcripts in an
-object store. Nothing is held in one process's memory, so any runner (or the tracer)
+"""Run state read back from the bus: lifecycle events in ROTE_RUNS, transcripts in a
+key-value bucket. Nothing is held in one process's memory, so any runner (or the tracer)
 can answer for any run."""
 
 from __future__ import annotations
 
-from nats.js.errors import NotFoundError, ObjectNotFoundError
+from nats.js.errors import KeyNotFoundError, NotFoundError
+from nats.js.kv import KeyValue
 
 from contracts import subjects as s
 from contracts.runs import RunEvent, Transcript
 from services.kernel.bus import Bus
-from services.kernel.codec import decode, encode
+from services.kernel.codec import decode
 
 TERMINAL = ("completed", "failed")
 
@@ -17,6 +18,13 @@ TERMINAL = ("completed", "failed")
 class RunStore:
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
+        self._transcripts: KeyValue | None = None
+
+    async def _kv(self) -> KeyValue:
+        # Looking a bucket up is an API round trip: do it once.
+        if self._transcripts is None:
+            self._transcripts = await self.bus.js.key_value(s.BUCKET_TRANSCRIPTS)
+        return self._transcripts
 
     async def last_event(self, run_id: str, event: str = "*") -> RunEvent | None:
         try:
@@ -36,20 +44,18 @@ class RunStore:
         return found
 
     async def finished(self, run_id: str) -> RunEvent | None:
-        for name in TERMINAL:
-            event = await self.last_event(run_id, name)
-            if event is not None:
-                return event
-        return None
+        """The run's terminal event, if it has one. A terminal event is always a run's
+        last, so one look at the last event answers."""
+        event = await self.last_event(run_id)
+        return event if event is not None and event.event in TERMINAL else None
 
-    async def save_transcript(self, transcript: Transcript) -> None:
-        store = await self.bus.js.object_store(s.BUCKET_TRANSCRIPTS)
-        await store.put(transcript.run_id, encode(transcript))
+    async def save_transcript(self, data: bytes, run_id: str) -> None:
+        """`data`: an encoded Transcript, already bounded to fit one message."""
+        await (await self._kv()).put(run_id, data)
 
     async def transcript(self, run_id: str) -> Transcript | None:
-        store = await self.bus.js.object_store(s.BUCKET_TRANSCRIPTS)
         try:
-            result = await store.get(run_id)
-        except (ObjectNotFoundError, NotFoundError):
+            entry = await (await self._kv()).get(run_id)
+        except (KeyNotFoundError, NotFoundError):
             return None
-        return decode(result.data or b"", Transcript)
+        return decode(entry.value or b"", Transcript)

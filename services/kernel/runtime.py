@@ -112,7 +112,8 @@ async def open_stack(
                 f" ({url_file(settings).read_text().strip()}); stop it or use `rote serve`"
             )
         embedded = EmbeddedNats(Path(settings.data_dir) / "nats", port=embedded_port)
-        await anyio.to_thread.run_sync(embedded.start)
+        embedded.spawn()  # on this (the loop's) thread: see EmbeddedNats.spawn
+        await anyio.to_thread.run_sync(embedded.wait_ready)
         url = embedded.url
         url_file(settings).write_text(url + "\n")
     bus: Bus | None = None

@@ -137,11 +137,14 @@ async def ensure_streams(js: JetStreamContext, replicas: int = 1) -> dict[str, O
     return outcomes
 
 
+# How long a bucket keeps a key (None: forever). Transcripts live as long as run events.
+KV_TTL_S: dict[str, float] = {s.BUCKET_TRANSCRIPTS: 90 * DAY}
+
 # The streams behind rote's buckets (NATS names them KV_<bucket> and OBJ_<bucket>).
 BUCKET_STREAMS: dict[str, str] = {
     f"KV_{s.BUCKET_RELAY}": "event-store relay positions",
     f"OBJ_{s.BUCKET_BLOBS}": "large blobs by sha256",
-    f"OBJ_{s.BUCKET_TRANSCRIPTS}": "run transcripts by run_id",
+    f"KV_{s.BUCKET_TRANSCRIPTS}": "run transcripts by run_id",
 }
 
 

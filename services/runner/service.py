@@ -57,6 +57,8 @@ def bus_ports(bus: Bus) -> Ports:
     # run_id -> the tools process holding that run's browser session. The first call
     # of a run goes to the tools queue group; later ones go to whoever answered it.
     tools_of_run: dict[str, str] = {}
+    # Runs that used the browser: only those have a session to close.
+    browsing: set[str] = set()
 
     async def complete(request: CompleteRequest) -> CompleteReply:
         try:
@@ -66,6 +68,8 @@ def bus_ports(bus: Bus) -> Ports:
 
     async def exec_tool(request: ExecTool) -> ToolResult:
         timeout = request.timeout_s + 15
+        if request.tool.startswith("browser_"):
+            browsing.add(request.run_id)
         pinned = tools_of_run.get(request.run_id)
         try:
             if pinned is not None:
@@ -90,6 +94,9 @@ def bus_ports(bus: Bus) -> Ports:
 
     async def close_session(run_id: str) -> None:
         pinned = tools_of_run.pop(run_id, None)
+        if run_id not in browsing:
+            return
+        browsing.discard(run_id)
         subject = s.tools_close_session_on(pinned) if pinned else s.TOOLS_CLOSE_SESSION
         try:
             await bus.request(subject, CloseSession(run_id=run_id), SessionClosed, timeout=10)
@@ -230,7 +237,7 @@ class Runner:
             if outcome.error:
                 transcript.note(outcome.error, reason=outcome.reason)
             try:
-                await self.store.save_transcript(transcript.build())
+                await self.store.save_transcript(transcript.encoded(), request.run_id)
             except Exception as exc:  # the run's outcome matters more than its record
                 log.warning("transcript_save_failed", error=str(exc))
             finished = RunEvent(

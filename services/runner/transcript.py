@@ -12,9 +12,12 @@ import msgspec
 from contracts.base import utc_now
 from contracts.llm import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 from contracts.runs import Transcript, TranscriptEntry
+from services.kernel.codec import encode
 
 MAX_STRING = 8_000
 MAX_ENTRIES = 400
+# A transcript is stored as one NATS message (default max payload 1 MB).
+MAX_BYTES = 900_000
 
 
 def _bound(text: str) -> tuple[str, bool]:
@@ -102,3 +105,26 @@ class TranscriptRecorder:
             entries=list(self.entries),
             truncated=self.truncated,
         )
+
+    def encoded(self, max_bytes: int = MAX_BYTES) -> bytes:
+        """The transcript as one message of at most `max_bytes`: when it is longer, the
+        middle goes (the beginning says what was asked, the end how it ended)."""
+        transcript = self.build()
+        data = encode(transcript)
+        while len(data) > max_bytes and len(transcript.entries) > 2:
+            keep = max(2, int(len(transcript.entries) * max_bytes / len(data) * 0.9))
+            head = keep // 2
+            entries = transcript.entries
+            dropped = len(entries) - keep
+            marker = TranscriptEntry(
+                at=entries[head].at,
+                kind="note",
+                detail={"text": f"{dropped} entries left out to fit one message"},
+            )
+            transcript = msgspec.structs.replace(
+                transcript,
+                entries=[*entries[:head], marker, *entries[len(entries) - (keep - head) :]],
+                truncated=True,
+            )
+            data = encode(transcript)
+        return data

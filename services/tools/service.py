@@ -3,15 +3,13 @@ started/finished events on JetStream), and closing a run's browser context."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from typing import Any
 
 import anyio
 import msgspec
 import structlog
-from anyio.abc import TaskGroup, TaskStatus
-from nats.js.api import PubAck
+from anyio.abc import TaskStatus
 
 from contracts import subjects
 from contracts.base import utc_now
@@ -44,29 +42,22 @@ class ToolEvents:
     `{run_id}:{call_id}:{event}`: a retried step has a new call_id, so its events are not
     de-duplicated away.
 
-    The acks are not waited for one by one (that would add two round trips to every
-    call, replayed steps included): both events go out on one connection, so the stream
-    stores them in order, and their acks are checked in the background."""
+    The events go to ROTE_ACTIVITY without asking for acks: waiting for two acks would
+    add two round trips to every call, replayed steps included. One connection keeps
+    them in order, and for a cheap tool both events and the reply leave in one write.
+    The tracer does not trust timing either: it waits until it has the event of every
+    call the run's transcript shows."""
 
-    def __init__(self, bus: Bus, config: ToolsConfig, task_group: TaskGroup) -> None:
+    def __init__(self, bus: Bus, config: ToolsConfig) -> None:
         self.bus = bus
         self.config = config
-        self.task_group = task_group
 
     async def publish(self, call: ExecTool, call_id: str, event: ToolEvent) -> None:
-        ack = await self.bus.publish_event_soon(
+        await self.bus.publish_event_unacked(
             subjects.tool_event(call.run_id, event.event),
             event,
             msg_id=f"{call.run_id}:{call_id}:{event.event}",
         )
-        self.task_group.start_soon(self._confirm, ack, event.event, call_id)
-
-    async def _confirm(self, ack: asyncio.Future[PubAck], event: str, call_id: str) -> None:
-        try:
-            with anyio.fail_after(10):
-                await ack
-        except Exception as exc:
-            log.error("tool_event_unpublished", event=event, call_id=call_id, error=str(exc))
 
     def started(self, call: ExecTool, call_id: str) -> ToolEvent:
         return ToolEvent(
@@ -119,7 +110,7 @@ async def serve(
     config = ToolsConfig.from_settings(ctx.settings)
     async with BrowserPool(config.browser) as browsers:
         toolbox = ToolBox(config, browsers)
-        events = ToolEvents(ctx.bus, config, ctx.task_group)
+        events = ToolEvents(ctx.bus, config)
         # This process's name on the bus: a run's later calls come straight here.
         instance = uuid.uuid4().hex[:12]
 

@@ -7,22 +7,19 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 
 import pytest
+
+from tests.leftovers import MARK_VARIABLE, wait_gone
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
-def _children_named(name: str, parent: int | None = None) -> set[int]:
-    args = ["pgrep", "-f", name] if parent is None else ["pgrep", "-P", str(parent), "-f", name]
-    out = subprocess.run(args, capture_output=True, text=True)
-    return {int(p) for p in out.stdout.split()}
-
-
 def test_demo_walks_the_whole_life_of_a_task() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ROTE_", "ANTHROPIC_"))}
-    before = _children_named("rote-demo-")
-    orphans_before = _children_named("chromium", parent=1) | _children_named("playwright", parent=1)
+    marker = uuid.uuid4().hex
+    env[MARK_VARIABLE] = marker
     done = subprocess.run(
         [sys.executable, "-m", "services.cli", "demo", "--json"],
         env=env,
@@ -64,7 +61,5 @@ def test_demo_walks_the_whole_life_of_a_task() -> None:
     assert "the site change cost 1 full run(s)" in out
     assert "not Claude" in out  # the stand-in says what it is
 
-    # Nothing left behind: no nats-server from the demo's data dir, no stray Chromium.
-    assert _children_named("rote-demo-") - before == set()
-    orphans = _children_named("chromium", parent=1) | _children_named("playwright", parent=1)
-    assert orphans - orphans_before == set()
+    # Nothing left behind: no nats-server, Playwright driver or Chromium of the demo's.
+    assert wait_gone(marker) == []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from contracts import subjects as s
@@ -29,3 +31,29 @@ async def test_several_seed_urls_connect_through_any_live_one(settings: Settings
     async with open_stack(settings.with_(nats_url=seeds), ["system"]) as stack:
         info = await stack.bus.request(s.SYSTEM_INFO, b"{}", SystemInfo, timeout=2)
         assert info.services_running == ["system"]
+
+
+@pytest.mark.slow
+async def test_embedded_server_outlives_retired_worker_threads(tmp_path: Path) -> None:
+    # Linux stops a child whose parent *thread* exits (PR_SET_PDEATHSIG); anyio retires
+    # worker threads idle for 10 s. The embedded server must not be tied to one.
+    import time
+
+    import anyio
+
+    from services.kernel.embedded_nats import free_port
+
+    settings = Settings(data_dir=tmp_path, event_store="memory", log_format="json")
+    async with open_stack(
+        settings, ["system"], join_running=False, embedded_port=free_port()
+    ) as stack:
+        assert stack.embedded is not None and stack.embedded.process is not None
+        async with anyio.create_task_group() as tg:  # grow the worker pool
+            for _ in range(6):
+                tg.start_soon(anyio.to_thread.run_sync, time.sleep, 0.2)
+        for _ in range(5):  # ~13 s: idle workers are retired meanwhile
+            await anyio.sleep(2.6)
+            await anyio.to_thread.run_sync(time.sleep, 0.01)
+        assert stack.embedded.process.poll() is None
+        info = await stack.bus.request(s.SYSTEM_INFO, b"{}", SystemInfo, timeout=2)
+        assert info.embedded_nats

@@ -17,24 +17,9 @@ import pytest
 from contracts import subjects as s
 from contracts.tools import ExecTool, ListTools, ToolList, ToolResult
 from services.kernel.bus import connect
+from tests.leftovers import marked
 
 pytestmark = pytest.mark.browser
-
-
-def _marked(marker: str) -> list[int]:
-    """Processes whose environment carries `marker` (children inherit it, so this finds
-    rote, the Playwright driver and every Chromium process they started)."""
-    found = []
-    needle = f"ROTE_TEST_MARK={marker}".encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if needle in (entry / "environ").read_bytes().split(b"\0"):
-                found.append(int(entry.name))
-        except (FileNotFoundError, PermissionError, ProcessLookupError):
-            continue
-    return found
 
 
 def _is_chromium(pid: int) -> bool:
@@ -83,7 +68,7 @@ def test_rote_up_serves_tools_and_leaves_no_chromium(tmp_path: Path) -> None:
         assert first.startswith("rote up: NATS "), first
         assert "tools" in first.split("services:")[1]
         anyio.run(_use_the_browser, first.split()[3], backend="asyncio")
-        assert any(_is_chromium(pid) for pid in _marked(marker))
+        assert any(_is_chromium(pid) for pid in marked(marker))
 
         status = subprocess.run(
             [sys.executable, "-m", "services.cli", "status"],
@@ -102,6 +87,6 @@ def test_rote_up_serves_tools_and_leaves_no_chromium(tmp_path: Path) -> None:
             proc.wait()
     # Everything rote started is gone (allow the kernel a moment to reap).
     deadline = time.monotonic() + 5
-    while _marked(marker) and time.monotonic() < deadline:
+    while marked(marker) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _marked(marker) == []
+    assert marked(marker) == []

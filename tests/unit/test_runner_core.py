@@ -90,3 +90,22 @@ def test_run_view_folds_lifecycle_in_any_order() -> None:
     assert view.status == "completed" and view.result == "done" and view.cost_usd == 0.5
     assert view.requested_at == t0 and view.finished_at == t0 + timedelta(seconds=9)
     assert fold([]) is None
+
+
+def test_a_long_transcript_fits_one_message_keeping_both_ends() -> None:
+    from contracts.runs import Transcript
+    from services.kernel.codec import decode
+
+    recorder = TranscriptRecorder("run_1", "t")
+    recorder.message(Message(role="user", content="the task"))
+    for i in range(300):
+        recorder.replay_step(i, {"output": "y" * 5000})
+    recorder.note("the end")
+    data = recorder.encoded(max_bytes=100_000)
+    assert len(data) <= 100_000
+    transcript = decode(data, Transcript)
+    assert transcript.truncated
+    first, last = transcript.entries[0], transcript.entries[-1]
+    assert first.message is not None and first.message.content == "the task"
+    assert last.detail == {"text": "the end"}
+    assert any("left out" in str(e.detail) for e in transcript.entries)

@@ -1,0 +1,70 @@
+"""`rote bench`: every benchmark in tests/bench, one JSON document and one table.
+
+Benchmarks live beside the tests (they need the test sites and helpers), so this runs
+from a source checkout. Each section's targets are ratios or percentiles measured in
+the same run, so they hold on any machine that is not starved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import time
+from pathlib import Path
+
+import anyio
+
+from services.cli.common import load_settings
+
+SECTIONS = ["cost", "overhead", "throughput", "health", "browser"]
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = sub.add_parser("bench", help="run the benchmarks (JSON and a table)")
+    parser.add_argument("--quick", action="store_true", help="small sizes for CI (< 2 minutes)")
+    parser.add_argument(
+        "--only", nargs="+", choices=SECTIONS, metavar="SECTION", help=f"some of: {SECTIONS}"
+    )
+    parser.add_argument("--output", help="write the JSON here (default: print it)")
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 when a target is missed (default: report only)"
+    )
+    parser.set_defaults(func=run)
+
+
+def _checkout_root() -> Path:
+    root = Path(__file__).resolve().parents[2]
+    if not (root / "tests" / "bench" / "harness.py").exists():
+        raise SystemExit("rote bench runs from a source checkout (tests/bench is not here)")
+    return root
+
+
+def run(args: argparse.Namespace) -> int:
+    load_settings(quiet=True)
+    root = _checkout_root()
+    sys.path.insert(0, str(root))
+    harness = importlib.import_module("tests.bench.harness")
+    names = args.only or SECTIONS
+    started = time.perf_counter()
+    sections = []
+    for name in names:
+        module = importlib.import_module(f"tests.bench.bench_{name}")
+        print(f"running {name}...", file=sys.stderr, flush=True)
+        sections.append(anyio.run(module.run, args.quick, backend="asyncio"))
+    duration = time.perf_counter() - started
+    document = harness.to_json(sections, duration, args.quick)
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(document + "\n")
+    else:
+        print(document)
+    print(harness.render_table(sections))
+    print(
+        f"\n{len(sections)} sections in {duration:.1f} s"
+        + (f"; JSON in {args.output}" if args.output else "")
+    )
+    missed = [section.name for section in sections if not section.ok]
+    if missed:
+        print(f"targets missed in: {', '.join(missed)}")
+    return 1 if (missed and args.check) else 0
