@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable
 
 from services import __version__
-from services.cli import bench, demo, infra, model, schema, status, up
+from services.cli import bench, demo, infra, model, schema, site, status, up
 
 # Each module adds its parser with `register(subparsers)` and sets `func`.
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [  # type: ignore[type-arg]
@@ -17,6 +17,7 @@ COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [  # type: ignore
     status.register,
     schema.register,
     model.register,
+    site.register,
     infra.register,
 ]
 

@@ -62,7 +62,7 @@ from services.compiler.dataflow import (
     provenance,
 )
 from services.compiler.references import Path, Ref, escape
-from services.compiler.toolkinds import is_read, value_kind
+from services.compiler.toolkinds import is_read, navigates, value_kind
 from services.llm.pricing import PriceTable
 
 # An extract on replay must find at least this share of what the first run found.
@@ -254,16 +254,20 @@ class _Assembler:
         self.tool_of: dict[int, str] = {}
         self.picks: dict[tuple[Container, Path], int] = {}  # -> index of the pick step
         self.first_pick: dict[Container, tuple[Path, int]] = {}
+        # False once a step went somewhere that depends on the data (a picked link).
+        self.page_fixed = True
+        self.items = _structured_items(trace)
 
     def run(self, kept: list[_Planned], answer: Provenance) -> list[ExecutorStep]:
-        for plan in kept:
-            self._tool_step(plan)
+        for n, plan in enumerate(kept):
+            later = [self.trace.answer, *(v for p in kept[n + 1 :] for v in _varying(p))]
+            self._tool_step(plan, Content(tuple(later), self.items))
         self.steps.append(self._result(answer))
         return self.steps
 
     # -- tool steps --
 
-    def _tool_step(self, plan: _Planned) -> None:
+    def _tool_step(self, plan: _Planned, content: Content) -> None:
         step = plan.step
         self.tool_of[plan.position] = step.tool
         values: dict[Path, str] = {}
@@ -272,6 +276,10 @@ class _Assembler:
                 values[path] = self._template(prov.template)
             elif prov.kind == "judgement":
                 values[path] = Ref(self._value_step(plan, path, prov)).format()
+        if step.tool == "browser_navigate":
+            self.page_fixed = not values
+        elif values and navigates(step.tool):
+            self.page_fixed = False
         index = len(self.steps)
         self.index_of[plan.position] = index
         self.steps.append(
@@ -280,7 +288,12 @@ class _Assembler:
                 tool=step.tool,
                 input=_rebuild(step.input, values),
                 templated=bool(values),
-                expect=expectations_for(step, "tool" if not values else "templated"),
+                expect=expectations_for(
+                    step,
+                    "tool" if not values else "templated",
+                    page_fixed=self.page_fixed,
+                    content=content,
+                ),
                 trace_step=step.index,
             )
         )
@@ -444,6 +457,26 @@ def _answer_words(path: Path) -> str:
     return f"its {_field_words(path)}" if path else "the item exactly as written"
 
 
+def _varying(plan: _Planned) -> list[str]:
+    """The plan's input strings that are not replayed as recorded."""
+    return [
+        value
+        for path, value in references.leaves(plan.step.input)
+        if path in plan.values and plan.values[path].kind != "constant"
+    ]
+
+
+def _structured_items(trace: Trace) -> frozenset[str]:
+    """Every string the run's reads found as structured data (extracted items)."""
+    return frozenset(
+        leaf.strip().casefold()
+        for step in trace.steps
+        if step.status == "ok" and is_read(step.tool) and isinstance(step.output, list | dict)
+        for _, leaf in references.leaves(step.output)
+        if leaf.strip()
+    )
+
+
 def _rebuild(value: Any, replaced: Mapping[Path, str], path: Path = ()) -> Any:
     """The recorded input with some strings replaced by templates; the others escaped,
     so nothing recorded is ever read as a reference."""
@@ -475,29 +508,75 @@ def _title(step: TraceStep) -> str:
     return (title or "").strip()
 
 
+# Where a title splits into parts: "Headline | Site", "Site - Section", "Site: Section".
+_TITLE_PARTS = re.compile(r"\s+[|\u2013\u2014\u00b7-]\s+|\s*[|\u00b7]\s*|:\s+")
+
+
+@dataclass(frozen=True)
+class Content:
+    """What the run used as data, where a page title that is content gives itself away:
+    the answer and later steps' non-constant inputs (`texts`), and the values reads
+    found as structured data (`items`, casefolded)."""
+
+    texts: tuple[str, ...] = ()
+    items: frozenset[str] = frozenset()
+
+    def holds(self, text: str) -> bool:
+        folded = text.casefold()
+        if folded in self.items:
+            return True
+        word = re.compile(rf"(?<!\w){re.escape(folded)}(?!\w)")
+        return any(word.search(t.casefold()) for t in self.texts)
+
+
 def _stable_text(text: str) -> bool:
-    """Titles with digits (dates, counts, prices) change from run to run."""
+    """Text with digits (dates, counts, prices) changes from run to run."""
     return 0 < len(text) <= 120 and not any(ch.isdigit() for ch in text)
 
 
-def expectations_for(step: TraceStep, kind: StepKind) -> list[Expectation]:
+def title_to_expect(title: str, content: Content) -> str | None:
+    """The text of a page title a replay can expect, or None. One trace cannot show
+    which parts change, so a part is trusted only when it has no digits and is not
+    content the run used (a headline in the answer, a name a later step typed, an
+    extracted item): the whole title when every part is trusted, else its longest
+    trusted part (the site's name beside today's headline)."""
+    parts = [p.strip() for p in _TITLE_PARTS.split(title) if p.strip()]
+    trusted = [p for p in parts if _stable_text(p) and not content.holds(p)]
+    if not trusted:
+        return None
+    if len(trusted) == len(parts) and _stable_text(title):
+        return title
+    best = max(trusted, key=len)
+    return best if len(best) >= 3 and any(ch.isalpha() for ch in best) else None
+
+
+def expectations_for(
+    step: TraceStep,
+    kind: StepKind,
+    *,
+    page_fixed: bool = True,
+    content: Content | None = None,
+) -> list[Expectation]:
     """What the replay checks after this step. A title is expected only of a page the
-    step reaches the same way every time (not through a reference)."""
+    run reaches the same way every time: not through a reference (`kind`), nor after an
+    earlier step went somewhere that depends on the data (`page_fixed` false: the detail
+    page of today's pick), and only its parts that are not content (`title_to_expect`)."""
     expect: list[Expectation] = []
     status = _status(step)
+    content = content or Content()
     if step.tool == "browser_navigate":
         if status is not None and 200 <= status < 400:
             expect.append(HttpStatus(status=status))
-        title = _title(step)
-        if kind == "tool" and _stable_text(title):
+        title = title_to_expect(_title(step), content) if kind == "tool" else None
+        if title is not None:
             expect.append(ContainsText(text=title))
     elif step.tool == "browser_extract":
         if isinstance(step.output, list) and step.output:
             count = max(1, math.floor(len(step.output) * MIN_ITEMS_FRACTION))
             expect.append(MinItems(count=count))
     elif step.tool == "browser_read_page":
-        title = _title(step)
-        if isinstance(step.output, str) and _stable_text(title) and title in step.output:
+        title = title_to_expect(_title(step), content) if page_fixed else None
+        if isinstance(step.output, str) and title is not None and title in step.output:
             expect.append(ContainsText(text=title))
     elif step.tool in ("browser_click", "browser_type", "browser_fill_form"):
         code = step.metadata.http_status

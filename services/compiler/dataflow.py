@@ -203,18 +203,31 @@ def leaked_content(
 ) -> tuple[str, tuple[int, ...]] | None:
     """Does the literal text of a template still carry data? A word that the task prompt
     does not have but an earlier read found on the page, or a number other than a small
-    enumerator ("1.", "Top 3"), means the text is more than its references."""
+    enumerator ("1.", "Top 3"), means the text is more than its references. Returns why,
+    and every read whose content holds such a word or number: the small model must see
+    them to write the text again (a number from nowhere, a count or a sum, adds none)."""
     allowed = ctx.allowed_tokens
     n_refs = len(template.pointers)
+    why: str | None = None
+    steps: set[int] = set()
     for token in sorted(tokens(template.literal) - allowed):
-        if token.isdigit():
-            if n_refs and int(token) <= n_refs:
-                continue
-            return f"the text has the number {token}, which the references do not explain", ()
-        steps = tuple(s.step for s in sources if s.reads and token in s.tokens)
-        if steps:
-            return f"the text has {token!r} from the content of step {steps[-1]}", steps
-    return None
+        number = token.isdigit()
+        if number and n_refs and int(token) <= n_refs:
+            continue
+        found = [s.step for s in sources if s.reads and token in s.tokens]
+        if not number and not found:
+            continue  # a word of the model's own phrasing
+        steps.update(found)
+        if why is None:
+            where = f"from the content of step {found[-1]}" if found else "from no reference"
+            why = (
+                f"the text has the number {token} {where}"
+                if number
+                else f"the text has {token!r} {where}"
+            )
+    if why is None:
+        return None
+    return why, tuple(sorted(steps))
 
 
 def provenance(

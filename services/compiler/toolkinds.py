@@ -22,6 +22,11 @@ Kind = Literal["structure", "url", "label", "data", "generic"]
 # Tools that only read: a call whose result nothing uses can be dropped.
 READ_TOOLS = frozenset({"browser_extract", "browser_read_page", "file_read"})
 
+# Tools that may take the browser to another page: where they go depends on their input.
+NAVIGATION_TOOLS = frozenset(
+    {"browser_navigate", "browser_click", "browser_type", "browser_fill_form"}
+)
+
 _KINDS: dict[str, dict[str, Kind]] = {
     "browser_navigate": {"url": "url"},
     "browser_read_page": {},
@@ -49,3 +54,7 @@ def value_kind(tool: str, path: Path) -> Kind:
 
 def is_read(tool: str) -> bool:
     return tool in READ_TOOLS
+
+
+def navigates(tool: str) -> bool:
+    return tool in NAVIGATION_TOOLS

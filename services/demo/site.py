@@ -92,10 +92,18 @@ class DemoSite:
     """Start with `with DemoSite() as site:`; change it with `site.layout = "v2"` and
     `site.edition += 1` (or POST /_admin?layout=v2&edition=3)."""
 
-    def __init__(self, *, layout: Layout = "v1", edition: int = 0, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        *,
+        layout: Layout = "v1",
+        edition: int = 0,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
         self.layout: Layout = layout
         self.edition = edition
         self.host = host
+        self.port = port
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -249,7 +257,7 @@ class DemoSite:
                 status, body = site.render(split.path, form)
                 self._send(status, body)
 
-        self._server = ThreadingHTTPServer((self.host, 0), Handler)
+        self._server = ThreadingHTTPServer((self.host, self.port), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()

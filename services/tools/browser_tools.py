@@ -43,7 +43,7 @@ def inner_timeout(seconds: float) -> float:
     """The part of a call's timeout its steps may use: what is left over lets a step's
     own, more specific error (which element was missing, what the command printed) be
     reported before the call's hard deadline cuts everything off."""
-    return max(0.001, seconds - max(0.05 * seconds, 0.35))
+    return max(0.001, seconds - max(0.1 * seconds, 0.75))
 
 
 class Budget:

@@ -49,3 +49,9 @@ async def rig(
     names = ["system", "llm", "tools", "compiler", "tracer", "runner"]
     async with open_stack(stack_settings, names) as stack:
         yield Rig(stack=stack, site=site, standin=standin, settings=stack_settings)
+
+
+@pytest.fixture
+def rig_parts(stack_settings: Settings, site: DemoSite, standin: StandinServer) -> Rig:
+    """The site and stand-in without a stack, for tests that start their own."""
+    return Rig(stack=None, site=site, standin=standin, settings=stack_settings)  # type: ignore[arg-type]

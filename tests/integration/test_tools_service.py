@@ -609,7 +609,7 @@ async def test_every_call_publishes_started_then_finished(tools: Tools, site: st
     calls: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         ("browser_navigate", {"url": site + "/"}, {}),
         ("browser_extract", {"selector": "li.item .name"}, {}),
-        ("browser_click", {"selector": "#nope"}, {"timeout_s": 1.5}),  # fails
+        ("browser_click", {"selector": "#nope"}, {"timeout_s": 3}),  # fails
         ("shell_exec", {"command": "echo hi"}, {"allowed": ["browser_navigate"]}),  # refused
         ("browser_read_page", {}, {}),
     ]

@@ -46,9 +46,15 @@ def compiled(name: str) -> Executor:
     return result
 
 
-def simulate(executor: Executor, trace: Trace, picks: dict[int, Any] | None = None) -> str:
+def simulate(
+    executor: Executor,
+    trace: Trace,
+    picks: dict[int, Any] | None = None,
+    prompts: dict[int, str] | None = None,
+) -> str:
     """Replay `executor` against the trace's recorded outputs; `picks` answers the small
-    model's steps by executor index. Returns the rendered answer."""
+    model's steps by executor index. Returns the rendered answer (a small-model result
+    answers with its example; its rendered prompt goes into `prompts`)."""
     by_index = {step.index: step for step in trace.steps}
     outputs: dict[int, Any] = {}
     answer = None
@@ -74,7 +80,9 @@ def simulate(executor: Executor, trace: Trace, picks: dict[int, Any] | None = No
             case ResultStep(mode="template"):
                 answer = references.render(step.template or "", outputs)
             case ResultStep():
-                references.render(step.prompt or "", outputs)
+                rendered = references.render(step.prompt or "", outputs)
+                if prompts is not None:
+                    prompts[step.index] = rendered
                 answer = step.example
     assert isinstance(answer, str)
     return answer
@@ -247,6 +255,122 @@ def test_a_pick_that_is_not_in_the_list_fails_its_expectation() -> None:
     assert expectations.check_all(pick.expect, "/p/gizmo", None, outputs) is None
     reason = expectations.check_all(pick.expect, "/p/unicorn", None, outputs)
     assert reason is not None and "not one of" in reason
+
+
+# --- recorded runs of the cost benchmark's corpus (stand-in model, real Chromium) ----------
+# Each task was recorded on two days (editions): the executor compiled from the first day
+# must replay on the second day's pages, where the content (and the pick) has changed.
+
+
+def _tool_steps(executor: Executor) -> list[ToolStep]:
+    return [s for s in executor.steps if isinstance(s, ToolStep)]
+
+
+def test_a_number_read_off_the_detail_page_keeps_the_page_read() -> None:
+    # "stock: 31 left" is on the page the run read, not in any reference: the answer
+    # must be written again from that page, so the read cannot be pruned.
+    executor = compiled("shop_detail_stock")
+    assert kinds(executor) == [
+        "tool:browser_navigate",
+        "tool:browser_extract",
+        "condition",
+        "llm",  # pick the cheapest product's name
+        "templated:browser_click",
+        "tool:browser_read_page",
+        "result:llm",
+    ]
+    read = executor.steps[5]
+    assert isinstance(read, ToolStep) and read.trace_step == 3
+    result = executor.steps[-1]
+    assert isinstance(result, ResultStep) and "step_5" in result.variables
+    day2 = load("shop_detail_stock_day2")
+    prompts: dict[int, str] = {}
+    simulate(executor, day2, {3: "Cold Brew Jar"}, prompts)
+    assert "Stock: 26 left" in prompts[result.index]  # today's page, for today's answer
+
+
+def test_a_page_reached_through_a_pick_does_not_expect_the_last_pick() -> None:
+    executor = compiled("books_detail_author")
+    click, read = _tool_steps(executor)[2:]
+    assert click.tool == "browser_click" and click.templated
+    assert read.tool == "browser_read_page"
+    assert not any(isinstance(e, ContainsText) for e in read.expect)  # not "Northern Lines"
+    # Another day the cheapest book is another one: the replay still holds.
+    simulate(executor, load("books_detail_author_day3"), {3: "Small Hours"})
+
+
+def test_a_fixed_page_whose_title_is_content_does_not_expect_that_title() -> None:
+    # /story/top-1 is always the top story; its <title> is today's headline.
+    executor = compiled("gazette_story")
+    assert kinds(executor) == ["tool:browser_navigate", "tool:browser_read_page", "result:llm"]
+    nav, read = _tool_steps(executor)
+    assert nav.expect == [HttpStatus(status=200)]
+    assert read.expect == []
+    prompts: dict[int, str] = {}
+    simulate(executor, load("gazette_story_day2"), prompts=prompts)
+    assert "Volunteer firefighters unveils new logo" in prompts[executor.steps[-1].index]
+
+
+def test_a_page_read_answer_reads_the_page() -> None:
+    # The answer repeats the title (a reference to the navigation's output) around page
+    # text with numbers ("Checked at 06:00"): it is written again from the page.
+    executor = compiled("status_page")
+    assert kinds(executor) == ["tool:browser_navigate", "tool:browser_read_page", "result:llm"]
+    result = executor.steps[-1]
+    assert isinstance(result, ResultStep) and result.variables == ["step_0", "step_1"]
+
+
+def test_a_title_keeps_its_stable_part_when_the_rest_is_content() -> None:
+    page = "Daily Gazette\nCouncil approves new river bridge\nThe council voted to fund it."
+    title = "Council approves new river bridge | Daily Gazette"
+    trace = _trace(
+        f"Open {SITE}/story/top and report its headline.",
+        [
+            _step(
+                0,
+                "browser_navigate",
+                {"url": f"{SITE}/story/top"},
+                {"url": f"{SITE}/story/top", "status": 200, "title": title},
+                http_status=200,
+                title=title,
+            ),
+            _step(1, "browser_read_page", {}, page, title=title),
+        ],
+        "Headline: Council approves new river bridge",
+    )
+    executor = compile(trace.task, trace)
+    assert isinstance(executor, Executor)
+    nav = executor.steps[0]
+    assert isinstance(nav, ToolStep)
+    assert nav.expect == [HttpStatus(status=200), ContainsText(text="Daily Gazette")]
+
+
+def test_a_title_a_later_step_uses_is_not_expected() -> None:
+    # The deal page's title names today's deal, which the run then searched for.
+    trace = _trace(
+        f"Open {SITE}/deal and search the shop for the deal of the day; report the first result.",
+        [
+            _step(
+                0,
+                "browser_navigate",
+                {"url": f"{SITE}/deal"},
+                {"url": f"{SITE}/deal", "status": 200, "title": "Ultra Widget"},
+            ),
+            _step(
+                1,
+                "browser_type",
+                {"selector": "#q", "text": "Ultra Widget", "submit": True},
+                {"url": f"{SITE}/search", "title": "Search"},
+            ),
+            _step(2, "browser_extract", {"selector": ".result"}, ["UW-3000 - $99", "UW-1"]),
+        ],
+        "First result: UW-3000 - $99",
+    )
+    executor = compile(trace.task, trace)
+    assert isinstance(executor, Executor)
+    nav, typed = executor.steps[:2]
+    assert isinstance(nav, ToolStep) and nav.expect == [HttpStatus(status=200)]
+    assert isinstance(typed, ToolStep) and typed.input["text"] == "{{step_0.title}}"
 
 
 @pytest.mark.parametrize(

@@ -97,3 +97,44 @@ def test_embedded_reference_keeps_the_constant_around_it() -> None:
     found = provenance("http://shop.test/p/crimson-sneaker", "url", sources, ctx)
     assert found.template is not None
     assert found.template.parts == ("http://shop.test", Pointer(1, (0, "href")))
+
+
+def _detail_sources() -> list[Source]:
+    return [
+        Source.of(
+            1,
+            "browser_extract",
+            [{"name": "Tamper", "price": "$25.02"}, {"name": "Paper Filters", "price": "$4.93"}],
+            reads=True,
+        ),
+        Source.of(2, "browser_click", {"url": "http://shop.test/p/paper-filters"}, reads=False),
+        Source.of(
+            3,
+            "browser_read_page",
+            "Paper Filters\nPrice: $4.93\nMaterial: oak\nStock: 31 left",
+            reads=True,
+        ),
+    ]
+
+
+@pytest.mark.parametrize("detail", ["31 left", "many left"])
+def test_leftover_page_data_points_at_the_page_it_came_from(detail: str) -> None:
+    # The answer's text around its references holds data from the page read: a number
+    # ("31") as much as a word ("many") must make that read a source of the answer.
+    ctx = Context("Open http://shop.test/products, open the cheapest product; report its stock")
+    sources = _detail_sources()
+    if detail == "many left":
+        sources[2] = Source.of(
+            3, "browser_read_page", "Paper Filters\nStock: many left", reads=True
+        )
+    found = provenance(f"Cheapest: Paper Filters at $4.93; stock: {detail}", "data", sources, ctx)
+    assert found.kind == "judgement", found.why
+    assert 3 in found.sources and 1 in found.sources
+
+
+def test_a_number_from_nowhere_is_still_a_judgement_over_the_references() -> None:
+    ctx = Context("Open http://news.test/ and report the top 2 headlines")
+    sources = [Source.of(1, "browser_extract", ["Alpha", "Beta", "Gamma"], reads=True)]
+    found = provenance("Top 2 of 3 headlines:\n1. Alpha\n2. Beta", "data", sources, ctx)
+    assert (found.kind, found.sources) == ("judgement", (1,))
+    assert "number 3" in found.why

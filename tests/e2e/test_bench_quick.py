@@ -1,0 +1,39 @@
+"""`rote bench --quick` runs every section and writes one JSON document with all of them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+SECTIONS = {"cost", "overhead", "throughput", "executor_health", "browser_acquire"}
+
+
+def test_quick_bench_has_every_section(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ROTE_", "ANTHROPIC_"))}
+    done = subprocess.run(
+        [sys.executable, "-m", "services.cli", "bench", "--quick", "--output", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    document = json.loads(out.read_text())
+    assert document["quick"] is True and document["duration_s"] > 0
+    assert document["machine"]["cpus"] >= 1
+    assert set(document["sections"]) == SECTIONS
+    for name, section in document["sections"].items():
+        assert section["metrics"], name
+        for metric in section["metrics"]:
+            assert isinstance(metric["value"], int | float), (name, metric)
+    # The table a person reads names every section too.
+    for name in SECTIONS:
+        assert name in done.stdout
