@@ -12,8 +12,10 @@ What becomes of each successful trace step (the data flow is in dataflow.py):
   dropped    a failed call, a read whose result nothing used (a probe: an extract that
              found nothing before one that did, a page read before choosing a
              selector), or a navigation that answered an HTTP error before another.
-Then: expectations the replay checks (items extracted, HTTP status, stable titles), a
-condition step after an extract that later steps pick from (abort when it is empty),
+Then: expectations the replay checks (items extracted, HTTP status, and a page title
+only where one trace can justify it: a page reached the same way every time, and only
+the parts of its title that are not content the run used, such as today's headline),
+a condition step after an extract that later steps pick from (abort when it is empty),
 and a result step producing the answer in the original run's form: a template when the
 answer is a plain function of the extracted data (picks included), else the small
 model given the fresh data and the original answer as the example of the form.

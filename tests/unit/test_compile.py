@@ -30,7 +30,7 @@ from contracts.tasks import ConditionTrigger, Contains
 from contracts.tools import ToolMetadata
 from contracts.traces import Trace, TraceStep
 from services.compiler import expectations, references
-from services.compiler.compile import compile
+from services.compiler.compile import Content, compile, title_to_expect
 
 DATA = Path(__file__).parent.parent / "data" / "traces"
 
@@ -371,6 +371,26 @@ def test_a_title_a_later_step_uses_is_not_expected() -> None:
     nav, typed = executor.steps[:2]
     assert isinstance(nav, ToolStep) and nav.expect == [HttpStatus(status=200)]
     assert isinstance(typed, ToolStep) and typed.input["text"] == "{{step_0.title}}"
+
+
+@pytest.mark.parametrize(
+    ("title", "content", "expected"),
+    [
+        ("Daily Gazette", Content(), "Daily Gazette"),
+        ("Bookshop: All books", Content(), "Bookshop: All books"),
+        ("Edition 5 | Daily Gazette", Content(), "Daily Gazette"),  # digits change
+        ("Top 10", Content(), None),
+        ("Coastal path signs deal", Content(("The page reads: Coastal path signs deal",)), None),
+        ("Kitchen Corner: Products", Content(items=frozenset({"products"})), "Kitchen Corner"),
+        ("Paper Filters", Content(items=frozenset({"paper filters"})), None),  # an extracted item
+        ("Shop", Content(("Workshop tools",)), "Shop"),  # whole words only
+        ("", Content(), None),
+    ],
+)  # fmt: skip
+def test_which_part_of_a_title_a_replay_expects(
+    title: str, content: Content, expected: str | None
+) -> None:
+    assert title_to_expect(title, content) == expected
 
 
 @pytest.mark.parametrize(
