@@ -64,6 +64,7 @@ def tools_exec_on(instance: str) -> str:
 def tools_close_session_on(instance: str) -> str:
     return f"{TOOLS_CLOSE_SESSION}.{instance}"
 
+
 LLM_COMPLETE: Final = api("llm", "complete")
 LLM_MODELS: Final = api("llm", "models")
 

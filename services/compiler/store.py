@@ -99,6 +99,9 @@ class ExecutorStore(Application[uuid.UUID]):
     ) -> None:
         if snapshot_every > 0:
             env = {**env, "IS_SNAPSHOTTING_ENABLED": "y"}
+        # Every run looks its executor up: keep recent aggregates in memory. The cache
+        # fast-forwards from the store on each get, so another process's writes show.
+        env = {"AGGREGATE_CACHE_MAXSIZE": "1000", **env}
         super().__init__(env)
         # An instance attribute: the interval is configuration, not a class constant.
         self.snapshotting_intervals = (  # type: ignore[misc]

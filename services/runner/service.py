@@ -52,8 +52,53 @@ log = get_logger("rote.runner")
 LLM_TIMEOUT_S = 300.0
 
 
-def bus_ports(bus: Bus) -> Ports:
+class ExecutorCache:
+    """Each task's active executor, as the compiler last said, kept until an executor
+    event for that task (compiled, superseded, invalidated, a replay recorded...) or
+    `ttl_s` passes. Every run asks for its executor; without this each would wait on
+    the compiler, which then caps how many runs a second the whole system does."""
+
+    def __init__(self, bus: Bus, ttl_s: float = 30.0) -> None:
+        self.bus = bus
+        self.ttl_s = ttl_s
+        self._entries: dict[str, tuple[float, ActiveExecutor]] = {}
+        # Bumped by every event of a task: a lookup answered while an event arrived
+        # may already be out of date, so it is not kept.
+        self._generation: dict[str, int] = {}
+        self._subscribed = False
+
+    async def start(self) -> None:
+        async def forget(msg: Msg) -> None:
+            parts = msg.subject.split(".")  # rote.evt.executor.<task_id>.<event>
+            if len(parts) == 5:
+                self._entries.pop(parts[3], None)
+                self._generation[parts[3]] = self._generation.get(parts[3], 0) + 1
+
+        await self.bus.nc.subscribe(s.EXECUTOR_EVENTS_ALL, cb=forget)
+        self._subscribed = True
+
+    async def get(self, task_id: str) -> ActiveExecutor | None:
+        now = time.monotonic()
+        cached = self._entries.get(task_id)
+        if self._subscribed and cached is not None and cached[0] > now:
+            return cached[1]
+        generation = self._generation.get(task_id, 0)
+        try:
+            active = await self.bus.request(
+                s.EXECUTORS_ACTIVE, ExecutorRef(task_id=task_id), ActiveExecutor, timeout=10
+            )
+        except RemoteError as exc:
+            # No compiler, or it cannot answer: run the full loop rather than not at all.
+            log.warning("executor_lookup_failed", code=exc.code, error=exc.message)
+            return None
+        if self._generation.get(task_id, 0) == generation:
+            self._entries[task_id] = (now + self.ttl_s, active)
+        return active
+
+
+def bus_ports(bus: Bus, executors: ExecutorCache | None = None) -> Ports:
     """The runner's view of the llm, tools and compiler services, over NATS."""
+    executors = executors or ExecutorCache(bus, ttl_s=0.0)
     # run_id -> the tools process holding that run's browser session. The first call
     # of a run goes to the tools queue group; later ones go to whoever answered it.
     tools_of_run: dict[str, str] = {}
@@ -116,22 +161,12 @@ def bus_ports(bus: Bus) -> Ports:
             msg_id=f"{event.run_id}:text:{event.turn}:{hash(event.text) & 0xFFFFFFFF:x}",
         )
 
-    async def active_executor(task_id: str) -> ActiveExecutor | None:
-        try:
-            return await bus.request(
-                s.EXECUTORS_ACTIVE, ExecutorRef(task_id=task_id), ActiveExecutor, timeout=10
-            )
-        except RemoteError as exc:
-            # No compiler, or it cannot answer: run the full loop rather than not at all.
-            log.warning("executor_lookup_failed", code=exc.code, error=exc.message)
-            return None
-
     return Ports(
         complete=complete,
         exec_tool=exec_tool,
         list_tools=list_tools,
         publish_text=publish_text,
-        active_executor=active_executor,
+        active_executor=executors.get,
         close_session=close_session,
     )
 
@@ -152,7 +187,8 @@ class Runner:
     def __init__(self, ctx: ServiceContext, ports: Ports | None = None) -> None:
         self.ctx = ctx
         self.bus = ctx.bus
-        self.ports = ports or bus_ports(ctx.bus)
+        self.executors = ExecutorCache(ctx.bus)
+        self.ports = ports or bus_ports(ctx.bus, self.executors)
         self.store = RunStore(ctx.bus)
 
     async def publish(self, event: RunEvent, msg_id: str) -> None:
@@ -383,6 +419,7 @@ async def serve(
     ctx: ServiceContext, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
 ) -> None:
     runner = Runner(ctx)
+    await runner.executors.start()
     service = await start_service(
         ctx.bus,
         name="rote-runner",
