@@ -94,14 +94,16 @@ class ExecutorStore(Application[uuid.UUID]):
         env: dict[str, str],
         *,
         snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
+        cache_size: int = 1000,
         rules: h.Rules | None = None,
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
         if snapshot_every > 0:
             env = {**env, "IS_SNAPSHOTTING_ENABLED": "y"}
-        # Every run looks its executor up: keep recent aggregates in memory. The cache
-        # fast-forwards from the store on each get, so another process's writes show.
-        env = {"AGGREGATE_CACHE_MAXSIZE": "1000", **env}
+        # Recent aggregates stay in memory; the cache fast-forwards from the store on
+        # each get, so another process's writes show.
+        if cache_size > 0:
+            env = {"AGGREGATE_CACHE_MAXSIZE": str(cache_size), **env}
         super().__init__(env)
         # An instance attribute: the interval is configuration, not a class constant.
         self.snapshotting_intervals = (  # type: ignore[misc]

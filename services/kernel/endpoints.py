@@ -7,11 +7,12 @@ and never gets a traceback back.
 
 nats-py runs a subscription's callback for one message at a time, so an endpoint whose
 handler may be slow (a tool call, a model call) sets `concurrent=True`: its requests
-are handled in the service's task group, bounded by `max_in_flight`.
+are handled by a pool of `max_in_flight` workers in the service's task group.
 """
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -104,20 +105,34 @@ async def start_service(
     service = await add_service(
         bus.nc, name=name, version=version, description=description, metadata=metadata or {}
     )
-    limiter = anyio.CapacityLimiter(max_in_flight)
+    # Concurrent endpoints hand requests to a pool of workers: a queue hand-off costs
+    # far less than a task per request, and the pool size bounds the work in flight.
+    queue: asyncio.Queue[tuple[Endpoint, Request]] = asyncio.Queue()
+    idle = 0
+
+    async def worker() -> None:
+        nonlocal idle
+        while True:
+            idle += 1
+            try:
+                endpoint, request = await queue.get()
+            finally:
+                idle -= 1
+            await answer(endpoint, request)
+
+    if any(e.concurrent for e in endpoints):
+        for _ in range(max_in_flight):
+            task_group.start_soon(worker)
 
     for endpoint in endpoints:
 
         async def handle(request: Request, endpoint: Endpoint = endpoint) -> None:
-            if not endpoint.concurrent:
+            # With every worker busy, answer inline: the subscription then waits, which
+            # is the backpressure.
+            if not endpoint.concurrent or idle <= queue.qsize():
                 await answer(endpoint, request)
                 return
-
-            async def in_background() -> None:
-                async with limiter:
-                    await answer(endpoint, request)
-
-            task_group.start_soon(in_background)
+            queue.put_nowait((endpoint, request))
 
         await service.add_endpoint(
             name=endpoint.name,

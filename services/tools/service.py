@@ -119,50 +119,59 @@ async def serve(
 
         async def exec_tool(call: ExecTool) -> ToolResult:
             call_id = call.call_id or uuid.uuid4().hex[:16]
-            with structlog.contextvars.bound_contextvars(
+            # bind/reset rather than bound_contextvars(): the same, minus a generator.
+            tokens = structlog.contextvars.bind_contextvars(
                 run_id=call.run_id, task_id=call.task_id, tool=call.tool, call_id=call_id
-            ):
-                started = events.started(call, call_id)
-                try:
-                    await events.publish(call, call_id, started)
-                except Exception as exc:
-                    # A call whose start cannot even be sent must not run: its trace would lie.
-                    log.error("tool_event_unpublished", event="started", error=str(exc))
-                    raise ServiceError(
-                        "unavailable", f"cannot record the tool call on JetStream: {exc}"
-                    ) from None
-                result: ToolResult | None = None
-                refusal: ServiceError | None = None
-                try:
-                    result = await toolbox.run(toolbox.prepare(call))
-                except ServiceError as exc:
-                    refusal = exc
-                finally:
-                    error = (
-                        refusal.info()
-                        if refusal is not None
-                        else ErrorInfo(code="cancelled", message="the tools service stopped")
-                    )
-                    with anyio.CancelScope(shield=True):
-                        try:
-                            output = await _redacted(result.output if result else None)
-                            finished = events.finished(started, result, error, output)
-                            await events.publish(call, call_id, finished)
-                        except Exception as exc:
-                            # The tool ran: its result matters more than the event.
-                            log.error("tool_event_unpublished", event="finished", error=str(exc))
-                if refusal is not None:
-                    log.info("tool_refused", code=refusal.code, error=refusal.message)
-                    raise refusal
-                assert result is not None
-                log.info(
-                    "tool_called",
-                    ok=result.ok,
-                    duration_ms=result.duration_ms,
-                    error=result.error.code if result.error else None,
+            )
+            try:
+                return await run_call(call, call_id)
+            finally:
+                structlog.contextvars.reset_contextvars(**tokens)
+
+        async def run_call(call: ExecTool, call_id: str) -> ToolResult:
+            started = events.started(call, call_id)
+            try:
+                await events.publish(call, call_id, started)
+            except Exception as exc:
+                # A call whose start cannot even be sent must not run: its trace would lie.
+                log.error("tool_event_unpublished", event="started", error=str(exc))
+                raise ServiceError(
+                    "unavailable", f"cannot record the tool call on JetStream: {exc}"
+                ) from None
+            result: ToolResult | None = None
+            refusal: ServiceError | None = None
+            try:
+                result = await toolbox.run(toolbox.prepare(call))
+            except ServiceError as exc:
+                refusal = exc
+            finally:
+                error = (
+                    refusal.info()
+                    if refusal is not None
+                    else ErrorInfo(code="cancelled", message="the tools service stopped")
                 )
-                result.served_by = instance
-                return result
+                # Shielded only when the call was cut off (shutdown): then the finished
+                # event must still go out; otherwise nothing here waits.
+                with anyio.CancelScope(shield=result is None and refusal is None):
+                    try:
+                        output = await _redacted(result.output if result else None)
+                        finished = events.finished(started, result, error, output)
+                        await events.publish(call, call_id, finished)
+                    except Exception as exc:
+                        # The tool ran: its result matters more than the event.
+                        log.error("tool_event_unpublished", event="finished", error=str(exc))
+            if refusal is not None:
+                log.info("tool_refused", code=refusal.code, error=refusal.message)
+                raise refusal
+            assert result is not None
+            log.info(
+                "tool_called",
+                ok=result.ok,
+                duration_ms=result.duration_ms,
+                error=result.error.code if result.error else None,
+            )
+            result.served_by = instance
+            return result
 
         async def close_session(req: CloseSession) -> SessionClosed:
             closed = await browsers.close_session(req.run_id)

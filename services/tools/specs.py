@@ -22,6 +22,8 @@ class ToolSpec:
     kind: Kind
     description: str
     input_type: type[t.ToolInput]
+    # False only for a tool that awaits nothing (no I/O): it needs no deadline.
+    can_block: bool = True
 
     def definition(self) -> ToolDefinition:
         return ToolDefinition(
@@ -110,6 +112,7 @@ SPECS: dict[str, ToolSpec] = {
             "Do nothing and return `echo` unchanged. For checking and measuring the tool "
             "path itself; it touches no browser, file or process.",
             t.NoopInput,
+            can_block=False,
         ),
         ToolSpec(
             "file_write",

@@ -69,6 +69,7 @@ class Prepared:
     kind: str
     argv: list[str] | None = None
     path: Path | None = None
+    can_block: bool = True
 
 
 class ToolBox:
@@ -90,23 +91,28 @@ class ToolBox:
             case t.FileReadInput(path=path) | t.FileWriteInput(path=path):
                 return Prepared(call, args, spec.kind, path=self.roots.confine(path))
             case _:
-                return Prepared(call, args, spec.kind)
+                return Prepared(call, args, spec.kind, can_block=spec.can_block)
 
     async def run(self, prepared: Prepared) -> ToolResult:
         """Run a prepared call under its timeout. A tool failure is ok=false; only an
         unusable browser is raised (ServiceError `unavailable`)."""
         call = prepared.call
         started = time.perf_counter()
+        outcome: Outcome | None = None
         try:
-            with anyio.fail_after(call.timeout_s):
+            if not prepared.can_block:
+                # It waits on nothing, so it cannot overrun a deadline.
                 outcome = await self._dispatch(prepared)
-        except TimeoutError:
-            failure = ToolFailure(
-                "timeout", f"{call.tool} did not finish within {call.timeout_s:g}s"
-            )
-            return self._failed(failure, started)
+            else:
+                # A bare cancel scope with a deadline: what fail_after wraps, without
+                # the generator around it.
+                with anyio.CancelScope(deadline=anyio.current_time() + call.timeout_s):
+                    outcome = await self._dispatch(prepared)
         except ToolFailure as failure:
             return self._failed(failure, started)
+        if outcome is None:  # the deadline cancelled the call
+            message = f"{call.tool} did not finish within {call.timeout_s:g}s"
+            return self._failed(ToolFailure("timeout", message), started)
         output, cut = bound_value(outcome.output, self.config.max_output_bytes)
         return ToolResult(
             ok=True,

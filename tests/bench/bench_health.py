@@ -72,7 +72,8 @@ def _fill(store: ExecutorStore, task_id: str, count: int) -> int:
 
 def _rebuild_ms(env: dict[str, str], task_id: str, snapshot_every: int, repeat: int) -> list[float]:
     times = []
-    store = ExecutorStore(env, snapshot_every=snapshot_every)
+    # No aggregate cache: every health() is a rebuild from the store.
+    store = ExecutorStore(env, snapshot_every=snapshot_every, cache_size=0)
     try:
         store.health(task_id)  # warm the connection and the decoders, not the aggregate
         for _ in range(repeat):
