@@ -8,6 +8,7 @@ rote.api.runs.get (a run's latest state, from its events) and rote.api.runs.tran
 from __future__ import annotations
 
 import time
+import zlib
 from dataclasses import dataclass
 
 import anyio
@@ -40,6 +41,7 @@ from services.kernel.ids import new_run_id, slug
 from services.kernel.logs import get_logger
 from services.kernel.run_store import RunStore
 from services.kernel.runtime import ServiceContext
+from services.kernel.secrets import redact
 from services.runner.accounting import Ledger
 from services.runner.agent_loop import AgentLoop, AgentOutcome
 from services.runner.ports import PortError, Ports
@@ -155,10 +157,11 @@ def bus_ports(bus: Bus, executors: ExecutorCache | None = None) -> Ports:
             raise PortError(exc.code, exc.message) from None
 
     async def publish_text(event: TextEvent) -> None:
+        event.text = redact(event.text)
         await bus.publish_event(
             s.llm_event(event.run_id, "text"),
             event,
-            msg_id=f"{event.run_id}:text:{event.turn}:{hash(event.text) & 0xFFFFFFFF:x}",
+            msg_id=f"{event.run_id}:text:{event.turn}:{zlib.crc32(event.text.encode()):08x}",
         )
 
     return Ports(
@@ -192,6 +195,12 @@ class Runner:
         self.store = RunStore(ctx.bus)
 
     async def publish(self, event: RunEvent, msg_id: str) -> None:
+        # An answer or an error can quote what a tool read (a config file, a page):
+        # mask secrets before the event is kept.
+        if event.result:
+            event.result = redact(event.result)
+        if event.error:
+            event.error = redact(event.error)
         await self.bus.publish_event(
             s.run_event(event.task_id, event.run_id, event.event), event, msg_id=msg_id
         )

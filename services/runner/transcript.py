@@ -13,6 +13,7 @@ from contracts.base import utc_now
 from contracts.llm import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 from contracts.runs import Transcript, TranscriptEntry
 from services.kernel.codec import encode
+from services.kernel.secrets import redact
 
 MAX_STRING = 8_000
 MAX_ENTRIES = 400
@@ -21,9 +22,10 @@ MAX_BYTES = 900_000
 
 
 def _bound(text: str) -> tuple[str, bool]:
+    """Bounded and with secrets masked: a transcript is kept, and read by people."""
     if len(text) <= MAX_STRING:
-        return text, False
-    return text[:MAX_STRING] + f"…[{len(text) - MAX_STRING} more characters]", True
+        return redact(text), False
+    return redact(text[:MAX_STRING]) + f"…[{len(text) - MAX_STRING} more characters]", True
 
 
 def _bound_value(value: Any) -> tuple[Any, bool]:
@@ -57,6 +59,8 @@ def bounded_message(message: Message) -> tuple[Message, bool]:
                 bounded, c = _bound(text)
                 blocks.append(TextBlock(text=bounded))
             case ThinkingBlock(thinking=thinking, signature=signature):
+                # The record may mask text inside it; the conversation sent back to the
+                # model keeps every block verbatim (this is a copy).
                 bounded, c = _bound(thinking)
                 blocks.append(ThinkingBlock(thinking=bounded, signature=signature))
             case ToolUseBlock():
