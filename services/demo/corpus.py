@@ -24,16 +24,16 @@ from __future__ import annotations
 import hashlib
 import html
 import random
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Literal
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
+
+from services.demo.pages import PageServer, Rendered
 
 Layout = Literal["v1", "v2", "v3"]
 LAYOUTS: tuple[Layout, ...] = ("v1", "v2", "v3")
-Rendered = tuple[int, bytes]
+
 
 LIST_SIZE = 8
 
@@ -762,73 +762,20 @@ SITES: dict[str, Site] = {
 # --- serving ------------------------------------------------------------------------------
 
 
-class SiteServer:
+class SiteServer(PageServer):
     """One site on its own port, with its own layout and edition (change them between
     runs: `server.layout = "v2"; server.edition += 1`)."""
 
     def __init__(
         self, site: Site, *, layout: Layout = "v1", edition: int = 0, host: str = "127.0.0.1"
     ) -> None:
+        super().__init__(host=host, name=site.name)
         self.site = site
         self.layout: Layout = layout
         self.edition = edition
-        self.host = host
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        if self._server is None:
-            raise RuntimeError("site not started")
-        return f"http://{self.host}:{self._server.server_address[1]}"
 
     def render(self, path: str, form: dict[str, str] | None = None) -> Rendered:
         return self.site.render(path, self.layout, self.edition, form)
-
-    def start(self) -> SiteServer:
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: object) -> None:
-                return
-
-            def _send(self, status: int, body: bytes) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", "text/html; charset=utf-8")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def do_GET(self) -> None:
-                self._send(*server.render(self.path))
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length).decode() if length else ""
-                form = {k: v[-1] for k, v in parse_qs(raw).items()}
-                self._send(*server.render(self.path, form))
-
-        self._server = ThreadingHTTPServer((self.host, 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name=f"site:{self.site.name}", daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> SiteServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 # --- the tasks ------------------------------------------------------------------------------

@@ -16,11 +16,10 @@ Pages:
 from __future__ import annotations
 
 import html
-import threading
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Literal
-from urllib.parse import parse_qs, urlsplit
+
+from services.demo.pages import PageServer
 
 Layout = Literal["v1", "v2"]
 
@@ -88,7 +87,7 @@ def _page(title: str, body: str) -> bytes:
     return doc.encode()
 
 
-class DemoSite:
+class DemoSite(PageServer):
     """Start with `with DemoSite() as site:`; change it with `site.layout = "v2"` and
     `site.edition += 1` (or POST /_admin?layout=v2&edition=3)."""
 
@@ -100,18 +99,9 @@ class DemoSite:
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
+        super().__init__(host=host, port=port, name="demo")
         self.layout: Layout = layout
         self.edition = edition
-        self.host = host
-        self.port = port
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        if self._server is None:
-            raise RuntimeError("site not started")
-        return f"http://{self.host}:{self._server.server_address[1]}"
 
     # --- rendering ---------------------------------------------------------------------
 
@@ -219,58 +209,12 @@ class DemoSite:
         )
         return _page("Sign up", body)
 
-    # --- serving -----------------------------------------------------------------------
-
-    def start(self) -> DemoSite:
-        site = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: object) -> None:
-                return  # quiet: the demo prints its own story
-
-            def _send(self, status: int, body: bytes) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", "text/html; charset=utf-8")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def do_GET(self) -> None:
-                status, body = site.render(urlsplit(self.path).path)
-                self._send(status, body)
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length).decode() if length else ""
-                split = urlsplit(self.path)
-                if split.path == "/_admin":
-                    query = {k: v[-1] for k, v in parse_qs(split.query or raw).items()}
-                    if query.get("layout") in ("v1", "v2"):
-                        site.layout = query["layout"]  # type: ignore[assignment]
-                    if query.get("edition", "").isdigit():
-                        site.edition = int(query["edition"])
-                    self._send(200, f"layout={site.layout} edition={site.edition}".encode())
-                    return
-                form = {k: v[-1] for k, v in parse_qs(raw).items()}
-                status, body = site.render(split.path, form)
-                self._send(status, body)
-
-        self._server = ThreadingHTTPServer((self.host, self.port), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> DemoSite:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def control(self, path: str, query: dict[str, str]) -> tuple[int, bytes] | None:
+        """POST /_admin?layout=v2&edition=3 changes the site (the demo's redesign)."""
+        if path != "/_admin":
+            return None
+        if query.get("layout") in ("v1", "v2"):
+            self.layout = query["layout"]  # type: ignore[assignment]
+        if query.get("edition", "").isdigit():
+            self.edition = int(query["edition"])
+        return 200, f"layout={self.layout} edition={self.edition}".encode()

@@ -24,12 +24,10 @@ from contracts.llm import (
     ToolUseBlock,
 )
 from contracts.runs import FailureReason
-from contracts.tasks import TaskSpec
 from contracts.tools import ExecTool, ToolResult
 from services.runner.accounting import Ledger
-from services.runner.ports import PortError, Ports
+from services.runner.ports import PortError, RunScope
 from services.runner.stuck import StuckDetector
-from services.runner.transcript import TranscriptRecorder
 
 SYSTEM_PROMPT = (
     "You are rote's agent. Complete the user's task with the tools you are given. "
@@ -71,22 +69,17 @@ def final_text(content: list[ContentBlock]) -> str:
 class AgentLoop:
     def __init__(
         self,
-        spec: TaskSpec,
-        ports: Ports,
+        scope: RunScope,
         *,
-        run_id: str,
-        task_id: str,
-        attempt: int,
-        transcript: TranscriptRecorder,
         ledger: Ledger,
         tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S,
     ) -> None:
-        self.spec = spec
-        self.ports = ports
-        self.run_id = run_id
-        self.task_id = task_id
-        self.attempt = attempt
-        self.transcript = transcript
+        self.spec = scope.spec
+        self.ports = scope.ports
+        self.run_id = scope.run_id
+        self.task_id = scope.task_id
+        self.attempt = scope.attempt
+        self.transcript = scope.transcript
         self.ledger = ledger
         self.tool_timeout_s = tool_timeout_s
         self.step = 0

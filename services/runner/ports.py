@@ -12,7 +12,9 @@ from dataclasses import dataclass
 
 from contracts.executors import ActiveExecutor
 from contracts.llm import CompleteReply, CompleteRequest, TextEvent, ToolDefinition
+from contracts.tasks import TaskSpec
 from contracts.tools import ExecTool, ToolResult
+from services.runner.transcript import TranscriptRecorder
 
 
 class PortError(Exception):
@@ -34,3 +36,15 @@ class Ports:
     active_executor: Callable[[str], Awaitable[ActiveExecutor | None]]
     # Close a run's browser session (wherever it lives).
     close_session: Callable[[str], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class RunScope:
+    """One attempt at one run: what both paths (replay and the agent loop) work within."""
+
+    spec: TaskSpec
+    ports: Ports
+    run_id: str
+    task_id: str
+    attempt: int
+    transcript: TranscriptRecorder

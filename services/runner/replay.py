@@ -17,14 +17,12 @@ import anyio
 
 from contracts.executors import ConditionStep, Executor, LlmStep, ResultStep, ToolStep
 from contracts.llm import CompleteRequest, Message
-from contracts.tasks import TaskSpec
 from contracts.tools import ExecTool, ToolMetadata
 from services.compiler import references
 from services.compiler.expectations import check_all, condition_holds
 from services.runner.accounting import Ledger
 from services.runner.agent_loop import final_text
-from services.runner.ports import PortError, Ports
-from services.runner.transcript import TranscriptRecorder
+from services.runner.ports import PortError, RunScope
 
 LLM_STEP_MAX_TOKENS = 1024
 
@@ -50,24 +48,19 @@ class Replayer:
     def __init__(
         self,
         executor: Executor,
-        spec: TaskSpec,
-        ports: Ports,
+        scope: RunScope,
         *,
-        run_id: str,
-        task_id: str,
-        attempt: int,
-        transcript: TranscriptRecorder,
         retries: int = 1,
         backoff_s: float = 1.0,
         tool_timeout_s: float = 30.0,
     ) -> None:
         self.executor = executor
-        self.spec = spec
-        self.ports = ports
-        self.run_id = run_id
-        self.task_id = task_id
-        self.attempt = attempt
-        self.transcript = transcript
+        self.spec = scope.spec
+        self.ports = scope.ports
+        self.run_id = scope.run_id
+        self.task_id = scope.task_id
+        self.attempt = scope.attempt
+        self.transcript = scope.transcript
         self.retries = retries
         self.backoff_s = backoff_s
         self.tool_timeout_s = tool_timeout_s

@@ -44,7 +44,7 @@ from services.kernel.runtime import ServiceContext
 from services.kernel.secrets import redact
 from services.runner.accounting import Ledger
 from services.runner.agent_loop import AgentLoop, AgentOutcome
-from services.runner.ports import PortError, Ports
+from services.runner.ports import PortError, Ports, RunScope
 from services.runner.replay import Replayer, ReplayResult
 from services.runner.run_view import fold
 from services.runner.transcript import TranscriptRecorder
@@ -251,20 +251,21 @@ class Runner:
         )
         log.info("run_started", model=spec.model)
         transcript = TranscriptRecorder(request.run_id, request.task_id)
+        scope = RunScope(
+            spec=spec,
+            ports=self.ports,
+            run_id=request.run_id,
+            task_id=request.task_id,
+            attempt=attempt,
+            transcript=transcript,
+        )
         ledger = Ledger()
         attempt_ = _Attempt()
         with anyio.move_on_after(spec.deadline_s) as deadline:
-            await self._path_a(request, attempt, transcript, ledger, attempt_)
+            await self._path_a(scope, request, ledger, attempt_)
             if attempt_.outcome is None:
                 attempt_.outcome = await AgentLoop(
-                    spec,
-                    self.ports,
-                    run_id=request.run_id,
-                    task_id=request.task_id,
-                    attempt=attempt,
-                    transcript=transcript,
-                    ledger=ledger,
-                    tool_timeout_s=min(60.0, spec.deadline_s),
+                    scope, ledger=ledger, tool_timeout_s=min(60.0, spec.deadline_s)
                 ).run()
         outcome = attempt_.outcome
         if deadline.cancelled_caught or outcome is None:
@@ -319,12 +320,7 @@ class Runner:
         return finished
 
     async def _path_a(
-        self,
-        request: RunRequest,
-        attempt: int,
-        transcript: TranscriptRecorder,
-        ledger: Ledger,
-        state: _Attempt,
+        self, scope: RunScope, request: RunRequest, ledger: Ledger, state: _Attempt
     ) -> None:
         """Replay the task's active executor, if it has one. On success `state.outcome`
         is set; on failure the failure is published and the run falls back to path B."""
@@ -337,12 +333,7 @@ class Runner:
         log.info("replay_started", version=executor.version, steps=len(executor.steps))
         result: ReplayResult = await Replayer(
             executor,
-            request.spec,
-            self.ports,
-            run_id=request.run_id,
-            task_id=request.task_id,
-            attempt=attempt,
-            transcript=transcript,
+            scope,
             retries=self.ctx.settings.replay_retries,
             backoff_s=self.ctx.settings.replay_backoff_s,
             tool_timeout_s=min(30.0, request.spec.deadline_s),
@@ -364,7 +355,7 @@ class Runner:
         log.info(
             "replay_failed", version=executor.version, step=result.failed_step, reason=result.reason
         )
-        transcript.note(
+        scope.transcript.note(
             f"replay of v{executor.version} failed at step {result.failed_step}: {result.reason};"
             " falling back to the full LLM run"
         )
@@ -380,9 +371,9 @@ class Runner:
                 executor_version=executor.version,
                 replay=state.replay,
                 origin=request.origin,
-                attempt=attempt,
+                attempt=scope.attempt,
             ),
-            msg_id=f"{request.run_id}:replay_failed:{attempt}",
+            msg_id=f"{request.run_id}:replay_failed:{scope.attempt}",
         )
         # Path B gets a fresh browser session: whatever state the broken replay left
         # behind (a half-filled form, a wrong page) must not steer the full run.

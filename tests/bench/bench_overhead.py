@@ -24,6 +24,7 @@ from services.kernel.codec import encode
 from services.kernel.embedded_nats import EmbeddedNats, free_port
 from services.kernel.runtime import open_stack
 from services.kernel.settings import Settings
+from services.runner.ports import RunScope
 from services.runner.replay import Replayer
 from services.runner.service import bus_ports
 from services.runner.transcript import TranscriptRecorder
@@ -89,10 +90,11 @@ async def run(quick: bool) -> Section:
                     return times
 
                 async def replay(i: int) -> float:
-                    replayer = Replayer(
-                        executor, spec, ports, run_id=f"bench{i}", task_id="bench", attempt=1,
+                    scope = RunScope(
+                        spec=spec, ports=ports, run_id=f"bench{i}", task_id="bench", attempt=1,
                         transcript=TranscriptRecorder(f"bench{i}", "bench"),
                     )  # fmt: skip
+                    replayer = Replayer(executor, scope)
                     t = time.perf_counter()
                     result = await replayer.run()
                     elapsed = time.perf_counter() - t
