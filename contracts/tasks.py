@@ -109,6 +109,8 @@ class TaskSpec(Command, kw_only=True):
     allowed_tools: list[str] = msgspec.field(default_factory=lambda: list(DEFAULT_ALLOWED_TOOLS))
     max_iterations: PositiveInt = 30
     deadline_s: PositiveFloat = 600.0
+    # Have the small model check each replayed answer against the form of the answer
+    # the executor came from; a failing verdict falls back (services/runner/quality.py).
     quality_check: bool = False
     max_failures: PositiveInt = 3
 

@@ -36,6 +36,10 @@ class ExecTool(Command, kw_only=True):
     # Unique per attempt; part of the events' Nats-Msg-Id, so a retried step publishes
     # fresh events instead of being de-duplicated away. Generated when absent.
     call_id: Annotated[str, msgspec.Meta(min_length=1, max_length=128)] | None = None
+    # Which delivery of the run made the call: a trace keeps only the live attempt's.
+    attempt: Annotated[int, msgspec.Meta(ge=1)] = 1
+    # The model's tool_use id (full-LLM calls): ties the call to the transcript.
+    tool_use_id: Annotated[str, msgspec.Meta(max_length=128)] | None = None
 
 
 class ToolMetadata(msgspec.Struct, kw_only=True):
@@ -81,6 +85,8 @@ class ToolEvent(Event, kw_only=True):
     call_id: str | None = None
     event: Literal["started", "finished"]
     step: int | None = None
+    attempt: int = 1
+    tool_use_id: str | None = None
     tool: str
     input: dict[str, Any]
     at: datetime

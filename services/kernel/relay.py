@@ -2,9 +2,10 @@
 
 The store is the source of truth: an event reaches the bus only after it was recorded,
 and every recorded event reaches the bus eventually. The relay remembers how far it
-got in the `rote_relay` key-value bucket; if it dies after publishing but before
-saving its position, the republished events carry the same Nats-Msg-Id and the stream
-drops them as duplicates.
+got in the `rote_relay` key-value bucket, after each event; if it dies after
+publishing but before saving its position, the republished event carries the same
+Nats-Msg-Id and the stream drops it as a duplicate (within the stream's duplicate
+window, set in services/kernel/streams.py).
 """
 
 from __future__ import annotations
@@ -95,12 +96,15 @@ class EventRelay:
                 batch = await anyio.to_thread.run_sync(self._select, self.position + 1)
                 if not batch:
                     return total
+                assert self._kv is not None
                 for notification in batch:
                     await self._publish(notification)
                     self.position = notification.id
                     total += 1
-                assert self._kv is not None
-                await self._kv.put(self.name, str(self.position).encode())
+                    # Saved after every event, so at most one event can be republished
+                    # after a crash, and only outlives de-duplication if the relay
+                    # stays down past the stream's duplicate window.
+                    await self._kv.put(self.name, str(self.position).encode())
 
     async def _publish(self, notification: Notification) -> None:
         try:

@@ -181,6 +181,8 @@ class AgentLoop:
             step=step,
             source="full_llm",
             call_id=f"a{self.attempt}-b{step}",
+            attempt=self.attempt,
+            tool_use_id=use.id,
         )
         try:
             result = await self.ports.exec_tool(request)

@@ -66,13 +66,17 @@ class Replayer:
         self.tool_timeout_s = tool_timeout_s
         self.ledger = Ledger()
         self.outputs: dict[int, Any] = {}
+        # Where the replay is, for a caller whose deadline cuts it off mid-step.
+        self.current_step: int | None = None
+        self.started = time.monotonic()
 
     async def run(self) -> ReplayResult:
-        started = time.monotonic()
+        started = self.started = time.monotonic()
         answer: str | None = None
         stopped = False
         try:
             for step in self.executor.steps:
+                self.current_step = step.index
                 if isinstance(step, ResultStep):
                     answer = await self._with_retries(step.index, lambda s=step: self._result(s))
                     continue
@@ -171,6 +175,7 @@ class Replayer:
             step=index,
             source="executor",
             call_id=f"a{self.attempt}-x{index}-{time.monotonic_ns() % 1_000_000_000}",
+            attempt=self.attempt,
         )
         try:
             result = await self.ports.exec_tool(request)

@@ -42,6 +42,7 @@ from services.kernel.logs import get_logger
 from services.kernel.run_store import RunStore
 from services.kernel.runtime import ServiceContext
 from services.kernel.secrets import redact
+from services.runner import quality
 from services.runner.accounting import Ledger
 from services.runner.agent_loop import AgentLoop, AgentOutcome
 from services.runner.ports import PortError, Ports, RunScope
@@ -184,6 +185,25 @@ class _Attempt:
     fell_back: bool = False
     replay: ReplayOutcome | None = None
     full_run_cost_usd: float = 0.0
+    replayer: Replayer | None = None  # set while path A runs
+
+    def cut_off_replay(self, ledger: Ledger, reason: str) -> None:
+        """The deadline stopped the replay mid-step: the executor failed this run (its
+        health must hear of it) and what its steps spent is part of the run's cost."""
+        replayer = self.replayer
+        if replayer is None or self.replay is not None or self.version is None:
+            return
+        ledger.merge(replayer.ledger)
+        self.source = "executor"
+        self.replay = ReplayOutcome(
+            version=self.version,
+            ok=False,
+            step=replayer.current_step,
+            reason=reason,
+            tokens=replayer.ledger.snapshot(),
+            cost_usd=round(replayer.ledger.cost_usd, 8),
+            duration_ms=int((time.monotonic() - replayer.started) * 1000),
+        )
 
 
 class Runner:
@@ -261,20 +281,27 @@ class Runner:
         )
         ledger = Ledger()
         attempt_ = _Attempt()
-        with anyio.move_on_after(spec.deadline_s) as deadline:
-            await self._path_a(scope, request, ledger, attempt_)
-            if attempt_.outcome is None:
-                attempt_.outcome = await AgentLoop(
-                    scope, ledger=ledger, tool_timeout_s=min(60.0, spec.deadline_s)
-                ).run()
+        try:
+            with anyio.move_on_after(spec.deadline_s) as deadline:
+                await self._path_a(scope, request, ledger, attempt_)
+                if attempt_.outcome is None:
+                    attempt_.outcome = await AgentLoop(
+                        scope, ledger=ledger, tool_timeout_s=min(60.0, spec.deadline_s)
+                    ).run()
+        except BaseException:
+            # Whatever broke the attempt (the message is redelivered), its browser
+            # context must not outlive it: the next attempt starts from a clean one.
+            with anyio.CancelScope(shield=True):
+                try:
+                    await self.close_session(request.run_id)
+                except Exception as exc:
+                    log.warning("close_session_failed", error=str(exc))
+            raise
         outcome = attempt_.outcome
         if deadline.cancelled_caught or outcome is None:
-            outcome = AgentOutcome(
-                ok=False,
-                reason="deadline",
-                error=f"the run passed its {spec.deadline_s:g} s deadline",
-                ledger=ledger,
-            )
+            error = f"the run passed its {spec.deadline_s:g} s deadline"
+            attempt_.cut_off_replay(ledger, error)
+            outcome = AgentOutcome(ok=False, reason="deadline", error=error, ledger=ledger)
         replayed = attempt_.source == "executor" and outcome.ok
         cost = ledger.cost_usd
         saved = max(0.0, attempt_.full_run_cost_usd - cost) if replayed else 0.0
@@ -293,7 +320,7 @@ class Runner:
                 at=utc_now(),
                 status="completed" if outcome.ok else "failed",
                 source=attempt_.source,
-                executor_version=attempt_.version if replayed else None,
+                executor_version=attempt_.version if attempt_.source == "executor" else None,
                 fell_back=attempt_.fell_back,
                 result=outcome.result,
                 tokens=ledger.snapshot(),
@@ -331,13 +358,20 @@ class Runner:
         state.version = executor.version
         state.full_run_cost_usd = active.health.full_run_cost_usd
         log.info("replay_started", version=executor.version, steps=len(executor.steps))
-        result: ReplayResult = await Replayer(
+        state.replayer = Replayer(
             executor,
             scope,
             retries=self.ctx.settings.replay_retries,
             backoff_s=self.ctx.settings.replay_backoff_s,
             tool_timeout_s=min(30.0, request.spec.deadline_s),
-        ).run()
+        )
+        result: ReplayResult = await state.replayer.run()
+        if result.ok and request.spec.quality_check:
+            verdict = await quality.check(scope, executor, result.answer or "", result.ledger)
+            if not verdict.ok:
+                result.ok = False
+                result.failed_step = executor.steps[-1].index
+                result.reason = f"quality check: {verdict.reason}"
         ledger.merge(result.ledger)
         state.replay = ReplayOutcome(
             version=executor.version,

@@ -42,6 +42,12 @@ scheme://... with no spaces or commas; <N> is digits or one..ten):
    <url>>", "Answer the task again from today's data ...", and "Today's data:" followed
    by lines "step_N (<tool>): <value>". Answers the task from that data exactly as the
    full run would have answered it from the same tool outputs.
+11. A quality-check prompt for replayed answers, as rote's runner writes it
+   (services/runner/quality.py): "Quality check of a replayed answer", then
+   "<earlier_answer>...</earlier_answer>" and "<new_answer>...</new_answer>". Answers
+   "PASS: ..." when the new answer has the earlier one's form — the same words before
+   the first line's colon, the same number of lines, and numbered items that are
+   neither empty nor repeated (a page of placeholders) — else "FAIL: <the problem>".
 
 Misbehaviour markers (anywhere in the prompt, for runner tests):
 - [standin:stuck]    repeats the same failing call, browser_click
@@ -100,6 +106,8 @@ VOCABULARY: list[str] = [
     "Pick the cheapest <thing> from this JSON and answer with its <field> only: [...]",
     "Task (for context): <task>. Answer the task again from today's data ... "
     "Today's data: step_N (<tool>): <value>",
+    "Quality check of a replayed answer ... <earlier_answer>...</earlier_answer> "
+    "<new_answer>...</new_answer>",
 ]
 
 MARKERS: list[str] = [
@@ -674,12 +682,70 @@ def _answer_again(prompt: str) -> AnswerAgain | None:
         return None
     # The compiler elides URLs; the answer never depends on them.
     task = parse_task(context["task"].replace("<url>", "http://elided.invalid"))
-    if task is None or isinstance(task, PickCheapest | AnswerAgain):
+    if task is None or isinstance(task, PickCheapest | AnswerAgain | QualityCheck):
         return None
     return AnswerAgain(task, _data_values(prompt[data_at + len("Today's data:") :]))
 
 
-Task = TopN | FillForm | Cheapest | Extract | Title | ReadPage | PickCheapest | AnswerAgain
+_QUALITY = re.compile(
+    r"Quality check of a replayed answer.*?<earlier_answer>\n?(?P<earlier>.*?)\n?"
+    r"</earlier_answer>.*?<new_answer>\n?(?P<new>.*?)\n?</new_answer>",
+    re.DOTALL,
+)
+_ITEM = re.compile(r"^\d+[.)]\s*(?P<item>.*)$")
+
+
+def _lines(text: str) -> list[str]:
+    return [line.strip() for line in text.strip().splitlines() if line.strip()]
+
+
+def _head(line: str) -> str:
+    return line.split(":", 1)[0].strip().lower() if ":" in line else ""
+
+
+def form_problem(earlier: str, answer: str) -> str | None:
+    """Why `answer` does not have the form of `earlier` (None: it does)."""
+    old, new = _lines(earlier), _lines(answer)
+    if not new:
+        return "the new answer is empty"
+    if old and _head(old[0]) != _head(new[0]):
+        return "it does not begin like the earlier answer"
+    if old and len(old) != len(new):
+        return f"it has {len(new)} lines where the earlier answer has {len(old)}"
+    items = [m["item"].strip() for line in new if (m := _ITEM.match(line))]
+    if any(not item for item in items):
+        return "a listed item is empty"
+    if len(set(items)) < len(items):
+        return "listed items repeat, like placeholders rather than data"
+    return None
+
+
+@dataclass(frozen=True)
+class QualityCheck:
+    """A replayed answer judged against the form of the earlier, verified answer."""
+
+    earlier: str
+    answer: str
+    tools: frozenset[str] = field(default_factory=frozenset)
+
+    def next(self, steps: tuple[Step, ...]) -> Decision:
+        problem = form_problem(self.earlier, self.answer)
+        if problem is not None:
+            return Answer(f"FAIL: {problem}.")
+        return Answer("PASS: it has the earlier answer's form, with values of its own.")
+
+
+Task = (
+    TopN
+    | FillForm
+    | Cheapest
+    | Extract
+    | Title
+    | ReadPage
+    | PickCheapest
+    | AnswerAgain
+    | QualityCheck
+)
 
 
 def _json_array(prompt: str) -> list[Any] | None:
@@ -696,6 +762,9 @@ def _json_array(prompt: str) -> list[Any] | None:
 
 def parse_task(prompt: str) -> Task | None:
     text = _clean(prompt)
+    # Before the rest: a quality-check prompt quotes the task it checks.
+    if quality := _QUALITY.search(prompt):
+        return QualityCheck(quality["earlier"], quality["new"])
     if again := _answer_again(prompt):
         return again
     if m := _P_CLICK_TOP.search(text):

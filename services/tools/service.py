@@ -66,6 +66,8 @@ class ToolEvents:
             call_id=call_id,
             event="started",
             step=call.step,
+            attempt=call.attempt,
+            tool_use_id=call.tool_use_id,
             tool=call.tool,
             input=redact_value(event_input(call.input, self.config.max_event_input_bytes)),
             at=utc_now(),

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from contracts.llm import TextBlock, ThinkingBlock, ToolUseBlock
+from contracts.llm import RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolUseBlock
 from contracts.runs import RunEvent, Transcript
 from contracts.tasks import TaskSpec
 from contracts.tools import ToolEvent, ToolMetadata
@@ -26,26 +27,44 @@ def preview(output: Any) -> str:
     return text[:PREVIEW_CHARS]
 
 
-def final_attempt_calls(events: Iterable[ToolEvent]) -> list[ToolEvent]:
-    """The finished full-LLM calls of the run's last attempt, by step.
+def final_attempt_calls(events: Iterable[ToolEvent], attempt: int) -> list[ToolEvent]:
+    """The finished full-LLM calls of the run's completing attempt, by step.
 
     A run redelivered after a crash runs again from step 0, after the dead attempt's
-    events in the stream; so for every step the last event seen is the live one. Replay
-    calls (source `executor`) of a run that fell back are not part of its trace.
+    events in the stream; the dead attempt may have gone further than the live one, so
+    only the completing attempt's calls count. Replay calls (source `executor`) of a run
+    that fell back are not part of its trace.
     """
     by_step: dict[int, ToolEvent] = {}
     for event in events:
-        if event.event != "finished" or event.source != "full_llm" or event.step is None:
+        if (
+            event.event != "finished"
+            or event.source != "full_llm"
+            or event.step is None
+            or event.attempt != attempt
+        ):
             continue
         by_step[event.step] = event
     return [by_step[i] for i in sorted(by_step)]
 
 
-def model_evidence(transcript: Transcript | None) -> list[tuple[str, int]]:
-    """(text, thinking block count) the model produced before each tool call, in order."""
+@dataclass(frozen=True)
+class Evidence:
+    """What the model produced before one tool call."""
+
+    text: str
+    thinking_blocks: int
+
+
+NO_EVIDENCE = Evidence("", 0)
+
+
+def model_evidence(transcript: Transcript | None) -> dict[str, Evidence]:
+    """Evidence per tool_use id, in call order. Keyed by id, not position: a transcript
+    bounded by dropping middle entries must not shift one call's text onto another."""
     if transcript is None:
-        return []
-    evidence: list[tuple[str, int]] = []
+        return {}
+    evidence: dict[str, Evidence] = {}
     texts: list[str] = []
     thinking = 0
     for entry in transcript.entries:
@@ -62,8 +81,11 @@ def model_evidence(transcript: Transcript | None) -> list[tuple[str, int]]:
                 thinking += 1
                 if block.thinking.strip():
                     texts.append(block.thinking)
+            elif isinstance(block, RedactedThinkingBlock):
+                thinking += 1
             elif isinstance(block, ToolUseBlock):
-                evidence.append(("\n".join(t.strip() for t in texts if t.strip()), thinking))
+                text = "\n".join(t.strip() for t in texts if t.strip())
+                evidence[block.id] = Evidence(text, thinking)
                 texts, thinking = [], 0
     return evidence
 
@@ -76,11 +98,11 @@ def build_trace(
     transcript: Transcript | None,
     captured_at: datetime,
 ) -> Trace:
-    calls = final_attempt_calls(tool_events)
+    calls = final_attempt_calls(tool_events, run.attempt)
     evidence = model_evidence(transcript)
     steps = []
     for position, call in enumerate(calls):
-        text, thinking = evidence[position] if position < len(evidence) else ("", 0)
+        said = evidence.get(call.tool_use_id or "", NO_EVIDENCE)
         steps.append(
             TraceStep(
                 index=position,
@@ -95,8 +117,8 @@ def build_trace(
                 error=f"{call.error.code}: {call.error.message}" if call.error else None,
                 duration_ms=call.duration_ms or 0,
                 metadata=call.metadata or ToolMetadata(),
-                model_text=text,
-                thinking_blocks=thinking,
+                model_text=said.text,
+                thinking_blocks=said.thinking_blocks,
             )
         )
     return Trace(

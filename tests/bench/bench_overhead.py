@@ -59,62 +59,61 @@ async def run(quick: bool) -> Section:
         EmbeddedNats(Path(tmp) / "nats", port=free_port()) as server,
     ):
         settings = Settings(nats_url=server.url, data_dir=Path(tmp), event_store="memory")
-        if True:
-            async with open_stack(settings, ["tools"]) as stack:
-                bus = stack.bus
-                # The raw round trip carries a payload of the same size as a tool call.
-                payload = encode(
-                    ExecTool(
-                        run_id="bench",
-                        allowed_tools=["noop"],
-                        tool="noop",
-                        input={"echo": "step 0"},
-                    )
+        async with open_stack(settings, ["tools"]) as stack:
+            bus = stack.bus
+            # The raw round trip carries a payload of the same size as a tool call.
+            payload = encode(
+                ExecTool(
+                    run_id="bench",
+                    allowed_tools=["noop"],
+                    tool="noop",
+                    input={"echo": "step 0"},
                 )
+            )
 
-                async def echo(msg: object) -> None:
-                    await msg.respond(msg.data)  # type: ignore[attr-defined]
+            async def echo(msg: object) -> None:
+                await msg.respond(msg.data)  # type: ignore[attr-defined]
 
-                await bus.nc.subscribe(ECHO, cb=echo)
-                await bus.nc.flush()
-                ports = bus_ports(bus)
-                spec = TaskSpec(name="bench", prompt="bench", allowed_tools=["noop"])
-                executor = _executor(steps)
+            await bus.nc.subscribe(ECHO, cb=echo)
+            await bus.nc.flush()
+            ports = bus_ports(bus)
+            spec = TaskSpec(name="bench", prompt="bench", allowed_tools=["noop"])
+            executor = _executor(steps)
 
-                async def raw_batch() -> list[float]:
-                    times = []
-                    for _ in range(steps):
-                        t = time.perf_counter()
-                        await bus.nc.request(ECHO, payload, timeout=5)
-                        times.append(time.perf_counter() - t)
-                    return times
-
-                async def replay(i: int) -> float:
-                    scope = RunScope(
-                        spec=spec, ports=ports, run_id=f"bench{i}", task_id="bench", attempt=1,
-                        transcript=TranscriptRecorder(f"bench{i}", "bench"),
-                    )  # fmt: skip
-                    replayer = Replayer(executor, scope)
+            async def raw_batch() -> list[float]:
+                times = []
+                for _ in range(steps):
                     t = time.perf_counter()
-                    result = await replayer.run()
-                    elapsed = time.perf_counter() - t
-                    assert result.ok and result.answer == "done", result.reason
-                    return elapsed / steps
+                    await bus.nc.request(ECHO, payload, timeout=5)
+                    times.append(time.perf_counter() - t)
+                return times
 
-                await raw_batch()  # warm up both paths
-                await replay(0)
-                # Interleaved, so drift in the machine's speed hits both alike: each
-                # round's ratio compares a replay with the raw round trips just before it.
-                raw: list[float] = []
-                per_step: list[float] = []
-                ratios: list[float] = []
-                for i in range(1, rounds + 1):
-                    batch = await raw_batch()
-                    step = await replay(i)
-                    raw.extend(batch)
-                    per_step.append(step)
-                    ratios.append(step / statistics.median(batch))
-                await anyio.sleep(0.5)  # let the last tool events reach the stream
+            async def replay(i: int) -> float:
+                scope = RunScope(
+                    spec=spec, ports=ports, run_id=f"bench{i}", task_id="bench", attempt=1,
+                    transcript=TranscriptRecorder(f"bench{i}", "bench"),
+                )  # fmt: skip
+                replayer = Replayer(executor, scope)
+                t = time.perf_counter()
+                result = await replayer.run()
+                elapsed = time.perf_counter() - t
+                assert result.ok and result.answer == "done", result.reason
+                return elapsed / steps
+
+            await raw_batch()  # warm up both paths
+            await replay(0)
+            # Interleaved, so drift in the machine's speed hits both alike: each
+            # round's ratio compares a replay with the raw round trips just before it.
+            raw: list[float] = []
+            per_step: list[float] = []
+            ratios: list[float] = []
+            for i in range(1, rounds + 1):
+                batch = await raw_batch()
+                step = await replay(i)
+                raw.extend(batch)
+                per_step.append(step)
+                ratios.append(step / statistics.median(batch))
+            await anyio.sleep(0.5)  # let the last tool events reach the stream
     raw_p50 = statistics.median(raw)
     step_p50 = statistics.median(per_step)
     ratio = statistics.median(ratios)

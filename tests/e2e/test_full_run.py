@@ -5,10 +5,14 @@ from __future__ import annotations
 import pytest
 
 from contracts import subjects as s
+from contracts.llm import TextEvent, UsageEvent
 from contracts.runs import RunRef, RunStarted, RunView, StartRun, Transcript
 from contracts.tasks import TaskSpec
+from contracts.tools import CloseSession, SessionClosed
 from contracts.traces import TraceCaptured, TraceRef, TraceReply
 from services.demo.site import stories
+from services.kernel.codec import decode
+from services.kernel.replay_read import read_all
 from tests.e2e.conftest import Rig
 from tests.e2e.helpers import run_events, wait_finished, wait_for
 
@@ -30,6 +34,25 @@ async def test_news_top3_full_run_completes_with_trace_and_transcript(rig: Rig) 
     sonnet = done.tokens["claude-sonnet-5-5"]
     assert sonnet.input_tokens > 0 and sonnet.output_tokens > 0 and sonnet.calls >= 3
     assert done.cost_usd == pytest.approx(sonnet.cost_usd) and done.cost_usd > 0
+    assert done.cost_saved_usd == 0  # a full run saves nothing
+    # The run's cost is the sum of what the llm service billed, call by call.
+    usage = [
+        decode(m.data, UsageEvent)
+        for m in await read_all(bus.js, s.STREAM_ACTIVITY, s.llm_event(started.run_id, "usage"))
+    ]
+    assert len(usage) == sonnet.calls
+    assert done.cost_usd == pytest.approx(sum(u.cost_usd for u in usage))
+    # Every text block the model wrote went out as a text event, the answer included.
+    texts = [
+        decode(m.data, TextEvent).text
+        for m in await read_all(bus.js, s.STREAM_ACTIVITY, s.llm_event(started.run_id, "text"))
+    ]
+    assert texts and texts[-1] == done.result
+    # The run's browser context was closed when it ended: nothing is left to close.
+    closed = await bus.request(
+        s.TOOLS_CLOSE_SESSION, CloseSession(run_id=started.run_id), SessionClosed
+    )
+    assert closed.closed is False
     assert [e.event for e in await run_events(bus, started.run_id)] == [
         "requested", "started", "completed",
     ]  # fmt: skip

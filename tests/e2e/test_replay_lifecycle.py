@@ -99,6 +99,13 @@ async def test_compile_replay_break_heal_replay(rig: Rig) -> None:
     assert fourth.source == "executor" and fourth.executor_version == 2
     assert SONNET not in fourth.tokens
     assert fourth.result == expected_answer(3)
+    # v2's health counts its own replay only; v1's failure stays in v1's history.
+    with anyio.fail_after(10):
+        while (h := await health(bus, "news")).success_count < 1:
+            await anyio.sleep(0.2)
+    assert (h.status, h.version, h.versions) == ("active", 2, 2)
+    assert (h.success_count, h.failure_count, h.consecutive_failures) == (1, 0, 0)
+    assert h.total_cost_saved_usd == pytest.approx(second.cost_saved_usd + fourth.cost_saved_usd)
     events = [e.event for e in await executor_events(bus, "news")]
     assert events.count("compiled") == 2
     assert "replay_failed" in events and "superseded" in events

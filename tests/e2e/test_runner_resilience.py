@@ -13,7 +13,8 @@ import msgspec
 import pytest
 
 from contracts import subjects as s
-from contracts.runs import RunStarted, StartRun
+from contracts.base import utc_now
+from contracts.runs import RunRequest, RunStarted, StartRun
 from contracts.tasks import TaskSpec
 from contracts.traces import Trace, TraceCaptured
 from services.demo.site import DemoSite
@@ -55,6 +56,65 @@ async def test_bad_runs_end_with_their_reason(
         assert done.tokens["claude-sonnet-5-5"].calls == max_iterations
     if reason == "stuck":
         assert "3 times in a row" in (done.error or "")
+
+
+async def test_a_run_past_its_deadline_ends_with_deadline(rig: Rig) -> None:
+    # The model takes longer than the whole run may.
+    rig.standin.inject(latency_ms=4000, latency_count=1)
+    spec = TaskSpec(
+        name="slow",
+        prompt=f"Open {rig.site.url}/news and report the top 3 headlines",
+        deadline_s=1.5,
+    )
+    run_id = await start(rig.stack.bus, spec)
+    done = await wait_finished(rig.stack.bus, run_id)
+    assert done.status == "failed" and done.reason == "deadline", done.error
+    assert "1.5 s deadline" in (done.error or "")
+    assert done.duration_ms is not None and done.duration_ms < 4000
+
+
+async def test_a_run_whose_tools_service_is_gone_ends_with_tool_error(
+    stack_settings: Settings, site: DemoSite, standin: StandinServer
+) -> None:
+    names = ["system", "llm", "compiler", "tracer", "runner"]  # no tools service
+    async with open_stack(stack_settings, names) as stack:
+        spec = TaskSpec(name="news", prompt=f"Open {site.url}/news and report the top 3 headlines")
+        run_id = await start(stack.bus, spec)
+        done = await wait_finished(stack.bus, run_id)
+    assert done.status == "failed" and done.reason == "tool_error", done.error
+    assert "tools" in (done.error or "")
+
+
+async def test_a_finished_run_delivered_again_past_deduplication_is_not_run_again(
+    rig: Rig,
+) -> None:
+    bus = rig.stack.bus
+    spec = TaskSpec(name="news", prompt=f"Open {rig.site.url}/news and report the top 3 headlines")
+    run_id = await start(bus, spec, "news")
+    assert (await wait_finished(bus, run_id)).status == "completed"
+
+    # Core NATS sees every publish, including ones the stream would de-duplicate.
+    seen: list[str] = []
+
+    async def watch(msg: object) -> None:
+        seen.append(msg.subject)  # type: ignore[attr-defined]
+
+    sub = await bus.nc.subscribe(s.run_events_of(run_id=run_id), cb=watch)
+    # The same run request again, under a new Nats-Msg-Id: what a producer retrying
+    # after the stream's duplicate window would send.
+    again = RunRequest(run_id=run_id, task_id="news", spec=spec, requested_at=utc_now())
+    await bus.publish_event(s.WORK_RUNS, again, msg_id=f"{run_id}:again")
+    with anyio.fail_after(15):
+        while True:
+            info = await bus.js.consumer_info(s.STREAM_WORK, s.CONSUMER_RUNNER)
+            if info.num_pending == 0 and info.num_ack_pending == 0:
+                break
+            await anyio.sleep(0.1)
+    await anyio.sleep(1)
+    await sub.unsubscribe()
+    assert seen == []  # not started, not completed a second time
+    events = [e.event for e in await run_events(bus, run_id)]
+    assert events == ["requested", "started", "completed"]
 
 
 def _runner_process(

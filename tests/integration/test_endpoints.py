@@ -98,6 +98,17 @@ async def test_no_responder_and_timeout_are_structured(bus: Bus) -> None:
         await bus.request("t.nobody", Echo(text="x"), Echoed, timeout=0.5)
     assert caught.value.code == "unavailable"
 
+    # A responder that never answers: a timeout, not a hang and not a raw exception.
+    async def ignore(msg: object) -> None:
+        return None
+
+    silent = await bus.nc.subscribe("t.silent", cb=ignore)
+    await bus.nc.flush()
+    with pytest.raises(RemoteError) as caught:
+        await bus.request("t.silent", Echo(text="x"), Echoed, timeout=0.3)
+    assert caught.value.code == "timeout" and "t.silent" in caught.value.message
+    await silent.unsubscribe()
+
 
 async def test_concurrent_endpoint_does_not_serialise_callers(bus: Bus) -> None:
     async with anyio.create_task_group() as tg:

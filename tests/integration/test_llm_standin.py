@@ -147,7 +147,7 @@ def test_fault_injection_over_http(standin: StandinServer, client: anthropic.Ant
             model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}]
         )
     ok = client.messages.create(
-        model="m", max_tokens=200, messages=[{"role": "user", "content": "hi"}]
+        model="m", max_tokens=1000, messages=[{"role": "user", "content": "hi"}]
     )
     assert ok.stop_reason == "end_turn" and "stand-in" in ok.content[0].text  # type: ignore[union-attr]
     assert standin.stats()["messages:529"] == 1

@@ -98,3 +98,35 @@ async def test_a_replaced_store_is_published_from_the_start(bus: Bus, tmp_path: 
     relay = EventRelay(app, bus, convert, name="fresh")
     assert await relay.publish_pending() == 1
     app.close()
+
+
+async def test_a_relay_that_dies_mid_batch_has_saved_every_published_event(
+    bus: Bus, tmp_path: Path
+) -> None:
+    # Restarted after the stream's duplicate window, a relay must not republish what it
+    # had published: its position is saved per event, not per batch.
+    await ensure_streams(bus.js)
+    app = Counters(env=application_env(Settings(data_dir=tmp_path, event_store="memory"), "mid"))
+    counter = Counter("c1")
+    for _ in range(4):
+        counter.increment()
+    app.save(counter)
+
+    class Crash(Exception):
+        pass
+
+    class DyingRelay(EventRelay):
+        async def _publish(self, notification: Any) -> None:
+            if notification.id == 3:
+                raise Crash
+            await super()._publish(notification)
+
+    with pytest.raises(Crash):
+        await DyingRelay(app, bus, convert, name="mid").publish_pending()
+    kv = await bus.js.key_value(s.BUCKET_RELAY)
+    assert (await kv.get("mid")).value == b"2"
+    assert await _stream_messages(bus) == 2
+    # The restarted relay publishes exactly the rest.
+    assert await EventRelay(app, bus, convert, name="mid").publish_pending() == 3
+    assert await _stream_messages(bus) == 5
+    app.close()

@@ -57,3 +57,27 @@ async def test_embedded_server_outlives_retired_worker_threads(tmp_path: Path) -
         assert stack.embedded.process.poll() is None
         info = await stack.bus.request(s.SYSTEM_INFO, b"{}", SystemInfo, timeout=2)
         assert info.embedded_nats
+
+
+def test_embedded_server_takes_the_default_port_or_a_free_one_when_it_is_taken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    from services.kernel import embedded_nats
+    from services.kernel.embedded_nats import EmbeddedNats, free_port
+
+    # Stand a free port in for 4222 (the machine's own NATS may hold the real one).
+    default = free_port()
+    monkeypatch.setattr(embedded_nats, "DEFAULT_PORT", default)
+    with EmbeddedNats(tmp_path / "a") as server:
+        assert server.port == default and server.url == f"nats://127.0.0.1:{default}"
+
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", default))
+        squatter.listen()
+        with EmbeddedNats(tmp_path / "b") as server:
+            assert server.port != default
+            # It is a real, reachable server on the port it says.
+            with socket.create_connection(("127.0.0.1", server.port), timeout=2) as conn:
+                assert conn.recv(4096).startswith(b"INFO ")

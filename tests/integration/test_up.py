@@ -19,6 +19,11 @@ from services.kernel.bus import connect
 from services.kernel.codec import decode
 from services.kernel.discovery import gather
 
+ALL_SERVICES = {
+    f"rote-{name}"
+    for name in ("system", "llm", "tools", "compiler", "tracer", "runner", "scheduler")
+}
+
 
 def _env(data_dir: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ROTE_")}
@@ -60,16 +65,28 @@ def test_rote_up_status_and_sigterm(tmp_path: Path) -> None:
         assert (data_dir / "nats.url").read_text().strip() == url
         assert _nats_pids(data_dir / "nats"), "embedded nats-server should be running"
 
-        pings, infos, info = anyio.run(_probe, url, backend="asyncio")
-        assert {p["name"] for p in pings} >= {"rote-system"}
+        # Every service rote has, up in this one process (the tools service launches
+        # Chromium, so wait for the last to register).
+        deadline = time.monotonic() + 60
+        while True:
+            pings, infos, info = anyio.run(_probe, url, backend="asyncio")
+            if {p["name"] for p in pings} >= ALL_SERVICES or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert {p["name"] for p in pings} == ALL_SERVICES
+        assert {i["name"] for i in infos} == ALL_SERVICES
         system = next(i for i in infos if i["name"] == "rote-system")
         assert [e["subject"] for e in system["endpoints"]] == [s.SYSTEM_INFO]
         assert info.embedded_nats and info.data_dir == str(data_dir)
-        assert info.event_store == "sqlite" and "system" in info.services_running
+        assert info.event_store == "sqlite"
+        assert {f"rote-{name}" for name in info.services_running} == ALL_SERVICES
 
         status = subprocess.run(_rote("status"), env=env, capture_output=True, text=True)
         assert status.returncode == 0, status.stderr
-        assert "rote-system" in status.stdout and s.SYSTEM_INFO in status.stdout
+        for name in ALL_SERVICES:
+            assert name in status.stdout
+        for subject in (s.SYSTEM_INFO, s.LLM_COMPLETE, s.TOOLS_EXEC, s.RUNS_START, s.TASKS_CREATE):
+            assert subject in status.stdout
         as_json = subprocess.run(_rote("status", "--json"), env=env, capture_output=True, text=True)
         assert any(i["name"] == "rote-system" for i in json.loads(as_json.stdout))
 

@@ -109,3 +109,54 @@ def test_a_long_transcript_fits_one_message_keeping_both_ends() -> None:
     assert first.message is not None and first.message.content == "the task"
     assert last.detail == {"text": "the end"}
     assert any("left out" in str(e.detail) for e in transcript.entries)
+
+
+def test_a_replay_cut_off_by_the_deadline_is_a_failed_replay_whose_cost_counts() -> None:
+    from contracts.base import utc_now
+    from contracts.executors import Executor, ExecutorStats, LlmStep, ResultStep
+    from contracts.llm import CompleteReply, Usage
+    from contracts.tasks import TaskSpec
+    from services.runner.accounting import Ledger
+    from services.runner.ports import Ports, RunScope
+    from services.runner.replay import Replayer
+    from services.runner.service import _Attempt
+
+    async def unused(*args: object) -> None:
+        raise AssertionError("no port is called here")
+
+    ports = Ports(unused, unused, unused, unused, unused, unused)  # type: ignore[arg-type]
+    scope = RunScope(
+        spec=TaskSpec(name="t", prompt="p"), ports=ports, run_id="r", task_id="t", attempt=1,
+        transcript=TranscriptRecorder("r", "t"),
+    )  # fmt: skip
+    executor = Executor(
+        task_id="t", version=4, source_run_id="s", compiled_at=utc_now(),
+        steps=[LlmStep(index=0, prompt="judge"), ResultStep(index=1, mode="template")],
+        stats=ExecutorStats(total_steps=2, deterministic_steps=1, templated_steps=0, llm_steps=1,
+                            estimated_replay_cost_usd=0.0, source_run_cost_usd=0.01),
+    )  # fmt: skip
+    replayer = Replayer(executor, scope)
+    # One small-model step was answered (and billed) before the deadline struck.
+    replayer.current_step = 1
+    replayer.ledger.add(
+        CompleteReply(
+            id="m1",
+            model="claude-haiku-5-5",
+            content=[],
+            stop_reason="end_turn",
+            usage=Usage(input_tokens=100, output_tokens=10),
+            cost_usd=0.00002,
+        )
+    )
+    attempt = _Attempt(version=4, replayer=replayer)
+    run_ledger = Ledger()
+    attempt.cut_off_replay(run_ledger, "the run passed its 3 s deadline")
+
+    assert run_ledger.cost_usd == 0.00002  # the run's cost includes what the replay spent
+    assert attempt.source == "executor"
+    replay = attempt.replay
+    assert replay is not None and not replay.ok and replay.version == 4 and replay.step == 1
+    assert replay.cost_usd == 0.00002 and replay.tokens["claude-haiku-5-5"].calls == 1
+    # Once the replay's outcome is known (it finished, then path B ran), nothing changes.
+    attempt.cut_off_replay(run_ledger, "again")
+    assert run_ledger.cost_usd == 0.00002 and replay.reason == "the run passed its 3 s deadline"

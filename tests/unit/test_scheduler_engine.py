@@ -1,5 +1,8 @@
 """The scheduler engine on a real (in-memory SQLite) event store with a manual clock:
-dispatch limits, the daily budget, recovery, catch-up, conditions and max_failures."""
+dispatch limits, conditions, manual runs, commands and idempotency keys. The rules that
+must hold on every store (max_failures, the daily budget, recovery, catch-up, intake
+de-duplication) run on SQLite and PostgreSQL in
+tests/integration/test_scheduler_rules_stores.py."""
 
 from __future__ import annotations
 
@@ -126,87 +129,6 @@ async def test_twenty_due_tasks_with_max_two_in_flight_all_run(
     assert all(v.runs_dispatched == 1 and v.last_run_status == "completed" for v in views)
 
 
-async def test_over_budget_the_next_due_run_is_skipped_with_an_event(
-    app: Tasks, clock: ManualClock
-) -> None:
-    engine = scheduler(app, clock, daily_budget_usd=1.0)
-    await engine.create(spec("costly", trigger=IntervalTrigger(every_s=60)))
-    for cost in (0.6, 0.5):  # 1.1 spent: the budget is reached
-        (_, run_id), *_ = (await engine.tick()).dispatched
-        clock.advance(60)
-        await engine.on_run_event(outcome("costly", run_id, clock.now(), cost=cost))
-    report = await engine.tick()
-    assert report.dispatched == []
-    assert [t for t, _ in report.skipped] == ["costly"]
-    skipped = stored(app, Task.RunSkipped)
-    assert len(skipped) == 1 and "daily budget reached" in skipped[0].reason
-    assert "$1.1000" in skipped[0].reason
-    # The skip used up that slot: no second event at the next tick.
-    assert (await engine.tick()).skipped == []
-    with pytest.raises(ServiceError) as refused:
-        await engine.run(RunTask(task_id="costly"))
-    assert refused.value.code == "over_budget"
-    # A new UTC day, a fresh budget.
-    clock.set(datetime(2025, 1, 7, 0, 0, 30, tzinfo=UTC))
-    assert [t for t, _ in (await engine.tick()).dispatched] == ["costly"]
-
-
-async def test_restart_marks_a_run_past_its_deadline_abandoned(
-    tmp_path: Path, clock: ManualClock
-) -> None:
-    settings = Settings(data_dir=tmp_path, event_store="sqlite")
-    first = Tasks(env=application_env(settings, "scheduler"))
-    engine = scheduler(first, clock, grace_s=30)
-    await engine.create(spec("slow", deadline_s=120))
-    accepted = await engine.run(RunTask(task_id="slow"))
-    assert (await engine.tick()).dispatched == [("slow", accepted.run_id)]
-    first.close()  # the scheduler goes down; the run never reports
-
-    clock.advance(149)
-    second = Tasks(env=application_env(settings, "scheduler"))
-    restarted = scheduler(second, clock, grace_s=30)
-    assert (await restarted.tick()).abandoned == []  # deadline + grace not yet over
-    clock.advance(2)
-    assert (await restarted.tick()).abandoned == [("slow", accepted.run_id)]
-    view = await restarted.get(TaskRef(task_id="slow"))
-    assert view.run_in_flight is None and view.last_run_status == "failed"
-    (run,) = (await restarted.runs(ListRuns(task_id="slow"))).runs
-    assert (run.status, run.reason) == ("failed", "abandoned")
-    # Its slot is free again: a new run goes out.
-    await restarted.run(RunTask(task_id="slow"))
-    assert len((await restarted.tick()).dispatched) == 1
-    # A late outcome of the abandoned run still counts its cost.
-    late = await restarted.on_run_event(outcome("slow", accepted.run_id, clock.now(), cost=0.3))
-    assert late == "untracked"
-    assert second.catalog.spent_on(clock.now()) == pytest.approx(0.3)
-    second.close()
-
-
-async def test_schedules_missed_while_down_run_once(tmp_path: Path, clock: ManualClock) -> None:
-    settings = Settings(data_dir=tmp_path, event_store="sqlite")
-    first = Tasks(env=application_env(settings, "scheduler"))
-    engine = scheduler(first, clock)
-    clock.set(datetime(2025, 1, 6, 8, 59, tzinfo=UTC))
-    await engine.create(spec("hourly", trigger=CronTrigger(expr="0 * * * *")))
-    clock.set(datetime(2025, 1, 6, 9, 0, 1, tzinfo=UTC))
-    (_, run_id), *_ = (await engine.tick()).dispatched
-    await engine.on_run_event(outcome("hourly", run_id, clock.now()))
-    first.close()
-
-    clock.set(datetime(2025, 1, 6, 14, 20, tzinfo=UTC))  # down through 10:00 .. 14:00
-    second = Tasks(env=application_env(settings, "scheduler"))
-    restarted = scheduler(second, clock)
-    report = await restarted.tick()
-    assert len(report.dispatched) == 1
-    (_, again), *_ = report.dispatched
-    await restarted.on_run_event(outcome("hourly", again, clock.now()))
-    assert (await restarted.tick()).dispatched == []
-    assert [e.origin for e in stored(second, Task.RunDispatched)] == ["schedule", "catch_up"]
-    view = await restarted.get(TaskRef(task_id="hourly"))
-    assert view.next_due_at == datetime(2025, 1, 6, 15, 0, tzinfo=UTC)
-    second.close()
-
-
 async def test_condition_true_false_and_cooldown(app: Tasks, clock: ManualClock) -> None:
     page = {"text": "Sold out"}
     checks: list[datetime] = []
@@ -258,28 +180,6 @@ async def test_a_failing_condition_check_is_not_true(app: Tasks, clock: ManualCl
     await engine.create(CreateTask(name="c", prompt="p", trigger=_condition(60, 0)))
     assert await engine.check_conditions() == {"c": False}
     assert (await engine.tick()).dispatched == []
-
-
-async def test_max_failures_in_a_row_pause_the_task_and_say_why(
-    app: Tasks, clock: ManualClock
-) -> None:
-    engine = scheduler(app, clock)
-    await engine.create(spec("flaky", trigger=IntervalTrigger(every_s=60), max_failures=3))
-    for i, ok in enumerate([False, True, False, False, False]):
-        (_, run_id), *_ = (await engine.tick()).dispatched
-        clock.advance(60)
-        await engine.on_run_event(outcome("flaky", run_id, clock.now(), ok=ok))
-        view = await engine.get(TaskRef(task_id="flaky"))
-        assert view.status == ("paused" if i == 4 else "active")
-    assert view.consecutive_failures == 3  # the success in between reset the count
-    assert view.status_reason is not None
-    assert "3 failed runs in a row" in view.status_reason
-    assert "selector #price vanished" in view.status_reason
-    clock.advance(600)
-    assert (await engine.tick()).dispatched == []  # paused: nothing due
-    resumed = await engine.resume(TaskRef(task_id="flaky"))
-    assert resumed.status == "active" and resumed.consecutive_failures == 0
-    assert len((await engine.tick()).dispatched) == 1
 
 
 async def test_a_manual_run_waits_behind_the_run_in_flight(app: Tasks, clock: ManualClock) -> None:

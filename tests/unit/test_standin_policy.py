@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from services.runner.quality import Verdict, parse_verdict, quality_prompt
 from services.standin.policy import (
     CANDIDATE_RECORDS,
     CANDIDATE_SELECTORS,
@@ -454,3 +455,35 @@ def test_answer_again_prompt_answers_from_todays_data() -> None:
     )
     decision = decide(Conversation(prompt=shop, tools=frozenset()))
     assert decision == Answer("Cheapest gadget: Pot at $4.50; description: Small and sturdy.")
+
+
+# --- 11: quality check of a replayed answer ---------------------------------------------
+
+EARLIER = "Top 3 headlines:\n1. Bridge approved\n2. Team wins\n3. Storm warning"
+
+
+@pytest.mark.parametrize(
+    ("new", "verdict"),
+    [
+        ("Top 3 headlines:\n1. Market opens\n2. Fair ends\n3. Road closed", "PASS"),
+        ("Top 3 headlines:\n1. Loading…\n2. Loading…\n3. Loading…", "FAIL: listed items repeat"),
+        ("Top 3 headlines:\n1. Market opens\n2.\n3. Road closed", "FAIL: a listed item is empty"),
+        ("Top 3 headlines:\n1. Market opens", "FAIL: it has 2 lines"),
+        ("Sorry, nothing found", "FAIL: it does not begin like"),
+        ("", "FAIL: the new answer is empty"),
+    ],
+)
+def test_quality_check_prompt_judges_the_form_of_a_replayed_answer(new: str, verdict: str) -> None:
+    # The prompt exactly as the runner writes it; it quotes a task the stand-in also
+    # knows, which must not be mistaken for that task.
+    prompt = quality_prompt("Open http://x.test/news and report the top 3 headlines", EARLIER, new)
+    answer = decide(Conversation(prompt=prompt, tools=BROWSER))
+    assert isinstance(answer, Answer) and answer.text.startswith(verdict)
+    assert parse_verdict(answer.text).ok is (verdict == "PASS")
+
+
+def test_verdicts_that_do_not_say_pass_or_fail_fail() -> None:
+    assert parse_verdict("PASS: fine") == Verdict(True, "fine")
+    assert parse_verdict("fail: items repeat") == Verdict(False, "items repeat")
+    unclear = parse_verdict("The answer looks mostly fine to me.")
+    assert not unclear.ok and "unreadable verdict" in unclear.reason

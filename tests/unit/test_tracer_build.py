@@ -5,41 +5,60 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from contracts.errors import ErrorInfo
-from contracts.llm import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from contracts.llm import (
+    Message,
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 from contracts.runs import RunEvent, Transcript, TranscriptEntry
 from contracts.tasks import TaskSpec
 from contracts.tools import ToolEvent, ToolMetadata
-from services.tracer.build import build_trace, final_attempt_calls, model_evidence
+from services.tracer.build import Evidence, build_trace, final_attempt_calls, model_evidence
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def finished(
-    step: int, tool: str, output: object, *, ok: bool = True, source: str = "full_llm"
+    step: int,
+    tool: str,
+    output: object,
+    *,
+    ok: bool = True,
+    source: str = "full_llm",
+    attempt: int = 1,
+    tool_use_id: str | None = None,
 ) -> ToolEvent:
     return ToolEvent(
         run_id="r", event="finished", step=step, tool=tool, input={"n": step}, at=AT,
-        source=source, ok=ok, output=output, duration_ms=5 + step,
+        source=source, ok=ok, output=output, duration_ms=5 + step, attempt=attempt,
+        tool_use_id=tool_use_id,
         error=None if ok else ErrorInfo(code="not_found", message="no such element"),
         metadata=ToolMetadata(item_count=len(output) if isinstance(output, list) else None),
     )  # fmt: skip
 
 
-def test_redelivered_run_keeps_only_the_last_attempt_per_step() -> None:
+def test_redelivered_run_keeps_only_the_completing_attempts_calls() -> None:
+    # The dead attempt got further (3 steps) than the live one needed (2): its extra
+    # step must not leak into the trace.
     dead_attempt = [
         finished(0, "browser_navigate", {"url": "old"}),
         finished(1, "browser_extract", ["x"]),
+        finished(2, "browser_click", {"clicked": "old"}),
     ]
     live_attempt = [
-        finished(0, "browser_navigate", {"url": "new"}),
-        finished(1, "browser_extract", ["a", "b"]),
+        finished(0, "browser_navigate", {"url": "new"}, attempt=2),
+        finished(1, "browser_extract", ["a", "b"], attempt=2),
     ]
-    replayed = [finished(0, "browser_navigate", {"url": "replay"}, source="executor")]
+    replayed = [finished(0, "browser_navigate", {"url": "replay"}, source="executor", attempt=2)]
     started = [
-        ToolEvent(run_id="r", event="started", step=2, tool="t", input={}, at=AT),
+        ToolEvent(run_id="r", event="started", step=2, tool="t", input={}, at=AT, attempt=2),
     ]
-    calls = final_attempt_calls(dead_attempt + replayed + live_attempt + started)
+    calls = final_attempt_calls(dead_attempt + replayed + live_attempt + started, 2)
     assert [c.output for c in calls] == [{"url": "new"}, ["a", "b"]]
+    assert [c.output for c in final_attempt_calls(dead_attempt, 1)][-1] == {"clicked": "old"}
 
 
 def _assistant(*blocks: object) -> TranscriptEntry:
@@ -63,14 +82,56 @@ def test_model_evidence_counts_thinking_and_text_before_each_call() -> None:
             TranscriptEntry(at=AT, kind="message", message=Message(role="user", content=[result])),
             _assistant(
                 ThinkingBlock(thinking="", signature="s2"),
+                RedactedThinkingBlock(data="opaque"),
                 ToolUseBlock(id="u2", name="browser_extract", input={}),
                 ToolUseBlock(id="u3", name="browser_read_page", input={}),
             ),
             _assistant(TextBlock(text="final answer")),
         ],
     )  # fmt: skip
-    assert model_evidence(transcript) == [("Let me open the page.", 1), ("", 1), ("", 0)]
-    assert model_evidence(None) == []
+    assert model_evidence(transcript) == {
+        "u1": Evidence("Let me open the page.", 1),
+        "u2": Evidence("", 2),  # redacted thinking counts as thinking
+        "u3": Evidence("", 0),
+    }
+    assert model_evidence(None) == {}
+
+
+def test_evidence_follows_tool_use_ids_when_the_transcript_lost_its_middle() -> None:
+    # A transcript over its size bound drops middle entries; the text said before the
+    # last call must still land on the last call, not on whichever call is second.
+    transcript = Transcript(
+        run_id="r",
+        task_id="t",
+        entries=[
+            _assistant(
+                TextBlock(text="Opening the page."),
+                ToolUseBlock(id="u1", name="browser_navigate", input={}),
+            ),
+            # ... entries for u2 and u3 were dropped here ...
+            _assistant(
+                TextBlock(text="The cheapest is B, so I pick it."),
+                ToolUseBlock(id="u4", name="browser_click", input={}),
+            ),
+        ],
+    )
+    run = RunEvent(task_id="t", run_id="r", event="completed", at=AT, status="completed")
+    events = [
+        finished(i, tool, None, tool_use_id=f"u{i + 1}")
+        for i, tool in enumerate(
+            ["browser_navigate", "browser_extract", "browser_read_page", "browser_click"]
+        )
+    ]
+    trace = build_trace(
+        run=run, spec=TaskSpec(name="n", prompt="p"), tool_events=events,
+        transcript=transcript, captured_at=AT,
+    )  # fmt: skip
+    assert [step.model_text for step in trace.steps] == [
+        "Opening the page.",
+        "",
+        "",
+        "The cheapest is B, so I pick it.",
+    ]
 
 
 def test_build_trace_carries_outputs_previews_and_run_facts() -> None:

@@ -1,0 +1,78 @@
+"""The optional quality check of a replayed answer (TaskSpec.quality_check).
+
+A replay can succeed step by step and still answer badly: a page that keeps its
+selectors but now shows placeholders, a list that now holds something else. With the
+check on, the small model compares the replay's answer with the answer of the full run
+the executor was compiled from — for form and kind, not content, which is expected to
+change — and a failing verdict counts as a broken replay, so the run falls back to a
+full run and the task heals like after any other break.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from contracts.executors import Executor, ResultStep
+from contracts.llm import CompleteRequest, Message
+from services.runner.accounting import Ledger
+from services.runner.agent_loop import final_text
+from services.runner.ports import PortError, RunScope
+
+# Room for the thinking current models do by default, before the one-line verdict.
+QUALITY_MAX_TOKENS = 1024
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    reason: str
+
+
+def quality_prompt(task_prompt: str, earlier: str, answer: str) -> str:
+    return (
+        "Quality check of a replayed answer. A scheduled task was answered again by a "
+        "replay, without the large model. Judge whether the new answer still does the "
+        "task: the same form and kind of content as the earlier, verified answer, with "
+        "real values (its content is expected to differ: the data changed).\n"
+        f"Task: {task_prompt}\n"
+        f"<earlier_answer>\n{earlier}\n</earlier_answer>\n"
+        f"<new_answer>\n{answer}\n</new_answer>\n"
+        "Reply with PASS or FAIL, then a colon and one short sentence saying why."
+    )
+
+
+def parse_verdict(text: str) -> Verdict:
+    """PASS/FAIL first; anything else cannot vouch for the answer, so it fails."""
+    head, _, why = text.strip().partition(":")
+    word = head.strip().upper()
+    if word in ("PASS", "FAIL"):
+        return Verdict(word == "PASS", why.strip() or word.lower())
+    return Verdict(False, f"unreadable verdict: {text.strip()[:120]!r}")
+
+
+async def check(scope: RunScope, executor: Executor, answer: str, ledger: Ledger) -> Verdict:
+    """Ask the small model; its tokens and cost go on the replay's ledger."""
+    spec = scope.spec
+    earlier = next((step.example for step in executor.steps if isinstance(step, ResultStep)), "")
+    prompt = quality_prompt(spec.prompt, earlier, answer)
+    try:
+        reply = await scope.ports.complete(
+            CompleteRequest(
+                model=executor.small_model or spec.small_model,
+                messages=[Message(role="user", content=prompt)],
+                max_tokens=QUALITY_MAX_TOKENS,
+                effort="low",
+                run_id=scope.run_id,
+                task_id=scope.task_id,
+                purpose="quality_check",
+            )
+        )
+    except PortError as exc:
+        return Verdict(False, f"the small model could not check it: {exc.code}: {exc.message}")
+    ledger.add(reply)
+    verdict = parse_verdict(final_text(reply.content))
+    scope.transcript.note(
+        f"quality check: {'PASS' if verdict.ok else 'FAIL'}: {verdict.reason}",
+        reason=None if verdict.ok else "quality_check",
+    )
+    return verdict
