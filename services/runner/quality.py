@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from contracts.executors import Executor, ResultStep
-from contracts.llm import CompleteRequest, Message
 from services.runner.accounting import Ledger
 from services.runner.agent_loop import final_text
 from services.runner.ports import PortError, RunScope
+from services.runner.replay import small_model_request
 
 # Room for the thinking current models do by default, before the one-line verdict.
 QUALITY_MAX_TOKENS = 1024
@@ -57,13 +57,13 @@ async def check(scope: RunScope, executor: Executor, answer: str, ledger: Ledger
     prompt = quality_prompt(spec.prompt, earlier, answer)
     try:
         reply = await scope.ports.complete(
-            CompleteRequest(
-                model=executor.small_model or spec.small_model,
-                messages=[Message(role="user", content=prompt)],
-                max_tokens=QUALITY_MAX_TOKENS,
-                effort="low",
+            small_model_request(
+                executor,
+                spec,
+                prompt,
                 run_id=scope.run_id,
                 task_id=scope.task_id,
+                max_tokens=QUALITY_MAX_TOKENS,
                 purpose="quality_check",
             )
         )

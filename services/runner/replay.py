@@ -17,6 +17,7 @@ import anyio
 
 from contracts.executors import ConditionStep, Executor, LlmStep, ResultStep, ToolStep
 from contracts.llm import CompleteRequest, Message
+from contracts.tasks import TaskSpec
 from contracts.tools import ExecTool, ToolMetadata
 from services.compiler import references
 from services.compiler.expectations import check_all, condition_holds
@@ -35,6 +36,28 @@ class ReplayResult:
     reason: str | None = None
     ledger: Ledger = field(default_factory=Ledger)
     duration_ms: int = 0
+
+
+def small_model_request(
+    executor: Executor,
+    spec: TaskSpec,
+    prompt: str,
+    *,
+    run_id: str,
+    task_id: str,
+    max_tokens: int,
+    purpose: str,
+) -> CompleteRequest:
+    """How a replay asks the small model: one user prompt, at low effort."""
+    return CompleteRequest(
+        model=executor.small_model or spec.small_model,
+        messages=[Message(role="user", content=prompt)],
+        max_tokens=max_tokens,
+        effort="low",
+        run_id=run_id,
+        task_id=task_id,
+        purpose=purpose,
+    )
 
 
 class StepFailed(Exception):
@@ -193,13 +216,13 @@ class Replayer:
     async def _small_model(self, index: int, prompt: str) -> str:
         try:
             reply = await self.ports.complete(
-                CompleteRequest(
-                    model=self.executor.small_model or self.spec.small_model,
-                    messages=[Message(role="user", content=prompt)],
-                    max_tokens=LLM_STEP_MAX_TOKENS,
-                    effort="low",
+                small_model_request(
+                    self.executor,
+                    self.spec,
+                    prompt,
                     run_id=self.run_id,
                     task_id=self.task_id,
+                    max_tokens=LLM_STEP_MAX_TOKENS,
                     purpose="replay_step",
                 )
             )

@@ -28,6 +28,8 @@ def test_quick_bench_has_every_section(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     document = json.loads(out.read_text())
     assert document["quick"] is True and document["duration_s"] > 0
+    # --quick is the CI smoke mode: it must stay under 2 minutes (about 45 s here idle).
+    assert document["duration_s"] < 120, document["duration_s"]
     assert document["machine"]["cpus"] >= 1
     assert set(document["sections"]) == SECTIONS
     for name, section in document["sections"].items():

@@ -43,6 +43,7 @@ from services.kernel.settings import Settings
 from services.standin.server import StandinServer
 from tests.bench.corpus_oracle import expected_answer as oracle_answer
 from tests.e2e.helpers import run_events, wait_finished
+from tests.e2e.test_replay_lifecycle import executor_events, wait_compiled
 
 pytestmark = [pytest.mark.anyio, pytest.mark.browser, pytest.mark.slow]
 
@@ -100,20 +101,6 @@ async def stack_of(settings: Settings) -> AsyncIterator[Stack]:
 async def run(bus: Bus, spec: TaskSpec, task_id: str) -> RunEvent:
     started = await bus.request(s.RUNS_START, StartRun(spec=spec, task_id=task_id), RunStarted)
     return await wait_finished(bus, started.run_id, timeout=30)
-
-
-async def executor_events(bus: Bus, task_id: str) -> list[ExecutorEvent]:
-    msgs = await read_all(bus.js, s.STREAM_EXECUTORS, s.executor_event(task_id, "*"))
-    return [decode(m.data, ExecutorEvent) for m in msgs]
-
-
-async def wait_compiled(bus: Bus, task_id: str, version: int) -> None:
-    with anyio.fail_after(15):
-        while not any(
-            e.event == "compiled" and e.version == version
-            for e in await executor_events(bus, task_id)
-        ):
-            await anyio.sleep(0.1)
 
 
 async def wait_executor_event(bus: Bus, task_id: str, event: str) -> ExecutorEvent:

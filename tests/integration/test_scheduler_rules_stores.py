@@ -6,10 +6,8 @@ scheduler that restarted in between."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,14 +30,13 @@ from services.kernel.bus import Bus
 from services.kernel.codec import decode
 from services.kernel.errors import ServiceError
 from services.kernel.event_store import application_env
-from services.kernel.runtime import ServiceContext
 from services.kernel.settings import Settings
 from services.kernel.streams import ensure_streams
 from services.scheduler.application import Tasks
 from services.scheduler.clock import ManualClock
 from services.scheduler.engine import Scheduler, SchedulerConfig
-from services.scheduler.service import serve
 from services.scheduler.task import Task
+from tests.integration.test_scheduler_intake import scheduler as running_scheduler
 
 pytestmark = pytest.mark.anyio
 
@@ -213,22 +210,6 @@ async def test_schedules_missed_while_down_run_once(open_app: OpenApp, clock: Ma
 
 
 # --- the durable intake over a real NATS -------------------------------------------------
-
-
-@asynccontextmanager
-async def running_scheduler(settings: Settings, bus: Bus) -> AsyncIterator[None]:
-    async with anyio.create_task_group() as tg:
-        ctx = ServiceContext(
-            settings=settings,
-            bus=bus,
-            task_group=tg,
-            services=("scheduler",),
-            nats_url=bus.url,
-            embedded_nats=False,
-        )
-        await tg.start(partial(serve, ctx, config=SchedulerConfig(tick_s=0.1)))
-        yield
-        tg.cancel_scope.cancel()
 
 
 async def task_events(bus: Bus, task_id: str, wait: float) -> list[str]:
