@@ -2,16 +2,22 @@
 
 Benchmarks live beside the tests (they need the test sites and helpers), so this runs
 from a source checkout. Each section's targets are ratios or percentiles measured in
-the same run, so they hold on any machine that is not starved.
+the same run, so they hold on any machine that is not starved. With several sections,
+each runs in a fresh interpreter: what one leaves behind (a heap, browser processes,
+threads) must not weigh on the next one's timings.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -40,6 +46,20 @@ def _checkout_root() -> Path:
     return root
 
 
+def _in_own_process(harness: Any, name: str, quick: bool) -> Any:
+    """Run one section as `rote bench --only NAME` in a child and read its JSON back."""
+    with tempfile.TemporaryDirectory(prefix="rote-bench-") as tmp:
+        out = Path(tmp) / f"{name}.json"
+        command = [sys.executable, "-m", "services.cli", "bench", "--only", name]
+        command += ["--output", str(out), *(["--quick"] if quick else [])]
+        # The child's table is the parent's to print; its progress line still shows.
+        done = subprocess.run(command, stdout=subprocess.DEVNULL, check=False)
+        if done.returncode != 0 or not out.exists():
+            raise SystemExit(f"rote bench: the {name} section failed (exit {done.returncode})")
+        (section,) = json.loads(out.read_text())["sections"].values()
+        return harness.section_from_json(section)
+
+
 def run(args: argparse.Namespace) -> int:
     load_settings(quiet=True)
     root = _checkout_root()
@@ -47,11 +67,12 @@ def run(args: argparse.Namespace) -> int:
     harness = importlib.import_module("tests.bench.harness")
     names = args.only or SECTIONS
     started = time.perf_counter()
-    sections = []
-    for name in names:
-        module = importlib.import_module(f"tests.bench.bench_{name}")
-        print(f"running {name}...", file=sys.stderr, flush=True)
-        sections.append(anyio.run(module.run, args.quick, backend="asyncio"))
+    if len(names) == 1:
+        module = importlib.import_module(f"tests.bench.bench_{names[0]}")
+        print(f"running {names[0]}...", file=sys.stderr, flush=True)
+        sections = [anyio.run(module.run, args.quick, backend="asyncio")]
+    else:
+        sections = [_in_own_process(harness, name, args.quick) for name in names]
     duration = time.perf_counter() - started
     document = harness.to_json(sections, duration, args.quick)
     if args.output:

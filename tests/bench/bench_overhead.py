@@ -53,7 +53,7 @@ def _executor(steps: int) -> Executor:
 
 
 async def run(quick: bool) -> Section:
-    rounds, steps = (8, 40) if quick else (30, 100)
+    rounds, steps = (8, 40) if quick else (60, 100)
     with (
         tempfile.TemporaryDirectory(prefix="rote-bench-") as tmp,
         EmbeddedNats(Path(tmp) / "nats", port=free_port()) as server,

@@ -69,6 +69,16 @@ def to_json(sections: list[Section], duration_s: float, quick: bool) -> str:
     )
 
 
+def section_from_json(data: dict[str, Any]) -> Section:
+    """A section as to_json wrote it (its derived `ok` is recomputed, not read)."""
+    return Section(
+        name=data["name"],
+        metrics=[Metric(**metric) for metric in data["metrics"]],
+        notes=data.get("notes", ""),
+        details=data.get("details", {}),
+    )
+
+
 def render_table(sections: list[Section]) -> str:
     rows = [("section", "metric", "value", "target", "ok")]
     for section in sections:
