@@ -76,6 +76,10 @@ class Settings:
     chromium: str | None = None
     allowed_commands: tuple[str, ...] = ()
     path_roots: tuple[str, ...] = ()
+    # Browser contexts kept warm for the next runs, and how long a run's idle session
+    # lives before it is reaped.
+    tools_pool_size: int = 2
+    tools_idle_s: float = 900.0
     # Replicas of every JetStream stream rote provisions: 1 on a single server, 3 on a
     # 3-node cluster (infra/nats/cluster). An embedded server always uses 1.
     stream_replicas: int = 1
@@ -96,6 +100,12 @@ class Settings:
             raise SettingsError("ROTE_EVENT_STORE must be sqlite, memory or a postgresql:// URL")
         prices = env.get("ROTE_PRICES_FILE")
         replicas = _int(env, "ROTE_STREAM_REPLICAS", 1)
+        pool_size = _int(env, "ROTE_TOOLS_POOL_SIZE", 2)
+        if not 0 <= pool_size <= 32:
+            raise SettingsError(f"ROTE_TOOLS_POOL_SIZE must be 0 to 32, got {pool_size}")
+        idle_s = _float(env, "ROTE_TOOLS_IDLE_S", 900.0)
+        if idle_s is None or idle_s <= 0:
+            raise SettingsError(f"ROTE_TOOLS_IDLE_S must be above 0, got {idle_s}")
         if not 1 <= replicas <= 5:
             raise SettingsError(f"ROTE_STREAM_REPLICAS must be 1 to 5, got {replicas}")
         return cls(
@@ -119,6 +129,8 @@ class Settings:
             chromium=env.get("ROTE_CHROMIUM") or None,
             allowed_commands=_list(env, "ROTE_TOOLS_ALLOW_COMMANDS"),
             path_roots=_list(env, "ROTE_TOOLS_PATH_ROOTS"),
+            tools_pool_size=pool_size,
+            tools_idle_s=idle_s,
             stream_replicas=replicas,
         )
 

@@ -55,7 +55,11 @@ class ToolsConfig:
             data_dir=data_dir,
             allowed_commands=settings.allowed_commands,
             path_roots=settings.path_roots,
-            browser=BrowserConfig(chromium=settings.chromium),
+            browser=BrowserConfig(
+                chromium=settings.chromium,
+                pool_size=settings.tools_pool_size,
+                idle_timeout_s=settings.tools_idle_s,
+            ),
             limits=BrowserLimits(screenshot_dir=data_dir / "blobs"),
         )
 
