@@ -149,8 +149,8 @@ BUCKET_STREAMS: dict[str, str] = {
 
 
 async def _ensure_buckets(js: JetStreamContext, replicas: int) -> dict[str, Outcome]:
-    """Create the buckets, or bring their streams to `replicas` (a bucket's other
-    settings are the server's own and left alone)."""
+    """Create the buckets, or bring their streams to `replicas` and a key's lifetime
+    (KV_TTL_S); a bucket's other settings are the server's own and left alone."""
     outcomes: dict[str, Outcome] = {}
     for stream, description in BUCKET_STREAMS.items():
         kind, _, bucket = stream.partition("_")
@@ -158,18 +158,25 @@ async def _ensure_buckets(js: JetStreamContext, replicas: int) -> dict[str, Outc
             config = (await js.stream_info(stream)).config
         except NotFoundError:
             if kind == "KV":
-                await js.create_key_value(bucket=bucket, description=description, replicas=replicas)
+                await js.create_key_value(
+                    bucket=bucket,
+                    description=description,
+                    replicas=replicas,
+                    ttl=KV_TTL_S.get(bucket),
+                )
             else:
                 await js.create_object_store(
                     bucket=bucket, description=description, replicas=replicas
                 )
             outcomes[stream] = "created"
             continue
-        if (config.num_replicas or 1) != replicas:
+        max_age = KV_TTL_S.get(bucket) if kind == "KV" else None
+        if (config.num_replicas or 1) != replicas or (config.max_age or None) != max_age:
             config.num_replicas = replicas
+            config.max_age = max_age
             await js.update_stream(config)
             outcomes[stream] = "updated"
-            log.info("bucket_updated", bucket=bucket, replicas=replicas)
+            log.info("bucket_updated", bucket=bucket, replicas=replicas, max_age_s=max_age)
         else:
             outcomes[stream] = "unchanged"
     return outcomes

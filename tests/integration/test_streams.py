@@ -41,3 +41,19 @@ async def test_work_queue_streams_have_work_queue_retention(bus: Bus) -> None:
         info = await bus.js.stream_info(name)
         assert info.config.retention is not None
         assert RetentionPolicy(info.config.retention) is RetentionPolicy.WORK_QUEUE
+
+
+async def test_transcripts_expire_with_run_events_and_a_drifted_bucket_is_repaired(
+    bus: Bus,
+) -> None:
+    await ensure_streams(bus.js)
+    transcripts = f"KV_{s.BUCKET_TRANSCRIPTS}"
+    config = (await bus.js.stream_info(transcripts)).config
+    assert config.max_age == pytest.approx(90 * 86400)  # as long as ROTE_RUNS keeps runs
+    assert not (await bus.js.stream_info(f"KV_{s.BUCKET_RELAY}")).config.max_age  # forever
+
+    config.max_age, config.duplicate_window = 60.0, 30.0
+    await bus.js.update_stream(config)
+    outcome = await ensure_streams(bus.js)
+    assert outcome[transcripts] == "updated" and outcome[f"KV_{s.BUCKET_RELAY}"] == "unchanged"
+    assert (await bus.js.stream_info(transcripts)).config.max_age == pytest.approx(90 * 86400)
