@@ -169,6 +169,8 @@ BUCKET_BLOBS: Final = "rote_blobs"
 BUCKET_RELAY: Final = "rote_relay"
 # Key-value bucket with the transcript of every run, by run_id.
 BUCKET_TRANSCRIPTS: Final = "rote_transcripts"
+# Key-value bucket of leases (one holder per role, e.g. "scheduler"); keys expire.
+BUCKET_LEASES: Final = "rote_leases"
 
 # Headers.
 HEADER_MSG_ID: Final = "Nats-Msg-Id"

@@ -138,13 +138,14 @@ async def ensure_streams(js: JetStreamContext, replicas: int = 1) -> dict[str, O
 
 
 # How long a bucket keeps a key (None: forever). Transcripts live as long as run events.
-KV_TTL_S: dict[str, float] = {s.BUCKET_TRANSCRIPTS: 90 * DAY}
+KV_TTL_S: dict[str, float] = {s.BUCKET_TRANSCRIPTS: 90 * DAY, s.BUCKET_LEASES: 15.0}
 
 # The streams behind rote's buckets (NATS names them KV_<bucket> and OBJ_<bucket>).
 BUCKET_STREAMS: dict[str, str] = {
     f"KV_{s.BUCKET_RELAY}": "event-store relay positions",
     f"OBJ_{s.BUCKET_BLOBS}": "large blobs by sha256",
     f"KV_{s.BUCKET_TRANSCRIPTS}": "run transcripts by run_id",
+    f"KV_{s.BUCKET_LEASES}": "one holder per role (the scheduler)",
 }
 
 
@@ -174,6 +175,8 @@ async def _ensure_buckets(js: JetStreamContext, replicas: int) -> dict[str, Outc
         if (config.num_replicas or 1) != replicas or (config.max_age or None) != max_age:
             config.num_replicas = replicas
             config.max_age = max_age
+            if max_age and (config.duplicate_window or 0) > max_age:
+                config.duplicate_window = max_age  # the server refuses a longer one
             await js.update_stream(config)
             outcomes[stream] = "updated"
             log.info("bucket_updated", bucket=bucket, replicas=replicas, max_age_s=max_age)

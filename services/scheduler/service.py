@@ -39,9 +39,11 @@ from services.kernel.consumers import consume, durable_config, ensure_consumer
 from services.kernel.endpoints import Endpoint, start_service, stop_service
 from services.kernel.errors import ServiceError
 from services.kernel.event_store import application_env
+from services.kernel.lease import Lease
 from services.kernel.logs import get_logger
 from services.kernel.relay import EventRelay
 from services.kernel.runtime import ServiceContext
+from services.kernel.streams import KV_TTL_S
 from services.scheduler.application import Tasks
 from services.scheduler.clock import Clock, SystemClock
 from services.scheduler.conditions import ConditionError
@@ -250,7 +252,31 @@ async def serve(
     config: SchedulerConfig | None = None,
 ) -> None:
     """`clock` and `config` are for tests; the service reads the real clock and takes
-    its limits from settings (ROTE_MAX_CONCURRENT, ROTE_DAILY_BUDGET_USD)."""
+    its limits from settings (ROTE_MAX_CONCURRENT, ROTE_DAILY_BUDGET_USD).
+
+    One scheduler acts at a time: its limits (runs in flight, the daily budget) and its
+    trigger clock are one process's. A second scheduler waits as a standby, not started,
+    until the first one's lease is released or expires, then starts like a restart."""
+    # A dead scheduler's lease outlives it by the bucket's TTL.
+    leases = await ctx.bus.js.key_value(s.BUCKET_LEASES)
+    lease = Lease(leases, "scheduler", ttl_s=KV_TTL_S[s.BUCKET_LEASES])
+    await lease.acquire()
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lease.keep)
+            await tg.start(partial(_serve, ctx, clock=clock, config=config))
+            task_status.started()
+    finally:
+        await lease.release()
+
+
+async def _serve(
+    ctx: ServiceContext,
+    *,
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    clock: Clock | None = None,
+    config: SchedulerConfig | None = None,
+) -> None:
     settings = ctx.settings
     config = config or SchedulerConfig(
         max_concurrent=settings.max_concurrent, daily_budget_usd=settings.daily_budget_usd

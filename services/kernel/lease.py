@@ -1,0 +1,95 @@
+"""One holder at a time for a role (the scheduler), through a key in a NATS key-value
+bucket whose keys expire (rote_leases).
+
+The holder creates the key, then renews it well inside the bucket's TTL with a
+compare-and-set on its revision. A second process finds the key taken and waits as a
+standby. When the holder stops it deletes the key and a standby takes over at once;
+when it dies, the key expires and a standby takes over within the TTL. A holder that
+cannot renew for a whole TTL can no longer be sure it is alone, so it gives up.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+
+import anyio
+import nats.errors
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.kv import KeyValue
+
+from services.kernel.logs import get_logger
+
+log = get_logger("rote.lease")
+
+
+class LeaseLost(Exception):
+    """Another process may hold the lease now: stop acting as its holder."""
+
+
+def holder_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class Lease:
+    def __init__(self, kv: KeyValue, role: str, ttl_s: float, holder: str | None = None) -> None:
+        self.kv = kv
+        self.role = role
+        self.ttl_s = ttl_s
+        self.holder = holder or holder_name()
+        self.revision: int | None = None
+        self._renewed_at = 0.0
+
+    async def current_holder(self) -> str | None:
+        try:
+            entry = await self.kv.get(self.role)
+        except KeyNotFoundError:  # never taken, released (deleted) or expired
+            return None
+        return entry.value.decode() if entry.value else None
+
+    async def try_acquire(self) -> bool:
+        try:
+            self.revision = await self.kv.create(self.role, self.holder.encode())
+        except KeyWrongLastSequenceError:
+            return False
+        self._renewed_at = time.monotonic()
+        return True
+
+    async def acquire(self, poll_s: float = 1.0) -> None:
+        """Wait until this process holds the lease."""
+        announced = False
+        while not await self.try_acquire():
+            if not announced:
+                log.info("lease_standby", role=self.role, held_by=await self.current_holder())
+                announced = True
+            await anyio.sleep(poll_s)
+        log.info("lease_acquired", role=self.role, holder=self.holder)
+
+    async def keep(self) -> None:
+        """Renew until cancelled; raise LeaseLost when holding can no longer be vouched for."""
+        while True:
+            await anyio.sleep(self.ttl_s / 3)
+            try:
+                self.revision = await self.kv.update(
+                    self.role, self.holder.encode(), last=self.revision
+                )
+                self._renewed_at = time.monotonic()
+            except KeyWrongLastSequenceError:
+                raise LeaseLost(f"the {self.role} lease was taken over") from None
+            except (nats.errors.Error, TimeoutError) as exc:  # NATS away: retry in time
+                if time.monotonic() - self._renewed_at >= self.ttl_s:
+                    raise LeaseLost(f"could not renew the {self.role} lease: {exc}") from None
+                log.warning("lease_renew_failed", role=self.role, error=str(exc))
+
+    async def release(self) -> None:
+        """Let a standby take over now rather than after the TTL."""
+        if self.revision is None:
+            return
+        with anyio.CancelScope(shield=True):
+            try:
+                await self.kv.delete(self.role, last=self.revision)
+            except Exception as exc:  # taken over or NATS gone: the TTL frees it anyway
+                log.debug("lease_release_failed", role=self.role, error=str(exc))
+        self.revision = None

@@ -1,0 +1,98 @@
+"""One scheduler at a time: the lease in NATS key-value, and a second scheduler that
+waits as a standby and takes over when the first one stops."""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+
+import anyio
+import pytest
+
+from contracts import subjects as s
+from contracts.tasks import TaskView
+from services.kernel.bus import Bus
+from services.kernel.discovery import gather
+from services.kernel.lease import Lease, LeaseLost
+from services.kernel.runtime import ServiceContext
+from services.kernel.settings import Settings
+from services.kernel.streams import ensure_streams
+from services.scheduler.engine import SchedulerConfig
+from services.scheduler.service import serve
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_one_holder_then_the_next_on_release(bus: Bus) -> None:
+    await ensure_streams(bus.js)
+    kv = await bus.js.key_value(s.BUCKET_LEASES)
+    first, second = Lease(kv, "role", 15, "first"), Lease(kv, "role", 15, "second")
+    assert await first.try_acquire()
+    assert not await second.try_acquire()
+    assert await second.current_holder() == "first"
+    await first.release()
+    assert await second.try_acquire() and await first.current_holder() == "second"
+    await second.release()
+
+
+async def test_a_dead_holders_lease_expires_and_a_standby_takes_it(bus: Bus) -> None:
+    # A bucket with a one-second TTL stands in for rote_leases' fifteen.
+    kv = await bus.js.create_key_value(bucket="test_leases", ttl=1.0)
+    dead = Lease(kv, "role", 1.0, "dead")
+    assert await dead.try_acquire()  # ...and never renews nor releases
+    standby = Lease(kv, "role", 1.0, "standby")
+    with anyio.fail_after(5):
+        await standby.acquire(poll_s=0.1)
+    assert await standby.current_holder() == "standby"
+
+
+async def test_a_holder_whose_lease_was_taken_over_gives_up(bus: Bus) -> None:
+    kv = await bus.js.create_key_value(bucket="test_leases", ttl=1.0)
+    holder = Lease(kv, "role", 0.6, "holder")
+    assert await holder.try_acquire()
+    await kv.put("role", b"usurper")  # as after an expiry during a network partition
+    with anyio.fail_after(3), pytest.raises(LeaseLost):
+        await holder.keep()
+
+
+async def test_a_second_scheduler_waits_and_takes_over_when_the_first_stops(
+    settings: Settings, bus: Bus, tmp_path: Path
+) -> None:
+    await ensure_streams(bus.js)
+    # Both on one SQLite store, as two machines would share one PostgreSQL.
+    shared = settings.with_(event_store="sqlite", data_dir=tmp_path / "shared")
+
+    async def scheduler_count() -> int:
+        return sum(p["name"] == "rote-scheduler" for p in await gather(bus, "$SRV.PING"))
+
+    async def run_scheduler(scope: anyio.CancelScope, started: anyio.Event) -> None:
+        with scope:
+            async with anyio.create_task_group() as tg:
+                ctx = ServiceContext(
+                    settings=shared, bus=bus, task_group=tg, services=("scheduler",),
+                    nats_url=bus.url, embedded_nats=False,
+                )  # fmt: skip
+                await tg.start(partial(serve, ctx, config=SchedulerConfig(tick_s=0.1)))
+                started.set()
+                await anyio.sleep_forever()
+
+    first, second = anyio.CancelScope(), anyio.CancelScope()
+    first_started, second_started = anyio.Event(), anyio.Event()
+    async with anyio.create_task_group() as outer:
+        outer.start_soon(run_scheduler, first, first_started)
+        with anyio.fail_after(10):
+            await first_started.wait()
+        outer.start_soon(run_scheduler, second, second_started)
+        await anyio.sleep(1.5)
+        # The second one is a standby: not serving, not dispatching.
+        assert not second_started.is_set() and await scheduler_count() == 1
+        created = await bus.request(s.TASKS_CREATE, b'{"name": "kept", "prompt": "p"}', TaskView)
+
+        first.cancel()  # the first scheduler stops and releases its lease
+        with anyio.fail_after(10):
+            await second_started.wait()
+        assert await scheduler_count() == 1
+        # It serves the same tasks: the state is the event store's, not a process's.
+        got = await bus.request(s.TASKS_GET, b'{"task_id": "kept"}', TaskView)
+        assert got.task_id == created.task_id == "kept"
+        second.cancel()
