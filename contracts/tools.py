@@ -33,8 +33,8 @@ class ExecTool(Command, kw_only=True):
     timeout_s: Annotated[float, msgspec.Meta(gt=0, le=600)] = 30.0
     step: int | None = None
     source: Literal["full_llm", "executor", "condition"] = "full_llm"
-    # Unique per try of a step: pairs the call's started and finished events and its
-    # log lines. Generated when absent.
+    # Unique per attempt; part of the events' Nats-Msg-Id, so a retried step publishes
+    # fresh events instead of being de-duplicated away. Generated when absent.
     call_id: Annotated[str, msgspec.Meta(min_length=1, max_length=128)] | None = None
     # Which delivery of the run made the call: a trace keeps only the live attempt's.
     attempt: Annotated[int, msgspec.Meta(ge=1)] = 1

@@ -72,14 +72,19 @@ class Bus:
         all_headers = {HEADER_MSG_ID: msg_id, **(headers or {})}
         return await self.js.publish(subject, encode(event), headers=all_headers, timeout=timeout)
 
-    async def publish_event_unacked(self, subject: str, event: msgspec.Struct) -> None:
+    async def publish_event_unacked(
+        self,
+        subject: str,
+        event: msgspec.Struct,
+        *,
+        msg_id: str,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         """Publish to a stream's subject without asking for an ack: the stream stores it
         (in the order this connection sent it) and no reply travels back. For activity
-        that is observed, not relied on; the caller never learns of a lost message.
-
-        No Nats-Msg-Id: de-duplication guards republishing, and nothing republishes an
-        unacked event; the header alone costs a measurable share of a fast tool call."""
-        await self.nc.publish(subject, encode(event))
+        that is observed, not relied on; the caller never learns of a lost message."""
+        all_headers = {HEADER_MSG_ID: msg_id, **(headers or {})}
+        await self.nc.publish(subject, encode(event), headers=all_headers)
 
     async def close(self) -> None:
         self.closing = True

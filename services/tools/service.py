@@ -38,7 +38,9 @@ log = get_logger("rote.tools")
 
 
 class ToolEvents:
-    """Publishes a call's started/finished events, in that order, paired by call_id.
+    """Publishes a call's started/finished events, in that order. Nats-Msg-Id
+    `{run_id}:{call_id}:{event}`: a retried step has a new call_id, so its events are not
+    de-duplicated away.
 
     The events go to ROTE_ACTIVITY without asking for acks: waiting for two acks would
     add two round trips to every call, replayed steps included. One connection keeps
@@ -50,8 +52,12 @@ class ToolEvents:
         self.bus = bus
         self.config = config
 
-    async def publish(self, call: ExecTool, event: ToolEvent) -> None:
-        await self.bus.publish_event_unacked(subjects.tool_event(call.run_id, event.event), event)
+    async def publish(self, call: ExecTool, call_id: str, event: ToolEvent) -> None:
+        await self.bus.publish_event_unacked(
+            subjects.tool_event(call.run_id, event.event),
+            event,
+            msg_id=f"{call.run_id}:{call_id}:{event.event}",
+        )
 
     def started(self, call: ExecTool, call_id: str) -> ToolEvent:
         return ToolEvent(
@@ -127,7 +133,7 @@ async def serve(
         async def run_call(call: ExecTool, call_id: str) -> ToolResult:
             started = events.started(call, call_id)
             try:
-                await events.publish(call, started)
+                await events.publish(call, call_id, started)
             except Exception as exc:
                 # A call whose start cannot even be sent must not run: its trace would lie.
                 log.error("tool_event_unpublished", event="started", error=str(exc))
@@ -152,7 +158,7 @@ async def serve(
                     try:
                         output = await _redacted(result.output if result else None)
                         finished = events.finished(started, result, error, output)
-                        await events.publish(call, finished)
+                        await events.publish(call, call_id, finished)
                     except Exception as exc:
                         # The tool ran: its result matters more than the event.
                         log.error("tool_event_unpublished", event="finished", error=str(exc))
