@@ -1,4 +1,5 @@
-"""The optional quality check of a replayed answer (TaskSpec.quality_check).
+"""The optional quality check of a replayed answer (TaskSpec.quality_check): the
+prompt the replay sends the small model, and how its verdict is read.
 
 A replay can succeed step by step and still answer badly: a page that keeps its
 selectors but now shows placeholders, a list that now holds something else. With the
@@ -11,15 +12,6 @@ full run and the task heals like after any other break.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from contracts.executors import Executor, ResultStep
-from services.runner.accounting import Ledger
-from services.runner.agent_loop import final_text
-from services.runner.ports import PortError, RunScope
-from services.runner.replay import small_model_request
-
-# Room for the thinking current models do by default, before the one-line verdict.
-QUALITY_MAX_TOKENS = 1024
 
 
 @dataclass(frozen=True)
@@ -48,31 +40,3 @@ def parse_verdict(text: str) -> Verdict:
     if word in ("PASS", "FAIL"):
         return Verdict(word == "PASS", why.strip() or word.lower())
     return Verdict(False, f"unreadable verdict: {text.strip()[:120]!r}")
-
-
-async def check(scope: RunScope, executor: Executor, answer: str, ledger: Ledger) -> Verdict:
-    """Ask the small model; its tokens and cost go on the replay's ledger."""
-    spec = scope.spec
-    earlier = next((step.example for step in executor.steps if isinstance(step, ResultStep)), "")
-    prompt = quality_prompt(spec.prompt, earlier, answer)
-    try:
-        reply = await scope.ports.complete(
-            small_model_request(
-                executor,
-                spec,
-                prompt,
-                run_id=scope.run_id,
-                task_id=scope.task_id,
-                max_tokens=QUALITY_MAX_TOKENS,
-                purpose="quality_check",
-            )
-        )
-    except PortError as exc:
-        return Verdict(False, f"the small model could not check it: {exc.code}: {exc.message}")
-    ledger.add(reply)
-    verdict = parse_verdict(final_text(reply.content))
-    scope.transcript.note(
-        f"quality check: {'PASS' if verdict.ok else 'FAIL'}: {verdict.reason}",
-        reason=None if verdict.ok else "quality_check",
-    )
-    return verdict

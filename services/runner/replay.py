@@ -17,10 +17,10 @@ import anyio
 
 from contracts.executors import ConditionStep, Executor, LlmStep, ResultStep, ToolStep
 from contracts.llm import CompleteRequest, Message
-from contracts.tasks import TaskSpec
 from contracts.tools import ExecTool, ToolMetadata
 from services.compiler import references
 from services.compiler.expectations import check_all, condition_holds
+from services.runner import quality
 from services.runner.accounting import Ledger
 from services.runner.agent_loop import final_text
 from services.runner.ports import PortError, RunScope
@@ -36,28 +36,6 @@ class ReplayResult:
     reason: str | None = None
     ledger: Ledger = field(default_factory=Ledger)
     duration_ms: int = 0
-
-
-def small_model_request(
-    executor: Executor,
-    spec: TaskSpec,
-    prompt: str,
-    *,
-    run_id: str,
-    task_id: str,
-    max_tokens: int,
-    purpose: str,
-) -> CompleteRequest:
-    """How a replay asks the small model: one user prompt, at low effort."""
-    return CompleteRequest(
-        model=executor.small_model or spec.small_model,
-        messages=[Message(role="user", content=prompt)],
-        max_tokens=max_tokens,
-        effort="low",
-        run_id=run_id,
-        task_id=task_id,
-        purpose=purpose,
-    )
 
 
 class StepFailed(Exception):
@@ -102,6 +80,8 @@ class Replayer:
                 self.current_step = step.index
                 if isinstance(step, ResultStep):
                     answer = await self._with_retries(step.index, lambda s=step: self._result(s))
+                    if self.spec.quality_check:
+                        await self._check_quality(step, answer)
                     continue
                 if stopped:
                     continue
@@ -213,17 +193,26 @@ class Replayer:
             raise StepFailed(index, f"{tool}: {error.code}: {error.message}" if error else tool)
         return result.output, result.metadata
 
-    async def _small_model(self, index: int, prompt: str) -> str:
+    async def _check_quality(self, step: ResultStep, answer: str) -> None:
+        """TaskSpec.quality_check: a replayed answer the small model finds unlike the
+        original one in form fails the replay (services/runner/quality.py)."""
+        prompt = quality.quality_prompt(self.spec.prompt, step.example, answer)
+        said = await self._small_model(step.index, prompt, purpose="quality_check")
+        verdict = quality.parse_verdict(said)
+        if not verdict.ok:
+            raise StepFailed(step.index, f"quality check: {verdict.reason}")
+
+    async def _small_model(self, index: int, prompt: str, purpose: str = "replay_step") -> str:
         try:
             reply = await self.ports.complete(
-                small_model_request(
-                    self.executor,
-                    self.spec,
-                    prompt,
+                CompleteRequest(
+                    model=self.executor.small_model or self.spec.small_model,
+                    messages=[Message(role="user", content=prompt)],
+                    max_tokens=LLM_STEP_MAX_TOKENS,
+                    effort="low",
                     run_id=self.run_id,
                     task_id=self.task_id,
-                    max_tokens=LLM_STEP_MAX_TOKENS,
-                    purpose="replay_step",
+                    purpose=purpose,
                 )
             )
         except PortError as exc:

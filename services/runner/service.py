@@ -42,7 +42,6 @@ from services.kernel.logs import get_logger
 from services.kernel.run_store import RunStore
 from services.kernel.runtime import ServiceContext
 from services.kernel.secrets import redact
-from services.runner import quality
 from services.runner.accounting import Ledger
 from services.runner.agent_loop import AgentLoop, AgentOutcome
 from services.runner.ports import PortError, Ports, RunScope
@@ -366,12 +365,6 @@ class Runner:
             tool_timeout_s=min(30.0, request.spec.deadline_s),
         )
         result: ReplayResult = await state.replayer.run()
-        if result.ok and request.spec.quality_check:
-            verdict = await quality.check(scope, executor, result.answer or "", result.ledger)
-            if not verdict.ok:
-                result.ok = False
-                result.failed_step = executor.steps[-1].index
-                result.reason = f"quality check: {verdict.reason}"
         ledger.merge(result.ledger)
         state.replay = ReplayOutcome(
             version=executor.version,
