@@ -20,24 +20,51 @@ def _default_data_dir(env: Mapping[str, str]) -> Path:
     return Path(base) / "rote"
 
 
-def _float(env: Mapping[str, str], name: str, default: float | None) -> float | None:
+def _float(
+    env: Mapping[str, str],
+    name: str,
+    default: float | None,
+    *,
+    above: float | None = None,
+    at_least: float | None = None,
+) -> float | None:
     raw = env.get(name)
     if raw is None or raw == "":
         return default
     try:
-        return float(raw)
+        value = float(raw)
     except ValueError:
         raise SettingsError(f"{name} must be a number, got {raw!r}") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise SettingsError(f"{name} must be a finite number, got {raw!r}")
+    # A value out of range would not fail loudly later: it would quietly stall the
+    # service (no run ever dispatched, a replay step never tried), so refuse it here.
+    if above is not None and value <= above:
+        raise SettingsError(f"{name} must be above {above:g}, got {raw!r}")
+    if at_least is not None and value < at_least:
+        raise SettingsError(f"{name} must be {at_least:g} or more, got {raw!r}")
+    return value
 
 
-def _int(env: Mapping[str, str], name: str, default: int) -> int:
+def _int(
+    env: Mapping[str, str],
+    name: str,
+    default: int,
+    *,
+    lo: int | None = None,
+    hi: int | None = None,
+) -> int:
     raw = env.get(name)
     if raw is None or raw == "":
         return default
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
         raise SettingsError(f"{name} must be an integer, got {raw!r}") from None
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        bounds = f"{lo} to {hi}" if hi is not None else f"{lo} or more"
+        raise SettingsError(f"{name} must be {bounds}, got {value}")
+    return value
 
 
 def _list(env: Mapping[str, str], name: str) -> tuple[str, ...]:
@@ -99,15 +126,6 @@ class Settings:
         ):
             raise SettingsError("ROTE_EVENT_STORE must be sqlite, memory or a postgresql:// URL")
         prices = env.get("ROTE_PRICES_FILE")
-        replicas = _int(env, "ROTE_STREAM_REPLICAS", 1)
-        pool_size = _int(env, "ROTE_TOOLS_POOL_SIZE", 2)
-        if not 0 <= pool_size <= 32:
-            raise SettingsError(f"ROTE_TOOLS_POOL_SIZE must be 0 to 32, got {pool_size}")
-        idle_s = _float(env, "ROTE_TOOLS_IDLE_S", 900.0)
-        if idle_s is None or idle_s <= 0:
-            raise SettingsError(f"ROTE_TOOLS_IDLE_S must be above 0, got {idle_s}")
-        if not 1 <= replicas <= 5:
-            raise SettingsError(f"ROTE_STREAM_REPLICAS must be 1 to 5, got {replicas}")
         return cls(
             nats_url=env.get("ROTE_NATS_URL") or None,
             data_dir=Path(env["ROTE_DATA_DIR"]).expanduser()
@@ -116,22 +134,22 @@ class Settings:
             event_store=event_store,
             log_format=log_format,  # type: ignore[arg-type]
             log_level=env.get("ROTE_LOG_LEVEL", "info").lower(),
-            max_concurrent=_int(env, "ROTE_MAX_CONCURRENT", 2),
-            daily_budget_usd=_float(env, "ROTE_DAILY_BUDGET_USD", None),
-            runner_slots=_int(env, "ROTE_RUNNER_SLOTS", 2),
-            runner_ack_wait_s=_float(env, "ROTE_RUNNER_ACK_WAIT_S", 30.0) or 30.0,
-            replay_retries=_int(env, "ROTE_REPLAY_RETRIES", 1),
-            replay_backoff_s=_float(env, "ROTE_REPLAY_BACKOFF_S", 1.0) or 0.0,
-            llm_concurrency=_int(env, "ROTE_LLM_CONCURRENCY", 4),
-            llm_max_attempts=_int(env, "ROTE_LLM_MAX_ATTEMPTS", 4),
+            max_concurrent=_int(env, "ROTE_MAX_CONCURRENT", 2, lo=1),
+            daily_budget_usd=_float(env, "ROTE_DAILY_BUDGET_USD", None, at_least=0.0),
+            runner_slots=_int(env, "ROTE_RUNNER_SLOTS", 2, lo=1),
+            runner_ack_wait_s=_float(env, "ROTE_RUNNER_ACK_WAIT_S", 30.0, above=0.0) or 30.0,
+            replay_retries=_int(env, "ROTE_REPLAY_RETRIES", 1, lo=0, hi=10),
+            replay_backoff_s=_float(env, "ROTE_REPLAY_BACKOFF_S", 1.0, at_least=0.0) or 0.0,
+            llm_concurrency=_int(env, "ROTE_LLM_CONCURRENCY", 4, lo=1),
+            llm_max_attempts=_int(env, "ROTE_LLM_MAX_ATTEMPTS", 4, lo=1, hi=20),
             prices_file=Path(prices).expanduser() if prices else None,
-            compiler_snapshot_every=_int(env, "ROTE_COMPILER_SNAPSHOT_EVERY", 50),
+            compiler_snapshot_every=_int(env, "ROTE_COMPILER_SNAPSHOT_EVERY", 50, lo=0),
             chromium=env.get("ROTE_CHROMIUM") or None,
             allowed_commands=_list(env, "ROTE_TOOLS_ALLOW_COMMANDS"),
             path_roots=_list(env, "ROTE_TOOLS_PATH_ROOTS"),
-            tools_pool_size=pool_size,
-            tools_idle_s=idle_s,
-            stream_replicas=replicas,
+            tools_pool_size=_int(env, "ROTE_TOOLS_POOL_SIZE", 2, lo=0, hi=32),
+            tools_idle_s=_float(env, "ROTE_TOOLS_IDLE_S", 900.0, above=0.0) or 900.0,
+            stream_replicas=_int(env, "ROTE_STREAM_REPLICAS", 1, lo=1, hi=5),
         )
 
     def with_(self, **changes: object) -> Settings:

@@ -62,8 +62,9 @@ class Replayer:
         self.task_id = scope.task_id
         self.attempt = scope.attempt
         self.transcript = scope.transcript
-        self.retries = retries
-        self.backoff_s = backoff_s
+        # Every step is tried at least once, whatever the caller passed.
+        self.retries = max(0, retries)
+        self.backoff_s = max(0.0, backoff_s)
         self.tool_timeout_s = tool_timeout_s
         self.ledger = Ledger()
         self.outputs: dict[int, Any] = {}
@@ -116,20 +117,19 @@ class Replayer:
 
     async def _with_retries(self, index: int, attempt_once: Any) -> Any:
         """Run a step; on failure wait and try again, `retries` more times."""
-        last: StepFailed | None = None
-        for attempt in range(self.retries + 1):
-            if attempt:
-                await anyio.sleep(self.backoff_s * attempt)
+        attempt = 0
+        while True:
             try:
                 return await attempt_once()
             except StepFailed as failed:
-                last = failed
                 self.transcript.replay_step(index, {"failed": failed.reason, "try": attempt + 1})
+                if attempt >= self.retries:
+                    raise
             except references.BadReference as exc:
                 # A missing field will not appear by asking again.
                 raise StepFailed(index, f"reference: {exc}") from None
-        assert last is not None
-        raise last
+            attempt += 1
+            await anyio.sleep(self.backoff_s * attempt)
 
     async def _step(self, step: ToolStep | LlmStep) -> Any:
         if isinstance(step, ToolStep):

@@ -149,11 +149,19 @@ async def _reject(bus: Bus, msg: Msg, verb: str, error: ServiceError, msg_id: st
     log.info("intake_rejected", verb=verb, code=error.code, field=error.field)
 
 
+def intake_key(msg: Msg) -> str:
+    """The idempotency key of an intake command: its Nats-Msg-Id, else its place in the
+    stream, so a command sent by a plain `nats pub` is still applied once when it is
+    redelivered (the scheduler stopped after applying it, before its ack)."""
+    msg_id = (msg.headers or {}).get(s.HEADER_MSG_ID)
+    return msg_id or f"{s.STREAM_INTAKE}:{msg.metadata.sequence.stream}"
+
+
 async def _intake_one(bus: Bus, engine: Scheduler, msg: Msg) -> None:
     verb = msg.subject.removeprefix(INTAKE_PREFIX)
     msg_id = (msg.headers or {}).get(s.HEADER_MSG_ID)
     try:
-        await engine.handle(verb, msg.data, key=msg_id)
+        await engine.handle(verb, msg.data, key=intake_key(msg))
     except ServiceError as exc:
         await _reject(bus, msg, verb, exc, msg_id)
     except Exception as exc:

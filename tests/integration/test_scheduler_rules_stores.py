@@ -35,6 +35,7 @@ from services.kernel.streams import ensure_streams
 from services.scheduler.application import Tasks
 from services.scheduler.clock import ManualClock
 from services.scheduler.engine import Scheduler, SchedulerConfig
+from services.scheduler.service import intake_key
 from services.scheduler.task import Task
 from tests.integration.test_scheduler_intake import scheduler as running_scheduler
 
@@ -292,3 +293,41 @@ async def test_an_intake_command_is_applied_once_even_past_the_duplicate_window(
     with pytest.raises(nats.errors.TimeoutError):
         await sub.next_msg(timeout=0.3)  # nothing was refused
     await sub.unsubscribe()
+
+
+async def test_a_command_sent_without_a_message_id_is_applied_once_when_redelivered(
+    settings: Settings, bus: Bus, event_store: str
+) -> None:
+    """`nats pub rote.intake.tasks.run` sends no Nats-Msg-Id. A scheduler that applied
+    the command and stopped before its ack sees it again: it must not ask for a second run."""
+    settings = settings.with_(event_store=event_store)
+    await ensure_streams(bus.js)
+    async with running_scheduler(settings, bus):
+        await bus.js.publish(s.intake_task("create"), b'{"name": "dup", "prompt": "p"}')
+        await intake_drained(bus)
+    await bus.js.publish(s.intake_task("run"), b'{"task_id": "dup"}')
+
+    # First delivery: applied by a scheduler that stops before acking it.
+    sub = await bus.js.pull_subscribe_bind(
+        durable=s.CONSUMER_SCHEDULER_INTAKE, stream=s.STREAM_INTAKE
+    )
+    (first,) = await sub.fetch(1, timeout=5)
+    app = Tasks(env=application_env(settings, "scheduler"))
+    try:
+        accepted = await scheduler(app, ManualClock(datetime.now(UTC))).handle(
+            "run", first.data, key=intake_key(first)
+        )
+    finally:
+        app.close()
+    await first.nak()
+    await sub.unsubscribe()
+
+    # The redelivery reaches the restarted scheduler.
+    async with running_scheduler(settings, bus):
+        await intake_drained(bus)
+        await anyio.sleep(0.3)  # a few ticks: time for a wrongly queued run to go out
+        view = await get(bus)
+    assert view.run_in_flight == accepted.run_id  # type: ignore[attr-defined]
+    assert view.run_pending is None
+    names = await task_events(bus, "dup", wait=0.5)
+    assert names.count("run_requested") == 1

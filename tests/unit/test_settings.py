@@ -1,0 +1,56 @@
+"""Settings refuse values that would quietly stall a service instead of failing."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.kernel.settings import Settings, SettingsError
+
+
+def test_defaults_when_nothing_is_set() -> None:
+    settings = Settings.from_env({})
+    assert settings.max_concurrent == 2
+    assert settings.replay_retries == 1
+    assert settings.replay_backoff_s == 1.0
+    assert settings.daily_budget_usd is None
+
+
+def test_values_in_range_are_taken() -> None:
+    settings = Settings.from_env(
+        {
+            "ROTE_MAX_CONCURRENT": "5",
+            "ROTE_REPLAY_RETRIES": "0",
+            "ROTE_REPLAY_BACKOFF_S": "0",
+            "ROTE_DAILY_BUDGET_USD": "0",
+            "ROTE_RUNNER_SLOTS": "1",
+        }
+    )
+    assert settings.max_concurrent == 5
+    assert settings.replay_retries == 0
+    assert settings.replay_backoff_s == 0.0
+    assert settings.daily_budget_usd == 0.0
+    assert settings.runner_slots == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("ROTE_MAX_CONCURRENT", "0"),  # the scheduler would never dispatch a run
+        ("ROTE_MAX_CONCURRENT", "-2"),
+        ("ROTE_RUNNER_SLOTS", "0"),  # the runner would never pull one
+        ("ROTE_REPLAY_RETRIES", "-1"),  # a replay step would never be tried
+        ("ROTE_REPLAY_RETRIES", "11"),
+        ("ROTE_REPLAY_BACKOFF_S", "-0.5"),
+        ("ROTE_REPLAY_BACKOFF_S", "nan"),
+        ("ROTE_RUNNER_ACK_WAIT_S", "0"),
+        ("ROTE_DAILY_BUDGET_USD", "-1"),
+        ("ROTE_DAILY_BUDGET_USD", "inf"),
+        ("ROTE_LLM_CONCURRENCY", "0"),
+        ("ROTE_LLM_MAX_ATTEMPTS", "0"),
+        ("ROTE_COMPILER_SNAPSHOT_EVERY", "-1"),
+        ("ROTE_MAX_CONCURRENT", "two"),
+    ],
+)
+def test_out_of_range_values_are_refused_naming_the_variable(name: str, value: str) -> None:
+    with pytest.raises(SettingsError, match=name):
+        Settings.from_env({name: value})
