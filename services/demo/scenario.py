@@ -217,9 +217,10 @@ async def run_demo(
         f"same {len(report.rows)} runs all as full LLM runs "
         f"(mean full run ${report.full_run_cost_usd:.6f}): {share:.1f}% saved"
     )
+    # success_count is the current version's; the savings are the task's, every version's.
     out(
         f"the site change cost {report.full_runs_after_change} full run(s); executor now "
-        f"v{health.version} ({health.status}), {health.success_count} replays, "
-        f"${health.total_cost_saved_usd:.6f} saved by it"
+        f"v{health.version} ({health.status}, replayed {health.success_count} time(s)); "
+        f"replays of every version saved ${health.total_cost_saved_usd:.6f}"
     )
     return report

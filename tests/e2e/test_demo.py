@@ -59,6 +59,10 @@ def test_demo_walks_the_whole_life_of_a_task() -> None:
     assert summary["all_full_cost_usd"] == pytest.approx(5 * summary["full_run_cost_usd"])
     assert f"total cost ${total:.6f}" in out
     assert "the site change cost 1 full run(s)" in out
+    # The executor ledger's savings are the replays' savings as their run events said.
+    saved = sum(r["saved_usd"] for r in runs)
+    assert "executor now v2 (active, replayed 1 time(s))" in out
+    assert f"replays of every version saved ${saved:.6f}" in out
     assert "not Claude" in out  # the stand-in says what it is
 
     # Nothing left behind: no nats-server, Playwright driver or Chromium of the demo's.
