@@ -8,9 +8,12 @@ read the same numbers.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import statistics
+import subprocess
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -45,14 +48,51 @@ def percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[max(0, min(98, round(q) - 1))]
 
 
-def machine() -> dict[str, Any]:
-    import os
+def _proc_field(path: str, key: str) -> str | None:
+    """One `key: value` line of a /proc file (Linux); None elsewhere."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        name, _, value = line.partition(":")
+        if name.strip() == key:
+            return value.strip()
+    return None
 
+
+def _commit() -> str | None:
+    """The code measured: HEAD, marked dirty when the tree has uncommitted changes, so
+    a committed result says which commit produced it."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if head.returncode != 0:
+        return None
+    return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def machine() -> dict[str, Any]:
+    memory = _proc_field("/proc/meminfo", "MemTotal")  # "8148352 kB"
     return {
         "python": platform.python_version(),
         "platform": platform.platform(),
         "machine": platform.machine(),
         "cpus": os.cpu_count(),
+        "cpu_model": _proc_field("/proc/cpuinfo", "model name") or platform.processor() or None,
+        "memory_gb": round(int(memory.split()[0]) / 1024**2, 1) if memory else None,
+        "commit": _commit(),
     }
 
 

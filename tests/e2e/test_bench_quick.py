@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +32,8 @@ def test_quick_bench_has_every_section(tmp_path: Path) -> None:
     # --quick is the CI smoke mode: it must stay under 2 minutes (about 45 s here idle).
     assert document["duration_s"] < 120, document["duration_s"]
     assert document["machine"]["cpus"] >= 1
+    # The result names the code it measured (this test runs from a git checkout).
+    assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?", document["machine"]["commit"] or "")
     assert set(document["sections"]) == SECTIONS
     for name, section in document["sections"].items():
         assert section["metrics"], name
