@@ -57,6 +57,56 @@ class ToolDefinition(msgspec.Struct, kw_only=True):
     input_schema: dict[str, Any]
 
 
+# --- strict twins for requests -----------------------------------------------------------
+# The structs above are shared with replies (CompleteReply.content, ToolList.tools) and
+# stored data (run transcripts), which stay tolerant like every Reply and Event: an older
+# reader must keep reading what a newer writer added. A request is a command, so its
+# blocks reject unknown fields instead of dropping them (a "cache_control" on a block
+# would otherwise vanish without a word). Subclasses, so callers may still build a
+# request from the tolerant structs (or reply content) and isinstance() holds both ways.
+
+
+class RequestTextBlock(TextBlock, forbid_unknown_fields=True):
+    pass
+
+
+class RequestThinkingBlock(ThinkingBlock, forbid_unknown_fields=True):
+    pass
+
+
+class RequestRedactedThinkingBlock(RedactedThinkingBlock, forbid_unknown_fields=True):
+    pass
+
+
+class RequestToolUseBlock(ToolUseBlock, forbid_unknown_fields=True):
+    pass
+
+
+class RequestToolResultBlock(ToolResultBlock, forbid_unknown_fields=True):
+    # Every field again, in the same order: a redefined field alone would move first.
+    tool_use_id: str
+    content: str | list[RequestTextBlock] = ""
+    is_error: bool = False
+
+
+RequestContentBlock = (
+    RequestTextBlock
+    | RequestThinkingBlock
+    | RequestRedactedThinkingBlock
+    | RequestToolUseBlock
+    | RequestToolResultBlock
+)
+
+
+class RequestMessage(Message, forbid_unknown_fields=True):
+    role: Literal["user", "assistant"]
+    content: str | list[RequestContentBlock]
+
+
+class RequestToolDefinition(ToolDefinition, forbid_unknown_fields=True):
+    pass
+
+
 # How hard the model works on a reply (sent as output_config.effort); replay steps use
 # "low".
 Effort = Literal["low", "medium", "high", "xhigh", "max"]
@@ -69,9 +119,12 @@ class CompleteRequest(Command, kw_only=True):
     """rote.api.llm.complete. `model` is an alias (sonnet, haiku, opus) or a model id."""
 
     model: NonEmptyStr = "sonnet"
-    messages: Annotated[list[Message], msgspec.Meta(min_length=1)]
+    # Built from Message/ToolDefinition in Python (encoding is by shape); decoded
+    # strictly from the wire into the Request* twins (isinstance of the base classes,
+    # but == also compares the class: compare decoded requests with to_builtins).
+    messages: Annotated[list[RequestMessage], msgspec.Meta(min_length=1)]
     system: str | None = None
-    tools: list[ToolDefinition] = []
+    tools: list[RequestToolDefinition] = []
     max_tokens: Annotated[int, msgspec.Meta(ge=1, le=128_000)] = 4096
     effort: Effort | None = None
     cache: CacheTtl | None = None

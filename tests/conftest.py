@@ -3,12 +3,15 @@ pointing at a temporary data dir, and PostgreSQL where the machine has one."""
 
 from __future__ import annotations
 
+import copy
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import structlog
 
 from services.kernel.bus import Bus, connect
 from services.kernel.embedded_nats import EmbeddedNats, free_port
@@ -96,3 +99,21 @@ def event_store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return "sqlite"
     return request.getfixturevalue("postgres_url")  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def written_logs() -> Iterator[list[dict[str, Any]]]:
+    """Every log entry as it is written: context variables merged in, secrets already
+    masked (the capture sits just before the renderer)."""
+    processors = structlog.get_config()["processors"]
+    seen: list[dict[str, Any]] = []
+
+    def capture(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+        seen.append(copy.deepcopy(event))
+        return event
+
+    processors.insert(len(processors) - 1, capture)
+    try:
+        yield seen
+    finally:
+        processors.remove(capture)

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from contextvars import Token
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import msgspec
+import structlog
 from anyio.abc import TaskGroup
 from nats.micro import add_service
 from nats.micro.request import Request
@@ -63,19 +65,32 @@ async def _respond(request: Request, data: bytes, headers: dict[str, str] | None
         log.warning("reply_failed", subject=request.subject, error=redact(str(exc)))
 
 
+def _log_ids(payload: object) -> dict[str, str]:
+    """The run_id/task_id a request carries (ExecTool, CompleteRequest, ...)."""
+    ids: dict[str, str] = {}
+    for name in ("run_id", "task_id"):
+        value = getattr(payload, name, None)
+        if isinstance(value, str):
+            ids[name] = value
+    return ids
+
+
 async def answer(endpoint: Endpoint, request: Request) -> None:
     """Decode, handle, encode; every failure becomes a structured error reply."""
+    bound: Mapping[str, Token[Any]] = {}
     try:
         try:
             payload = decoder(endpoint.request).decode(request.data or b"{}")
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             raise validation_error(exc) from None
+        # Bound here, not only in the handler: a handler's own binding is gone by the
+        # time its exception reaches handler_failed below, the line that matters most.
+        bound = structlog.contextvars.bind_contextvars(**_log_ids(payload))
         reply = await endpoint.handler(payload)
         data = encode(reply)
     except ServiceError as exc:
         body, headers = error_reply(exc)
         await _respond(request, body, headers)
-        return
     except Exception as exc:
         ref = uuid.uuid4().hex[:12]
         log.exception("handler_failed", endpoint=endpoint.subject, ref=ref)
@@ -86,8 +101,10 @@ async def answer(endpoint: Endpoint, request: Request) -> None:
             )
         )
         await _respond(request, body, headers)
-        return
-    await _respond(request, data)
+    else:
+        await _respond(request, data)
+    finally:
+        structlog.contextvars.reset_contextvars(**bound)
 
 
 async def start_service(

@@ -1,5 +1,5 @@
 """rote.api.llm.complete and rote.api.llm.models: model calls through the anthropic SDK,
-priced from the usage the API returned, with a usage event per successful call."""
+priced from the usage the API returned, with a usage event per call the API billed."""
 
 from __future__ import annotations
 
@@ -8,12 +8,13 @@ import time
 import uuid
 
 import anyio
+import msgspec
 import structlog
 from anyio.abc import TaskStatus
 
 from contracts import subjects
 from contracts.base import Empty, utc_now
-from contracts.llm import CompleteReply, CompleteRequest, ModelsReply, UsageEvent
+from contracts.llm import CompleteReply, CompleteRequest, ModelsReply, Usage, UsageEvent
 from services import __version__
 from services.kernel.endpoints import Endpoint, start_service, stop_service
 from services.kernel.errors import ServiceError
@@ -80,20 +81,32 @@ class LlmService:
                 details["request_id"] = failure.request_id
             raise ServiceError(failure.code, failure.message, details=details) from None
         message = result.message
+        # The API billed this call whatever its content: price it and publish its usage
+        # before the content is judged, so a reply rote cannot carry still costs what
+        # it cost.
+        usage = usage_from_api(message.get("usage") or {})
+        cost_usd = self._price(model_id, str(message.get("model") or ""), usage)
         try:
             content = content_from_api(message.get("content") or [])
         except UnreadableReply as exc:
+            await self._publish_usage(req, model_id, usage, cost_usd, result.attempts, call_id)
+            log.warning(
+                "llm_reply_unreadable",
+                model=model_id,
+                attempts=result.attempts,
+                cost_usd=cost_usd,
+                error=str(exc),
+            )
             raise ServiceError(
-                "upstream", str(exc), details={"attempts": result.attempts}
+                "upstream",
+                str(exc),
+                details={
+                    "attempts": result.attempts,
+                    "model": model_id,
+                    "cost_usd": cost_usd,
+                    "usage": msgspec.to_builtins(usage),
+                },
             ) from None
-        usage = usage_from_api(message.get("usage") or {})
-        priced = self.prices.cost(model_id, usage)
-        if priced is None:
-            priced = self.prices.cost(str(message.get("model") or ""), usage)
-        if priced is None and model_id not in self._unpriced_warned:
-            self._unpriced_warned.add(model_id)
-            log.warning("llm_model_unpriced", model=model_id, hint="add it to ROTE_PRICES_FILE")
-        cost_usd = priced or 0.0
         reply = CompleteReply(
             id=str(message.get("id") or call_id),
             model=str(message.get("model") or model_id),
@@ -103,7 +116,7 @@ class LlmService:
             cost_usd=cost_usd,
             attempts=result.attempts,
         )
-        await self._publish_usage(req, model_id, reply, call_id)
+        await self._publish_usage(req, model_id, usage, cost_usd, result.attempts, call_id)
         log.info(
             "llm_call",
             model=model_id,
@@ -119,19 +132,36 @@ class LlmService:
         )
         return reply
 
+    def _price(self, model_id: str, answered_model: str, usage: Usage) -> float:
+        """Cost from the price table: the model asked for, else the one that answered;
+        an unpriced model costs 0 (and is reported once)."""
+        priced = self.prices.cost(model_id, usage)
+        if priced is None:
+            priced = self.prices.cost(answered_model, usage)
+        if priced is None and model_id not in self._unpriced_warned:
+            self._unpriced_warned.add(model_id)
+            log.warning("llm_model_unpriced", model=model_id, hint="add it to ROTE_PRICES_FILE")
+        return priced or 0.0
+
     async def _publish_usage(
-        self, req: CompleteRequest, model_id: str, reply: CompleteReply, call_id: str
+        self,
+        req: CompleteRequest,
+        model_id: str,
+        usage: Usage,
+        cost_usd: float,
+        attempts: int,
+        call_id: str,
     ) -> None:
         run = req.run_id or ADHOC_RUN
         event = UsageEvent(
             run_id=run,
             task_id=req.task_id,
             model=model_id,
-            usage=reply.usage,
-            cost_usd=reply.cost_usd,
+            usage=usage,
+            cost_usd=cost_usd,
             at=utc_now(),
             purpose=req.purpose,
-            attempts=reply.attempts,
+            attempts=attempts,
             call_id=call_id,
         )
         try:
@@ -145,7 +175,7 @@ class LlmService:
                 "llm_usage_event_lost",
                 error=redact(f"{type(exc).__name__}: {exc}"),
                 call_id=call_id,
-                cost_usd=reply.cost_usd,
+                cost_usd=cost_usd,
             )
 
 

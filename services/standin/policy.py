@@ -57,6 +57,9 @@ Misbehaviour markers (anywhere in the prompt, for runner tests):
 - [standin:fail]     answers an API error: 500 api_error; [standin:fail:<status>]
                      picks the status (429, 529, 400, ...).
 - [standin:redacted] also returns a redacted_thinking block beside each tool call.
+- [standin:unsupported] puts a server_tool_use block (a web search the server ran)
+                     before the text of its answer: content rote's contracts cannot
+                     carry, billed all the same.
 
 A short sentence precedes the first tool call ("Let me open <URL>.") and every probe
 that follows an unsuccessful one, the way real models narrate. Anything else gets a
@@ -116,6 +119,7 @@ MARKERS: list[str] = [
     "[standin:fail]",
     "[standin:fail:<status>]",
     "[standin:redacted]",
+    "[standin:unsupported]",
 ]
 
 # What a runner may append to a cut-off tool output; ignored when reading JSON.
@@ -168,6 +172,7 @@ class ToolCall:
 @dataclass(frozen=True)
 class Answer:
     text: str
+    unsupported: bool = False
 
 
 @dataclass(frozen=True)
@@ -839,21 +844,25 @@ def decide(conv: Conversation) -> Decision:
     found = markers(conv.prompt)
     if "fail" in found:
         return _fail(found["fail"])
-    decision: Decision
-    if "stuck" in found:
-        decision = _stuck(conv)
-    elif "endless" in found:
-        decision = _endless(conv)
-    else:
-        task = parse_task(conv.prompt)
-        if task is None:
-            return Answer(understood())
-        missing = sorted(task.tools - conv.tools)
-        if missing:
-            return Answer(
-                f"This task needs the tools {', '.join(missing)}, which the request does not offer."
-            )
-        decision = task.next(conv.steps)
+    decision = _next_turn(conv, found)
     if isinstance(decision, ToolCall) and "redacted" in found:
         decision = ToolCall(decision.name, decision.input, decision.preface, redacted=True)
+    if isinstance(decision, Answer) and "unsupported" in found:
+        decision = Answer(decision.text, unsupported=True)
     return decision
+
+
+def _next_turn(conv: Conversation, found: dict[str, str | None]) -> Decision:
+    if "stuck" in found:
+        return _stuck(conv)
+    if "endless" in found:
+        return _endless(conv)
+    task = parse_task(conv.prompt)
+    if task is None:
+        return Answer(understood())
+    missing = sorted(task.tools - conv.tools)
+    if missing:
+        return Answer(
+            f"This task needs the tools {', '.join(missing)}, which the request does not offer."
+        )
+    return task.next(conv.steps)

@@ -345,6 +345,11 @@ def build_message(
         if estimate_tokens(text) > max_tokens:
             text, stop_reason = text[: max_tokens * 4], "max_tokens"
         content = [{"type": "text", "text": text}] if text else []
+        if decision.unsupported:
+            # A server-side tool call (a web search the server ran), before the answer:
+            # a block type rote's contracts do not carry.
+            server_call = {"type": "server_tool_use", "id": new_id("srvtoolu")}
+            content.insert(0, {**server_call, "name": "web_search", "input": {"query": text[:80]}})
     inputs = cache.account(body)
     return {
         "id": new_id("msg"),

@@ -1,5 +1,6 @@
 """Local tools: shell_exec, file_read, file_write. The policy (policy.py) has already
-confined paths and matched the command; this runs them with bounds and timeouts."""
+confined paths and matched the command; this runs them with bounds and timeouts, and
+opens files so that nothing swapped in since the check can lead out of the roots."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import anyio
 from anyio.abc import ByteReceiveStream
 
 from contracts.tools import ToolMetadata
+from services.kernel.errors import ServiceError
 from services.tools.outcome import Outcome, ToolFailure
 
 # Variables a command must not see: credentials, and rote's own configuration (a NATS
@@ -118,26 +120,89 @@ async def shell_exec(
     return Outcome(output, metadata, truncated)
 
 
-def _open_flags(write: bool) -> int:
-    # O_NOFOLLOW: the path was resolved and confined; a symlink swapped in since then
-    # must not be followed.
-    base = os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-    return base | (os.O_WRONLY | os.O_CREAT | os.O_TRUNC if write else os.O_RDONLY)
+# Every open below is relative to a directory fd and refuses to follow a symlink: the
+# policy resolved and confined the path, but any directory along it could be swapped
+# for a symlink before we open it, and O_NOFOLLOW on the full path guards only its last
+# component. O_NONBLOCK: opening a FIFO must not wait for a writer (or reader).
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
+_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
 
 
-def file_read(path: Path, *, max_chars: int) -> Outcome:
-    # Checked before opening: opening a FIFO would block until someone writes to it.
-    if path.exists() and not path.is_file():
-        raise ToolFailure("io_error", f"{str(path)!r} is not a regular file")
+def _swapped(path: Path, name: str, dir_fd: int) -> ServiceError | None:
+    """A refusal if `name` (in dir_fd) is now a symlink, which the policy never let by."""
     try:
-        fd = os.open(path, _open_flags(write=False))
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return None
+    if not stat.S_ISLNK(st.st_mode):
+        return None
+    return ServiceError(
+        "path_denied",
+        f"{name!r} on the way to {str(path)!r} became a symlink after the path was checked",
+        field="input.path",
+    )
+
+
+def _open_under(root: Path, path: Path, flags: int, *, make_parents: bool = False) -> int:
+    """Open `path` (resolved, inside `root`) one component at a time from `root`,
+    following no symlink; with `make_parents`, missing directories are created on the
+    way (mkdir relative to their parent's fd, never through a path)."""
+    try:
+        parts = path.relative_to(root).parts
+    except ValueError:
+        raise ServiceError(
+            "path_denied", f"{str(path)!r} is outside {str(root)!r}", field="input.path"
+        ) from None
+    if not parts:
+        raise ToolFailure("io_error", f"{str(path)!r} is not a regular file")
+    fd = os.open(root, _DIR_FLAGS)
+    try:
+        for name in parts[:-1]:
+            try:
+                try:
+                    next_fd = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    if not make_parents:
+                        raise
+                    with suppress(FileExistsError):  # made meanwhile: opened just below
+                        os.mkdir(name, 0o755, dir_fd=fd)
+                    next_fd = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except OSError:
+                refusal = _swapped(path, name, fd)
+                if refusal is not None:
+                    raise refusal from None
+                raise
+            os.close(fd)
+            fd = next_fd
+        try:
+            return os.open(parts[-1], flags, 0o644, dir_fd=fd)
+        except OSError:
+            refusal = _swapped(path, parts[-1], fd)
+            if refusal is not None:
+                raise refusal from None
+            raise
+    finally:
+        os.close(fd)
+
+
+def _regular_or_close(fd: int, path: Path) -> None:
+    """Only regular files are read or written (not a FIFO, a device, a directory)."""
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ToolFailure("io_error", f"{str(path)!r} is not a regular file")
+
+
+def file_read(path: Path, *, root: Path, max_chars: int) -> Outcome:
+    try:
+        fd = _open_under(root, path, _READ_FLAGS)
     except FileNotFoundError:
         raise ToolFailure("not_found", f"no such file: {str(path)!r}") from None
     except OSError as exc:
         raise ToolFailure("io_error", f"cannot open {str(path)!r}: {exc.strerror}") from None
+    _regular_or_close(fd, path)
     with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ToolFailure("io_error", f"{str(path)!r} is not a regular file")
         # UTF-8 needs at most 4 bytes a character: this reads enough, never the whole
         # of a huge file.
         data = f.read(max_chars * 4 + 4)
@@ -149,13 +214,13 @@ def file_read(path: Path, *, max_chars: int) -> Outcome:
     return Outcome(text, ToolMetadata(), truncated)
 
 
-def file_write(path: Path, content: str) -> Outcome:
+def file_write(path: Path, content: str, *, root: Path) -> Outcome:
     data = content.encode("utf-8")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, _open_flags(write=True), 0o644)
+        fd = _open_under(root, path, _WRITE_FLAGS, make_parents=True)
     except OSError as exc:
         raise ToolFailure("io_error", f"cannot write {str(path)!r}: {exc.strerror}") from None
+    _regular_or_close(fd, path)
     with os.fdopen(fd, "wb") as f:
         f.write(data)
     return Outcome({"path": str(path), "bytes": len(data)}, ToolMetadata())

@@ -94,3 +94,13 @@ class PathRoots:
                 field="input.path",
             )
         return resolved
+
+    def root_of(self, resolved: Path) -> Path:
+        """The root a confined path lies under: file tools open it from there, one
+        component at a time (services/tools/local.py)."""
+        for root in self.roots:
+            if resolved == root or resolved.is_relative_to(root):
+                return root
+        raise ServiceError(
+            "path_denied", f"{str(resolved)!r} is outside the allowed roots", field="input.path"
+        )

@@ -73,6 +73,7 @@ class Prepared:
     kind: str
     argv: list[str] | None = None
     path: Path | None = None
+    root: Path | None = None  # the path root `path` lies under
     can_block: bool = True
 
 
@@ -93,7 +94,10 @@ class ToolBox:
                 policy.check_command(argv, self.config.allowed_commands)
                 return Prepared(call, args, spec.kind, argv=argv)
             case t.FileReadInput(path=path) | t.FileWriteInput(path=path):
-                return Prepared(call, args, spec.kind, path=self.roots.confine(path))
+                confined = self.roots.confine(path)
+                return Prepared(
+                    call, args, spec.kind, path=confined, root=self.roots.root_of(confined)
+                )
             case _:
                 return Prepared(call, args, spec.kind, can_block=spec.can_block)
 
@@ -152,15 +156,17 @@ class ToolBox:
                     max_output_bytes=self.config.max_output_bytes // 2,
                 )
             case t.FileReadInput():
-                assert prepared.path is not None
-                path = prepared.path
+                assert prepared.path is not None and prepared.root is not None
+                path, root = prepared.path, prepared.root
                 return await anyio.to_thread.run_sync(
-                    lambda: local.file_read(path, max_chars=self.config.max_file_chars)
+                    lambda: local.file_read(path, root=root, max_chars=self.config.max_file_chars)
                 )
             case t.FileWriteInput(content=content):
-                assert prepared.path is not None
-                path = prepared.path
-                return await anyio.to_thread.run_sync(lambda: local.file_write(path, content))
+                assert prepared.path is not None and prepared.root is not None
+                path, root = prepared.path, prepared.root
+                return await anyio.to_thread.run_sync(
+                    lambda: local.file_write(path, content, root=root)
+                )
             case t.NoopInput(echo=echo):
                 return Outcome(output=echo)
             case _:

@@ -4,9 +4,11 @@ raise all answer with the headers and JSON body, and the service keeps answering
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import anyio
 import pytest
+import structlog
 
 from contracts.base import Command, Reply
 from services.kernel.bus import Bus
@@ -35,6 +37,17 @@ async def explode(req: Echo) -> Echoed:
 
 async def refuse(req: Echo) -> Echoed:
     raise ServiceError("not_found", f"no such thing: {req.text}", field="text")
+
+
+class RunJob(Command, kw_only=True):
+    run_id: str | None = None
+    task_id: str | None = None
+
+
+async def fail_in_run(req: RunJob) -> Echoed:
+    # Bound for the work and unbound on the way out, as the llm and tools handlers do.
+    with structlog.contextvars.bound_contextvars(run_id=req.run_id, task_id=req.task_id):
+        raise RuntimeError("the handler broke")
 
 
 async def slow(req: Echo) -> Echoed:
@@ -136,3 +149,32 @@ async def test_concurrent_endpoint_does_not_serialise_callers(bus: Bus) -> None:
         assert elapsed < 1.5
         await stop_service(service)
         tg.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("concurrent", [False, True])
+async def test_a_failing_handler_logs_with_its_run_and_task_ids(
+    bus: Bus, written_logs: list[dict[str, Any]], concurrent: bool
+) -> None:
+    async with anyio.create_task_group() as tg:
+        service = await start_service(
+            bus,
+            name="rote-test-ids",
+            version="0.0.1",
+            description="test",
+            task_group=tg,
+            # One worker: both requests go through the same task, so a binding left
+            # behind by the first would show on the second.
+            max_in_flight=1,
+            endpoints=[Endpoint("fail", "t.fail", RunJob, fail_in_run, concurrent=concurrent)],
+        )
+        _, with_ids = await _raw(bus, "t.fail", b'{"run_id": "run-42", "task_id": "task-7"}')
+        _, without = await _raw(bus, "t.fail", b"{}")
+        await stop_service(service)
+        tg.cancel_scope.cancel()
+    assert with_ids["error"]["code"] == without["error"]["code"] == "internal"
+    failed = [e for e in written_logs if e.get("event") == "handler_failed"]
+    assert [(e.get("run_id"), e.get("task_id")) for e in failed] == [
+        ("run-42", "task-7"),
+        (None, None),
+    ]
+    assert failed[0]["ref"] in with_ids["error"]["message"]

@@ -14,7 +14,6 @@ import anyio
 import msgspec
 import nats.errors
 import pytest
-import structlog
 
 from contracts import subjects as s
 from contracts.llm import (
@@ -438,6 +437,103 @@ async def test_malformed_requests_get_structured_errors_and_the_service_stays_up
         assert reply.stop_reason == "end_turn"
 
 
+async def test_unknown_fields_inside_a_request_are_refused_by_name(
+    settings: Settings, bus: Bus, standin: StandinServer
+) -> None:
+    """Nested structs reject unknown fields like the command around them: a stray
+    cache_control on a block is an error naming it, never silently dropped."""
+    text = {"type": "text", "text": "hello"}
+    tool = {"name": "browser_navigate", "description": "open", "input_schema": {}}
+    thinking = {"type": "thinking", "thinking": "", "signature": "c2ln"}
+    cases: list[tuple[dict[str, Any], str]] = [
+        (
+            {"messages": [{"role": "user", "content": [{**text, "cache_control": {}}]}]},
+            "messages[0].content[0].cache_control",
+        ),
+        ({"messages": [{"role": "user", "content": "hi", "nmae": "x"}]}, "messages[0].nmae"),
+        (
+            {"messages": [{"role": "user", "content": "hi"}], "tools": [{**tool, "strict": True}]},
+            "tools[0].strict",
+        ),
+        (
+            {
+                "messages": [
+                    {"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": [{**thinking, "signatur": "x"}]},
+                    {"role": "user", "content": "go on"},
+                ]
+            },
+            "messages[1].content[0].signatur",
+        ),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {
+                                "type": "tool_result",
+                                "tool_use_id": "toolu_1",
+                                "content": [{**text, "citations": []}],
+                            }
+                        ],
+                    }
+                ]
+            },
+            "messages[0].content[0].content[0].citations",
+        ),
+    ]
+    async with llm(settings):
+        for body, field in cases:
+            msg = await bus.nc.request(s.LLM_COMPLETE, json.dumps(body).encode(), timeout=10)
+            assert msg.headers is not None, field
+            assert msg.headers["Nats-Service-Error-Code"] == "400", field
+            name = field.rsplit(".", 1)[1]
+            assert f"unknown field `{name}`" in msg.headers["Nats-Service-Error"], field
+            error = json.loads(msg.data)["error"]
+            assert (error["code"], error["field"]) == ("invalid_request", field)
+        # Nothing reached the model, and the service still answers, the same request
+        # without the stray field included.
+        assert standin.stats().get("messages", 0) == 0
+        reply = await complete(bus, [Message(role="user", content=[TextBlock(text="hello")])])
+        assert reply.stop_reason == "end_turn"
+
+
+async def test_a_reply_rote_cannot_carry_is_upstream_but_its_usage_is_counted(
+    settings: Settings, bus: Bus, standin: StandinServer
+) -> None:
+    async with llm(settings):
+        with pytest.raises(RemoteError) as caught:
+            await complete(
+                bus,
+                [Message(role="user", content="hello [standin:unsupported]")],
+                run_id="run-u",
+                task_id="task-u",
+                purpose="full_llm",
+            )
+        ((headers, event),) = await usage_events(bus, "run-u", 1)
+        # The service goes on answering.
+        assert (await complete(bus, [Message(role="user", content="hello")])).content
+    error = caught.value
+    assert error.code == "upstream" and "server_tool_use" in error.message
+    # The API answered (and billed) once: a 200, not a failure to retry.
+    assert standin.stats()["messages:200"] == 2
+    assert (event.run_id, event.task_id, event.purpose) == ("run-u", "task-u", "full_llm")
+    assert event.model == "claude-sonnet-5-5" and event.attempts == 1
+    assert event.usage.input_tokens > 0 and event.usage.output_tokens > 0
+    assert event.cost_usd == pytest.approx(
+        (event.usage.input_tokens * 2 + event.usage.output_tokens * 10) / 1_000_000
+    )
+    assert headers["Nats-Msg-Id"]
+    # The caller learns what the failed call cost, too.
+    assert error.info.details == {
+        "attempts": 1,
+        "model": "claude-sonnet-5-5",
+        "cost_usd": event.cost_usd,
+        "usage": msgspec.to_builtins(event.usage),
+    }
+
+
 async def test_models_lists_aliases_ids_and_prices(
     settings: Settings, bus: Bus, standin: StandinServer
 ) -> None:
@@ -493,23 +589,6 @@ async def test_concurrency_limit_per_process(
 
 
 # --- secrets ----------------------------------------------------------------------------
-
-
-@pytest.fixture
-def written_logs() -> Iterator[list[dict[str, Any]]]:
-    """Every log entry as it is written (after the redaction processor)."""
-    processors = structlog.get_config()["processors"]
-    seen: list[dict[str, Any]] = []
-
-    def capture(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
-        seen.append(copy.deepcopy(event))
-        return event
-
-    processors.insert(len(processors) - 1, capture)  # just before the renderer
-    try:
-        yield seen
-    finally:
-        processors.remove(capture)
 
 
 async def test_the_api_key_appears_in_no_log_event_or_error(

@@ -24,10 +24,14 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import anyio
+import msgspec
 import nats.errors
 import pytest
 
 from contracts import subjects as s
+from contracts.base import utc_now
+from contracts.executors import Executor, ExecutorStats, ResultStep, ToolStep
+from contracts.tasks import TaskSpec
 from contracts.tools import (
     CloseSession,
     ExecTool,
@@ -44,6 +48,10 @@ from services.kernel.errors import RemoteError
 from services.kernel.runtime import ServiceContext
 from services.kernel.settings import Settings
 from services.kernel.streams import ensure_streams
+from services.runner.ports import RunScope
+from services.runner.replay import Replayer
+from services.runner.service import bus_ports
+from services.runner.transcript import TranscriptRecorder
 from services.tools import service as tools_service
 from services.tools.specs import SPECS
 
@@ -537,6 +545,92 @@ async def test_symlink_escape_is_refused(tools: Tools, site: str) -> None:
     assert err.code == "path_denied"
     assert not (outside / "new.txt").exists()
     await _still_serving(tools, site)
+
+
+async def test_a_replayed_call_whose_tool_was_disallowed_is_refused(tools: Tools) -> None:
+    # An executor step compiled while the task allowed file_write, replayed after the
+    # task dropped it: coming from an executor gives the call no say over the policy.
+    marker = tools.root / "replayed.txt"
+    request = ExecTool(
+        run_id="run-replayed",
+        task_id="task-1",
+        allowed_tools=["file_read", "browser_navigate"],
+        tool="file_write",
+        input={"path": "replayed.txt", "content": "x"},
+        step=0,
+        source="executor",
+        call_id="a1-x0",
+    )
+    with pytest.raises(RemoteError) as caught:
+        await tools.bus.request(s.TOOLS_EXEC, request, ToolResult, timeout=15)
+    assert (caught.value.code, caught.value.status) == ("tool_not_allowed", 403)
+    assert caught.value.info.field == "tool"
+    assert not marker.exists()
+    (_, started), (_, finished) = await _tool_events(tools.bus, "run-replayed", 2)
+    assert (started.source, finished.source) == ("executor", "executor")
+    assert finished.ok is False and finished.output is None
+    assert finished.error is not None and finished.error.code == "tool_not_allowed"
+    # The very same call with the tool allowed runs: it was the policy that refused.
+    allowed = msgspec.structs.replace(request, allowed_tools=["file_write"], call_id="a2-x0")
+    result = await tools.bus.request(s.TOOLS_EXEC, allowed, ToolResult, timeout=15)
+    assert result.ok and marker.read_text() == "x"
+
+
+async def test_a_replay_fails_at_the_step_whose_tool_left_allowed_tools(tools: Tools) -> None:
+    """The runner's replay through the real tools service: the executor still has a
+    file_write step, the task no longer allows file_write."""
+    (tools.root / "in.txt").write_text("today")
+    executor = Executor(
+        task_id="task-1",
+        version=1,
+        source_run_id="run-0",
+        compiled_at=utc_now(),
+        steps=[
+            ToolStep(index=0, tool="file_read", input={"path": "in.txt"}),
+            ToolStep(
+                index=1,
+                tool="file_write",
+                input={"path": "out.txt", "content": "{{step_0}}"},
+                templated=True,
+            ),
+            ResultStep(index=2, mode="template", template="copied {{step_0}}"),
+        ],
+        stats=ExecutorStats(
+            total_steps=3,
+            deterministic_steps=2,
+            templated_steps=1,
+            llm_steps=0,
+            estimated_replay_cost_usd=0.0,
+            source_run_cost_usd=0.01,
+        ),
+    )
+    spec = TaskSpec(name="copy", prompt="copy in.txt to out.txt", allowed_tools=["file_read"])
+    run_id = "run-replay-policy"
+    scope = RunScope(
+        spec=spec,
+        ports=bus_ports(tools.bus),
+        run_id=run_id,
+        task_id="task-1",
+        attempt=1,
+        transcript=TranscriptRecorder(run_id, "task-1"),
+    )
+    result = await Replayer(executor, scope, backoff_s=0.0).run()
+    assert not result.ok and result.failed_step == 1
+    assert result.reason is not None and "tool_not_allowed" in result.reason
+    assert not (tools.root / "out.txt").exists()
+    # Step 0 ran; step 1 was refused once (a refusal is not retried) and never ran.
+    events = [e for _, e in await _tool_events(tools.bus, run_id, 4)]
+    assert [(e.step, e.tool, e.event) for e in events] == [
+        (0, "file_read", "started"),
+        (0, "file_read", "finished"),
+        (1, "file_write", "started"),
+        (1, "file_write", "finished"),
+    ]
+    assert all(e.source == "executor" for e in events)
+    assert events[1].ok and events[1].output == "today"
+    refused = events[3]
+    assert refused.ok is False and refused.duration_ms == 0
+    assert refused.error is not None and refused.error.code == "tool_not_allowed"
 
 
 async def test_local_tools_inside_the_policy(tools: Tools) -> None:

@@ -87,10 +87,16 @@ def test_thinking_blocks_survive_unchanged() -> None:
     request = decode(raw, CompleteRequest)
     assistant = request.messages[1]
     assert isinstance(assistant, Message)
-    assert assistant.content == [
-        ThinkingBlock(thinking="", signature="c2ln"),
-        ToolUseBlock(id="t1", name="browser_navigate", input={"url": "http://x"}),
-    ]
+    # Decoded as the strict request twins (subclasses): same classes by isinstance,
+    # same content field for field.
+    thinking, tool_use = assistant.content
+    assert isinstance(thinking, ThinkingBlock) and isinstance(tool_use, ToolUseBlock)
+    assert msgspec.to_builtins(assistant.content) == msgspec.to_builtins(
+        [
+            ThinkingBlock(thinking="", signature="c2ln"),
+            ToolUseBlock(id="t1", name="browser_navigate", input={"url": "http://x"}),
+        ]
+    )
     assert decode(encode(request), CompleteRequest) == request
 
 

@@ -9,6 +9,7 @@ import msgspec
 import pytest
 
 from contracts.llm import (
+    CompleteReply,
     CompleteRequest,
     Message,
     RedactedThinkingBlock,
@@ -18,6 +19,7 @@ from contracts.llm import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from contracts.runs import Transcript
 from services.llm.messages import (
     RequestRefused,
     UnreadableReply,
@@ -140,3 +142,52 @@ def test_run_id_must_be_a_subject_token() -> None:
         msgspec.json.decode(
             b'{"messages":[{"role":"user","content":"x"}],"run_id":"a.b"}', type=CompleteRequest
         )
+
+
+def test_requests_are_strict_at_every_depth_while_replies_and_transcripts_stay_tolerant() -> None:
+    extra_block = {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}
+    with pytest.raises(msgspec.ValidationError, match="unknown field `cache_control`"):
+        msgspec.json.decode(
+            msgspec.json.encode({"messages": [{"role": "user", "content": [extra_block]}]}),
+            type=CompleteRequest,
+        )
+    # A reply from a newer llm service, or a transcript a newer runner stored, may carry
+    # fields this version does not know: they must still be read, as the same classes.
+    reply = msgspec.json.decode(
+        msgspec.json.encode(
+            {
+                "id": "m",
+                "model": "x",
+                "content": [extra_block],
+                "stop_reason": "end_turn",
+                "usage": {},
+                "cost_usd": 0.0,
+            }
+        ),
+        type=CompleteReply,
+    )
+    assert isinstance(reply.content[0], TextBlock) and reply.content[0].text == "hi"
+    transcript = msgspec.json.decode(
+        msgspec.json.encode(
+            {
+                "run_id": "r",
+                "task_id": "t",
+                "entries": [
+                    {
+                        "at": "2026-01-01T00:00:00Z",
+                        "kind": "message",
+                        "message": {"role": "user", "content": [extra_block], "name": "n"},
+                    }
+                ],
+            }
+        ),
+        type=Transcript,
+    )
+    message = transcript.entries[0].message
+    assert message is not None and isinstance(message.content[0], TextBlock)
+    assert content_from_api([extra_block]) == [TextBlock(text="hi")]
+    # A request built in Python from those (tolerant) structs goes through unchanged.
+    req = _request(messages=[Message(role="user", content=[TextBlock(text="hi")])], tools=[TOOL])
+    again = msgspec.json.decode(msgspec.json.encode(req), type=CompleteRequest)
+    assert msgspec.to_builtins(again) == msgspec.to_builtins(req)
+    assert isinstance(again.messages[0], Message) and isinstance(again.tools[0], ToolDefinition)

@@ -315,6 +315,15 @@ def test_redacted_marker_flags_tool_calls() -> None:
     assert decision.input == {"url": "http://site.test/"}
 
 
+def test_unsupported_marker_flags_answers_only() -> None:
+    answer = decide(Conversation(prompt="hello [standin:unsupported]", tools=BROWSER))
+    assert isinstance(answer, Answer) and answer.unsupported
+    assert "stand-in" in answer.text  # the usual answer, marker left out
+    prompt = "Open http://site.test/ and report the top 3 headlines [standin:unsupported]"
+    call = decide(Conversation(prompt=prompt, tools=BROWSER))
+    assert isinstance(call, ToolCall)  # tool turns go back to the API: left as they are
+
+
 # --- reading a request ------------------------------------------------------------------
 
 

@@ -172,6 +172,18 @@ def test_answers_are_cut_at_max_tokens() -> None:
     ]
 
 
+def test_an_unsupported_answer_starts_with_a_server_tool_block() -> None:
+    plain = protocol.build_message(Answer("ok"), body(), KEY, protocol.PromptCache())
+    message = protocol.build_message(
+        Answer("ok", unsupported=True), body(), KEY, protocol.PromptCache()
+    )
+    server_call, text = message["content"]
+    assert server_call["type"] == "server_tool_use" and server_call["id"].startswith("srvtoolu_")
+    assert text == {"type": "text", "text": "ok"}
+    assert message["stop_reason"] == "end_turn"
+    assert message["usage"] == plain["usage"]  # billed like any answer
+
+
 def test_token_estimate_is_a_quarter_of_the_characters() -> None:
     assert protocol.estimate_tokens("") == 0
     assert protocol.estimate_tokens("abcd") == 1

@@ -6,13 +6,16 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
 import pytest
 
+from services.kernel.errors import ServiceError
 from services.tools import local
 from services.tools.outcome import ToolFailure
+from services.tools.policy import PathRoots
 
 pytestmark = pytest.mark.anyio
 
@@ -119,29 +122,40 @@ async def test_unknown_command_is_a_failure(tmp_path: Path) -> None:
 
 def test_file_write_then_read(tmp_path: Path) -> None:
     path = tmp_path / "deep" / "er" / "note.txt"
-    written = local.file_write(path, "héllo\n")
+    written = local.file_write(path, "héllo\n", root=tmp_path)
     assert written.output == {"path": str(path), "bytes": 7}
-    assert local.file_read(path, max_chars=100).output == "héllo\n"
+    assert local.file_read(path, root=tmp_path, max_chars=100).output == "héllo\n"
 
 
 def test_file_read_is_bounded_without_reading_everything(tmp_path: Path) -> None:
     path = tmp_path / "big.txt"
     path.write_text("y" * 1_000_000)
-    outcome = local.file_read(path, max_chars=1000)
+    outcome = local.file_read(path, root=tmp_path, max_chars=1000)
     assert outcome.truncated
     assert outcome.output.startswith("y" * 1000) and len(outcome.output) < 1100
 
 
 def test_file_read_failures(tmp_path: Path) -> None:
     with pytest.raises(ToolFailure) as caught:
-        local.file_read(tmp_path / "missing.txt", max_chars=10)
+        local.file_read(tmp_path / "missing.txt", root=tmp_path, max_chars=10)
     assert caught.value.code == "not_found"
-    with pytest.raises(ToolFailure) as caught:
-        local.file_read(tmp_path, max_chars=10)
-    assert caught.value.code == "io_error"
+    (tmp_path / "dir").mkdir()
+    for directory in (tmp_path, tmp_path / "dir"):
+        with pytest.raises(ToolFailure) as caught:
+            local.file_read(directory, root=tmp_path, max_chars=10)
+        assert caught.value.code == "io_error"
     os.mkfifo(tmp_path / "fifo")
     with pytest.raises(ToolFailure):  # refused, not blocked forever
-        local.file_read(tmp_path / "fifo", max_chars=10)
+        local.file_read(tmp_path / "fifo", root=tmp_path, max_chars=10)
+    with pytest.raises(ToolFailure):  # no reader: refused, not blocked either
+        local.file_write(tmp_path / "fifo", "x", root=tmp_path)
+
+
+def _refused(call: Callable[[], object]) -> ServiceError:
+    with pytest.raises(ServiceError) as caught:
+        call()
+    assert (caught.value.code, caught.value.field) == ("path_denied", "input.path")
+    return caught.value
 
 
 def test_a_symlink_swapped_in_after_the_check_is_not_followed(tmp_path: Path) -> None:
@@ -149,8 +163,38 @@ def test_a_symlink_swapped_in_after_the_check_is_not_followed(tmp_path: Path) ->
     target.write_text("secret")
     link = tmp_path / "swapped.txt"
     os.symlink(target, link)
-    with pytest.raises(ToolFailure):
-        local.file_read(link, max_chars=100)
-    with pytest.raises(ToolFailure):
-        local.file_write(link, "overwrite")
+    _refused(lambda: local.file_read(link, root=tmp_path, max_chars=100))
+    _refused(lambda: local.file_write(link, "overwrite", root=tmp_path))
     assert target.read_text() == "secret"
+
+
+def test_a_directory_swapped_for_a_symlink_after_the_check_is_not_followed(
+    tmp_path: Path,
+) -> None:
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "sub" / "dir").mkdir(parents=True)
+    (outside / "dir").mkdir(parents=True)
+    (outside / "dir" / "note.txt").write_text("secret")
+    roots = PathRoots.of([root])
+    # Checked while every directory on the way is real...
+    to_read = roots.confine("sub/dir/note.txt")
+    to_write = roots.confine("sub/dir/new.txt")
+    to_make = roots.confine("fresh/deeper/new.txt")  # parents still to be made
+    assert roots.root_of(to_read) == root.resolve()
+    # ...then a directory on the way becomes a symlink out of the root.
+    (root / "sub").rename(root / "sub.old")
+    os.symlink(outside, root / "sub")
+    os.symlink(outside, root / "fresh")
+
+    err = _refused(lambda: local.file_read(to_read, root=root.resolve(), max_chars=100))
+    assert "'sub'" in err.message
+    _refused(lambda: local.file_write(to_write, "x", root=root.resolve()))
+    _refused(lambda: local.file_write(to_make, "x", root=root.resolve()))
+    assert sorted(p.name for p in outside.rglob("*")) == ["dir", "note.txt"]
+    assert (outside / "dir" / "note.txt").read_text() == "secret"
+    # The same paths work once the directories are real again.
+    (root / "sub").unlink()
+    (root / "sub.old").rename(root / "sub")
+    (root / "fresh").unlink()
+    local.file_write(to_make, "made", root=root.resolve())
+    assert (root / "fresh" / "deeper" / "new.txt").read_text() == "made"
