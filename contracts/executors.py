@@ -158,6 +158,7 @@ class ExecutorHealth(Reply, kw_only=True):
     failure_count: int = 0
     consecutive_failures: int = 0
     last_used_at: datetime | None = None
+    # The sum of the replays' run-event cost_saved_usd (negative ones included).
     total_cost_saved_usd: float = 0.0
     source_run_id: str | None = None
     total_steps: int = 0
@@ -203,6 +204,7 @@ ExecutorEventName = Literal[
     "invalidated",
     "pinned",
     "unpinned",
+    "full_run_recorded",  # a full LLM run's cost, which moves full_run_cost_usd
 ]
 
 
@@ -219,8 +221,10 @@ class ExecutorEvent(Event, kw_only=True):
     by: str | None = None
     tokens: int | None = None
     cost_usd: float | None = None
+    # replay_succeeded: the run event's cost_saved_usd, as reported (may be negative)
     cost_saved_usd: float | None = None
     executor: Executor | None = None
+    attempt: int | None = None  # replay_*: the run's delivery attempt that replayed
 
 
 # --- commands and queries --------------------------------------------------------------

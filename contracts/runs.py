@@ -86,6 +86,9 @@ class RunEvent(Event, kw_only=True):
     result: str | None = None
     tokens: dict[str, ModelTokens] = {}
     cost_usd: float = 0.0
+    # A replay's saving: the executor health's full_run_cost_usd (mean of the task's
+    # recent full runs) at lookup minus this run's cost. Not floored: negative when the
+    # replay cost more. The executor's health adds exactly this number to its total.
     cost_saved_usd: float = 0.0
     duration_ms: int | None = None
     reason: FailureReason | None = None

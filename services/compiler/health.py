@@ -15,7 +15,14 @@ Rules:
 - at lookup, a current version unused for 30 days is superseded (stale), and one whose
   stored executor no longer decodes is superseded (never retried forever);
 - an invalidated version is never replayed or pinned again;
-- each run counts once: a redelivered outcome, trace or full-run cost is ignored.
+- each run counts once: a redelivered outcome, trace or full-run cost is ignored; a
+  replay outcome counts once per delivery attempt of its run (attempt 1 may fail and
+  its redelivery succeed: both happened);
+- what a replay saved is the run event's cost_saved_usd, recorded as reported and never
+  recomputed, so a run's event and total_cost_saved_usd always agree. The runner
+  computes it as full_run_cost() (as the executor lookup answered it) minus the
+  replay's cost, not floored: a replay dearer than a full run saves a negative amount,
+  and the ledger says so rather than overstate the savings.
 """
 
 from __future__ import annotations
@@ -62,14 +69,16 @@ class Skipped(_Ev, tag="skipped"):
 class ReplaySucceeded(_Ev, tag="replay_succeeded"):
     version: int
     run_id: str
+    attempt: int = 1  # the run's delivery attempt
     tokens: int = 0
     cost_usd: float = 0.0
-    cost_saved_usd: float = 0.0
+    cost_saved_usd: float = 0.0  # as the run event reported it; may be negative
 
 
 class ReplayFailed(_Ev, tag="replay_failed"):
     version: int
     run_id: str
+    attempt: int = 1
     step: int | None = None
     reason: str = ""
     tokens: int = 0
@@ -151,7 +160,8 @@ class Health(msgspec.Struct, kw_only=True):
     replay_failures: int = 0
     full_run_costs: list[float] = []
     last_skip_reason: str | None = None
-    # Insertion-ordered set of "<kind>:<run_id>" (values unused), oldest dropped first.
+    # Insertion-ordered set of "<kind>:<run_id>" ("replay:<run_id>:<attempt>"), values
+    # unused, oldest dropped first.
     seen: dict[str, int] = {}
     events: int = 0
 
@@ -166,6 +176,12 @@ class Health(msgspec.Struct, kw_only=True):
 
 def new(task_id: str) -> Health:
     return Health(task_id=task_id)
+
+
+def replay_key(run_id: str, attempt: int) -> str:
+    # Per attempt, not per run: a redelivered run replays again, and that replay's
+    # outcome is news; the same attempt's outcome delivered twice is not.
+    return f"replay:{run_id}:{attempt}"
 
 
 def _remember(health: Health, key: str) -> None:
@@ -195,7 +211,7 @@ def apply(health: Health, event: HealthEvent) -> None:
         case ReplaySucceeded():
             health.replays += 1
             health.total_cost_saved_usd += event.cost_saved_usd
-            _remember(health, f"replay:{event.run_id}")
+            _remember(health, replay_key(event.run_id, event.attempt))
             found = health.version(event.version)
             if found is not None:
                 found.success_count += 1
@@ -205,7 +221,7 @@ def apply(health: Health, event: HealthEvent) -> None:
         case ReplayFailed():
             health.replays += 1
             health.replay_failures += 1
-            _remember(health, f"replay:{event.run_id}")
+            _remember(health, replay_key(event.run_id, event.attempt))
             found = health.version(event.version)
             if found is not None:
                 found.failure_count += 1
@@ -268,14 +284,6 @@ def full_run_cost(health: Health) -> float:
         return sum(health.full_run_costs) / len(health.full_run_costs)
     version = current(health) or (health.versions[-1] if health.versions else None)
     return version.source_cost_usd if version is not None else 0.0
-
-
-def cost_saved(health: Health, replay_cost_usd: float, reported_usd: float = 0.0) -> float:
-    """What a replay saved: as the runner reported it, else a full run's cost minus the
-    replay's."""
-    if reported_usd:
-        return reported_usd
-    return round(full_run_cost(health) - replay_cost_usd, 9)
 
 
 def last_activity(health: Health, version: VersionState) -> datetime:
@@ -423,13 +431,15 @@ def decide_replay(
     ok: bool,
     at: datetime,
     rules: Rules,
+    attempt: int = 1,
     step: int | None = None,
     reason: str | None = None,
     tokens: int = 0,
     cost_usd: float = 0.0,
     cost_saved_usd: float = 0.0,
 ) -> list[HealthEvent]:
-    if f"replay:{run_id}" in health.seen:
+    """`cost_saved_usd` is the run event's, recorded as is (see the module's rules)."""
+    if replay_key(run_id, attempt) in health.seen:
         return []
     state = health.version(version)
     if state is None:
@@ -440,6 +450,7 @@ def decide_replay(
                 at=at,
                 version=version,
                 run_id=run_id,
+                attempt=attempt,
                 tokens=tokens,
                 cost_usd=cost_usd,
                 cost_saved_usd=cost_saved_usd,
@@ -450,6 +461,7 @@ def decide_replay(
             at=at,
             version=version,
             run_id=run_id,
+            attempt=attempt,
             step=step,
             reason=reason or "replay failed",
             tokens=tokens,
@@ -576,6 +588,7 @@ def to_wire(task_id: str, event: HealthEvent) -> ExecutorEvent | None:
                 at=event.at,
                 version=event.version,
                 run_id=event.run_id,
+                attempt=event.attempt,
                 tokens=event.tokens,
                 cost_usd=event.cost_usd,
                 cost_saved_usd=event.cost_saved_usd,
@@ -587,6 +600,7 @@ def to_wire(task_id: str, event: HealthEvent) -> ExecutorEvent | None:
                 at=event.at,
                 version=event.version,
                 run_id=event.run_id,
+                attempt=event.attempt,
                 step=event.step,
                 reason=event.reason,
                 tokens=event.tokens,
@@ -620,5 +634,15 @@ def to_wire(task_id: str, event: HealthEvent) -> ExecutorEvent | None:
                 at=event.at,
                 version=event.version,
                 reason=event.reason,
+            )
+        case FullRunRecorded():
+            # Published because it moves full_run_cost_usd, which the runner's cached
+            # lookups hold: any executor event of the task makes them ask again.
+            return ExecutorEvent(
+                task_id=task_id,
+                event="full_run_recorded",
+                at=event.at,
+                run_id=event.run_id,
+                cost_usd=event.cost_usd,
             )
     return None

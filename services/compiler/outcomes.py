@@ -12,11 +12,12 @@ from contracts.runs import ModelTokens, RunEvent
 class ReplayReport:
     version: int
     ok: bool
+    attempt: int
     step: int | None
     reason: str | None
     tokens: int
     cost_usd: float
-    reported_saved_usd: float
+    cost_saved_usd: float  # the run event's, the one figure health records
 
 
 def total_tokens(tokens: dict[str, ModelTokens]) -> int:
@@ -34,11 +35,12 @@ def replay_report(run: RunEvent) -> ReplayReport | None:
     return ReplayReport(
         version=replay.version,
         ok=replay.ok,
+        attempt=run.attempt,
         step=replay.step,
         reason=replay.reason or (run.error if not replay.ok else None),
         tokens=total_tokens(replay.tokens),
         cost_usd=replay.cost_usd,
-        reported_saved_usd=run.cost_saved_usd if replay.ok else 0.0,
+        cost_saved_usd=run.cost_saved_usd if replay.ok else 0.0,
     )
 
 

@@ -65,8 +65,8 @@ def snapshot_every(settings: Settings) -> int:
 
 
 def convert(domain_event: object) -> Outgoing | None:
-    """What the relay publishes for a stored event (creation and cost bookkeeping are
-    kept, not published)."""
+    """What the relay publishes for a stored event (the aggregate's creation is kept,
+    not published)."""
     if not isinstance(domain_event, ExecutorAggregate.Recorded):
         return None
     wire = h.to_wire(domain_event.task_id, h.event_from_data(domain_event.data))
@@ -140,11 +140,12 @@ class Compiler:
                         run_id=run.run_id,
                         version=report.version,
                         ok=report.ok,
+                        attempt=report.attempt,
                         step=report.step,
                         reason=report.reason,
                         tokens=report.tokens,
                         cost_usd=report.cost_usd,
-                        reported_saved_usd=report.reported_saved_usd,
+                        cost_saved_usd=report.cost_saved_usd,
                     )
                 )
                 if events:
@@ -152,11 +153,15 @@ class Compiler:
                     log.info("replay_recorded", ok=report.ok, version=report.version)
             cost = outcomes.full_run_cost(run)
             if cost is not None:
-                await anyio.to_thread.run_sync(
+                _, events = await anyio.to_thread.run_sync(
                     partial(
                         self.store.record_full_run, run.task_id, run_id=run.run_id, cost_usd=cost
                     )
                 )
+                if events:
+                    # Published at once: runners drop their cached lookup (and its
+                    # full_run_cost_usd, what the next replay saves against) on it.
+                    self.relay.wake()
 
     # --- endpoints ----------------------------------------------------------------------
 

@@ -177,12 +177,14 @@ class ExecutorStore(Application[uuid.UUID]):
         run_id: str,
         version: int,
         ok: bool,
+        attempt: int = 1,
         step: int | None = None,
         reason: str | None = None,
         tokens: int = 0,
         cost_usd: float = 0.0,
-        reported_saved_usd: float = 0.0,
+        cost_saved_usd: float = 0.0,
     ) -> tuple[h.Health, list[h.HealthEvent]]:
+        """A replay's outcome; `cost_saved_usd` is the run event's, recorded as is."""
         now = self.clock()
 
         def decide(state: h.Health) -> list[h.HealthEvent]:
@@ -193,11 +195,12 @@ class ExecutorStore(Application[uuid.UUID]):
                 ok=ok,
                 at=now,
                 rules=self.rules,
+                attempt=attempt,
                 step=step,
                 reason=reason,
                 tokens=tokens,
                 cost_usd=cost_usd,
-                cost_saved_usd=h.cost_saved(state, cost_usd, reported_saved_usd) if ok else 0.0,
+                cost_saved_usd=cost_saved_usd if ok else 0.0,
             )
 
         return self.execute(task_id, decide)  # an unknown task or version records nothing

@@ -36,6 +36,15 @@ async def wait_compiled(bus: Bus, task_id: str, version: int) -> None:
             await anyio.sleep(0.2)
 
 
+async def wait_full_run_recorded(bus: Bus, task_id: str, run_id: str) -> None:
+    with anyio.fail_after(30):
+        while not any(
+            e.event == "full_run_recorded" and e.run_id == run_id
+            for e in await executor_events(bus, task_id)
+        ):
+            await anyio.sleep(0.2)
+
+
 async def health(bus: Bus, task_id: str) -> ExecutorHealth:
     return await bus.request(s.EXECUTORS_GET, ExecutorRef(task_id=task_id), ExecutorHealth)
 
@@ -93,12 +102,20 @@ async def test_compile_replay_break_heal_replay(rig: Rig) -> None:
     assert (h.status, h.version, h.versions) == ("active", 2, 2)
     assert h.source_run_id == third.run_id
 
-    # Run 4 replays v2.
+    # Two full runs are known now: run 1, and run 3's fallback (its replay part aside).
+    await wait_full_run_recorded(bus, "news", first.run_id)
+    await wait_full_run_recorded(bus, "news", third.run_id)
+    mean_full = (first.cost_usd + third.cost_usd - third.replay.cost_usd) / 2
+    assert (await health(bus, "news")).full_run_cost_usd == pytest.approx(mean_full)
+
+    # Run 4 replays v2, and saves against the mean of the recent full runs: the
+    # runner's cached lookup was refreshed by the full run's record.
     rig.site.edition = 3
     fourth = await run(rig, spec)
     assert fourth.source == "executor" and fourth.executor_version == 2
     assert SONNET not in fourth.tokens
     assert fourth.result == expected_answer(3)
+    assert fourth.cost_saved_usd == pytest.approx(mean_full - fourth.cost_usd, abs=1e-8)
     # v2's health counts its own replay only; v1's failure stays in v1's history.
     with anyio.fail_after(10):
         while (h := await health(bus, "news")).success_count < 1:
@@ -106,6 +123,17 @@ async def test_compile_replay_break_heal_replay(rig: Rig) -> None:
     assert (h.status, h.version, h.versions) == ("active", 2, 2)
     assert (h.success_count, h.failure_count, h.consecutive_failures) == (1, 0, 0)
     assert h.total_cost_saved_usd == pytest.approx(second.cost_saved_usd + fourth.cost_saved_usd)
+    # One figure everywhere: the run events' savings are what health added up.
+    completed = await read_all(bus.js, s.STREAM_RUNS, s.run_events_of("news", event="completed"))
+    runs = [decode(m.data, RunEvent) for m in completed]
+    assert len(runs) == 4
+    assert h.total_cost_saved_usd == pytest.approx(sum(r.cost_saved_usd for r in runs), abs=1e-9)
+    recorded = {
+        e.run_id: e.cost_saved_usd
+        for e in await executor_events(bus, "news")
+        if e.event == "replay_succeeded"
+    }
+    assert recorded == {r.run_id: r.cost_saved_usd for r in runs if r.source == "executor"}
     events = [e.event for e in await executor_events(bus, "news")]
     assert events.count("compiled") == 2
     assert "replay_failed" in events and "superseded" in events

@@ -5,6 +5,10 @@ publishes what was stored but not yet published, once."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -15,7 +19,9 @@ from typing import Any, TypeVar
 import anyio
 import msgspec
 import pytest
+from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import KeyNotFoundError
 
 from contracts import subjects as s
 from contracts.executors import (
@@ -35,10 +41,13 @@ from services.kernel.errors import RemoteError
 from services.kernel.runtime import ServiceContext
 from services.kernel.settings import Settings
 from services.kernel.streams import ensure_streams
+from services.runner.service import ExecutorCache
 
 pytestmark = pytest.mark.anyio
 T = TypeVar("T")
-DATA = Path(__file__).parent.parent / "data" / "traces"
+ROOT = Path(__file__).parent.parent.parent
+DATA = ROOT / "tests" / "data" / "traces"
+READY = "rote up: NATS "  # what `rote serve` prints once its services have started
 T0 = datetime(2025, 6, 1, tzinfo=UTC)
 
 
@@ -83,6 +92,7 @@ async def publish_run(
     source: str = "executor",
     cost_usd: float = 0.0,
     cost_saved_usd: float = 0.0,
+    attempt: int = 1,
     msg_id: str | None = None,
 ) -> None:
     run = RunEvent(
@@ -99,6 +109,7 @@ async def publish_run(
         replay=replay,
         cost_usd=cost_usd,
         cost_saved_usd=cost_saved_usd,
+        attempt=attempt,
     )
     await bus.publish_event(
         s.run_event(task_id, run_id, event),  # type: ignore[arg-type]
@@ -201,12 +212,12 @@ async def test_replay_outcomes_move_health(settings: Settings, bus: Bus) -> None
         await health_when(bus, "news", lambda h: h.full_run_cost_usd == pytest.approx(0.15))
 
         tokens = {"haiku": ModelTokens(input_tokens=300, output_tokens=20, cost_usd=0.002)}
-        await publish_run(
-            bus, "news", "rep-1", "completed", replay=replay(1, True, tokens=tokens, cost_usd=0.002)
-        )
+        # The runner's figure (0.15 - 0.002) is the one health records.
+        ok = replay(1, True, tokens=tokens, cost_usd=0.002)
+        await publish_run(bus, "news", "rep-1", "completed", replay=ok, cost_saved_usd=0.148)
         # Delivered again with another message id: counted once.
         await publish_run(
-            bus, "news", "rep-1", "completed", replay=replay(1, True, cost_usd=0.002), msg_id="dup"
+            bus, "news", "rep-1", "completed", replay=ok, cost_saved_usd=0.148, msg_id="dup"
         )
         got = await health_when(bus, "news", lambda h: h.success_count == 1)
         assert got.total_cost_saved_usd == pytest.approx(0.148)
@@ -245,6 +256,8 @@ async def test_replay_outcomes_move_health(settings: Settings, bus: Bus) -> None
         assert [v.version for v in history.versions] == [1, 2]
         assert [e.event for e in history.events] == [
             "compiled",
+            "full_run_recorded",
+            "full_run_recorded",
             "replay_succeeded",
             "replay_failed",
             "replay_failed",
@@ -253,6 +266,64 @@ async def test_replay_outcomes_move_health(settings: Settings, bus: Bus) -> None
             "compiled",
         ]
         assert [v.status for v in history.summaries] == ["superseded", "active"]
+
+
+async def test_a_redelivered_runs_successful_replay_counts(settings: Settings, bus: Bus) -> None:
+    """Attempt 1 of a run published replay_failed; its redelivery (attempt 2) replayed
+    successfully. Health hears both, each once, and saves what the run event says."""
+    async with compiler(settings, bus):
+        await publish_trace(bus, trace("news_top3", "news", "run-1"))
+        await health_when(bus, "news", lambda h: h.version == 1)
+        broken = replay(1, False, step=1, reason="selector vanished")
+        await publish_run(
+            bus, "news", "r", "replay_failed", replay=broken, msg_id="r:replay_failed:1"
+        )
+        await health_when(bus, "news", lambda h: h.failure_count == 1)
+        ok = replay(1, True, cost_usd=0.001)
+        for msg_id in ("r:finished", "r:finished:again"):  # the second one a redelivery
+            await publish_run(
+                bus,
+                "news",
+                "r",
+                "completed",
+                replay=ok,
+                cost_usd=0.001,
+                cost_saved_usd=0.0402,
+                attempt=2,
+                msg_id=msg_id,
+            )
+        got = await health_when(bus, "news", lambda h: h.success_count == 1)
+        assert (got.failure_count, got.consecutive_failures) == (1, 0)
+        assert got.total_cost_saved_usd == pytest.approx(0.0402)
+        succeeded = await until(lambda: executor_events(bus, "news", "replay_succeeded"))
+        assert [(e.run_id, e.attempt, e.cost_saved_usd) for e in succeeded] == [("r", 2, 0.0402)]
+        await anyio.sleep(0.3)
+        assert (await health(bus, "news")).success_count == 1
+
+
+async def test_a_recorded_full_run_refreshes_the_runners_cached_lookup(
+    settings: Settings, bus: Bus
+) -> None:
+    """The runner caches each task's lookup (30 s) until an executor event of the task;
+    a full run moves full_run_cost_usd, so its record is published and the runner's next
+    lookup sees the new mean long before the cache would expire."""
+    async with compiler(settings, bus):
+        await publish_trace(bus, trace("news_top3", "news", "run-1"))
+        await health_when(bus, "news", lambda h: h.version == 1)
+        cache = ExecutorCache(bus)
+        await cache.start()
+        first = await cache.get("news")
+        assert first is not None and first.health.full_run_cost_usd == pytest.approx(0.0412)
+
+        await publish_run(bus, "news", "full-1", "completed", source="full_llm", cost_usd=0.10)
+        recorded = await until(lambda: executor_events(bus, "news", "full_run_recorded"))
+        assert [(e.run_id, e.cost_usd) for e in recorded] == [("full-1", 0.10)]
+
+        async def fresh() -> bool:
+            got = await cache.get("news")
+            return got is not None and got.health.full_run_cost_usd == pytest.approx(0.10)
+
+        assert await until(fresh, timeout=5.0)
 
 
 async def test_skips_are_published(settings: Settings, bus: Bus) -> None:
@@ -345,26 +416,107 @@ async def test_stale_executor_is_superseded_at_lookup(settings: Settings, bus: B
         assert superseded[0].reason is not None and "stale" in superseded[0].reason
 
 
-async def test_stored_but_unpublished_events_are_published_once_after_a_restart(
-    settings: Settings, bus: Bus
+class CompilerProcess:
+    """`rote serve compiler` as its own OS process, on the test's NATS and a SQLite
+    file in the data dir, so a test can SIGKILL it where it stands."""
+
+    def __init__(self, settings: Settings, log: Path) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ROTE_")}
+        env.update(
+            ROTE_NATS_URL=str(settings.nats_url),
+            ROTE_DATA_DIR=str(settings.data_dir),
+            ROTE_EVENT_STORE="sqlite",
+            ROTE_LOG_FORMAT="json",
+            ROTE_LOG_LEVEL="info",
+        )
+        self.log = log
+        with log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "services.cli", "serve", "compiler"],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=ROOT,
+            )
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    async def wait_for(self, text: str, timeout: float = 30.0) -> None:
+        with anyio.fail_after(timeout):
+            while text not in self.output():
+                assert self.proc.poll() is None, f"the compiler exited:\n{self.output()}"
+                await anyio.sleep(0.05)
+
+    async def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)  # no shutdown path runs, nothing flushes
+        with anyio.fail_after(10):
+            while self.proc.poll() is None:
+                await anyio.sleep(0.05)
+        assert self.proc.returncode == -signal.SIGKILL
+
+
+async def relay_position(bus: Bus) -> int:
+    kv = await bus.js.key_value(s.BUCKET_RELAY)
+    try:
+        entry = await kv.get("compiler")
+    except KeyNotFoundError:
+        return 0
+    return int(entry.value or b"0")
+
+
+async def test_an_event_stored_but_unpublished_when_killed_is_published_once_after_restart(
+    settings: Settings, bus: Bus, tmp_path: Path
 ) -> None:
-    """The compiler dies after storing and before publishing (here: its stream is gone,
-    so every publish fails). Restarted on the same SQLite file, it publishes the event
-    exactly once, and a second restart publishes nothing again."""
-    settings = settings.with_(event_store="sqlite")
-    async with compiler(settings, bus):
+    """A real compiler process stores an executor while the stream that takes executor
+    events is gone (its relay publishes, fails and retries) and is SIGKILLed there.
+    Restarted on the same SQLite file, it publishes the event exactly once, and a
+    second hard restart publishes nothing. Publishes are counted by a core NATS
+    subscription, which sees every publish, even those the stream de-duplicates."""
+    processes: list[CompilerProcess] = []
+    try:
+        first = CompilerProcess(settings, tmp_path / "compiler-1.log")
+        processes.append(first)
+        await first.wait_for(READY)
         await bus.js.delete_stream(s.STREAM_EXECUTORS)
         await publish_trace(bus, trace("news_top3", "news", "run-1"))
         await health_when(bus, "news", lambda h: h.version == 1)  # stored
-        await anyio.sleep(0.3)  # the relay tried, and failed, to publish
-    await ensure_streams(bus.js)  # the stream is back, empty
-    assert await executor_events(bus, "news") == []
+        await first.wait_for("relay_publish_failed")  # tried to publish, and failed
+        position = await relay_position(bus)
+        await first.kill()
 
-    async with compiler(settings, bus):
-        events = await until(lambda: executor_events(bus, "news", "compiled"))
-        assert len(events) == 1 and events[0].version == 1
-    async with compiler(settings, bus):
-        await anyio.sleep(1.5)  # longer than the relay's poll interval
-        assert [e.event for e in await executor_events(bus, "news")] == ["compiled"]
-        info = await bus.js.stream_info(s.STREAM_EXECUTORS)
-        assert info.state.messages == 1
+        published: list[Msg] = []
+
+        async def count(msg: Msg) -> None:
+            published.append(msg)
+
+        await bus.nc.subscribe(s.EXECUTOR_EVENTS_ALL, cb=count)
+        await bus.nc.flush()
+
+        second = CompilerProcess(settings, tmp_path / "compiler-2.log")  # restores the stream
+        processes.append(second)
+        await second.wait_for(READY)
+        with anyio.fail_after(20):
+            while not published:
+                await anyio.sleep(0.05)
+        await anyio.sleep(2.5)  # more than two relay polls: no second publish
+        assert [m.subject for m in published] == [s.executor_event("news", "compiled")]
+        event = decode(published[0].data, ExecutorEvent)
+        assert (event.version, event.run_id) == (1, "run-1")
+        # It is the event the first process stored past the position it had published.
+        headers = published[0].headers or {}
+        assert int(headers[s.HEADER_NOTIFICATION_ID]) > position
+        await second.kill()
+
+        third = CompilerProcess(settings, tmp_path / "compiler-3.log")
+        processes.append(third)
+        await third.wait_for(READY)
+        assert (await health(bus, "news")).version == 1  # it is up, on the same store
+        await anyio.sleep(2.5)
+        assert len(published) == 1
+    finally:
+        for process in processes:
+            if process.proc.poll() is None:
+                process.proc.kill()
+                process.proc.wait()

@@ -61,8 +61,18 @@ def fail(store: ExecutorStore, run_id: str, version: int = 1) -> list[h.HealthEv
     )[1]
 
 
-def succeed(store: ExecutorStore, run_id: str, version: int = 1) -> list[h.HealthEvent]:
-    return store.record_replay("t", run_id=run_id, version=version, ok=True, cost_usd=0.001)[1]
+def succeed(
+    store: ExecutorStore, run_id: str, version: int = 1, attempt: int = 1, saved: float = 0.04
+) -> list[h.HealthEvent]:
+    return store.record_replay(
+        "t",
+        run_id=run_id,
+        version=version,
+        ok=True,
+        attempt=attempt,
+        cost_usd=0.001,
+        cost_saved_usd=saved,
+    )[1]
 
 
 def test_reset_on_success(store: ExecutorStore) -> None:
@@ -74,7 +84,7 @@ def test_reset_on_success(store: ExecutorStore) -> None:
     summary = h.summary(state)
     assert (summary.status, summary.consecutive_failures) == ("active", 2)
     assert (summary.success_count, summary.failure_count) == (1, 4)
-    assert summary.total_cost_saved_usd == pytest.approx(TRACE.cost_usd - 0.001)
+    assert summary.total_cost_saved_usd == pytest.approx(0.04)
 
 
 def test_three_consecutive_failures_supersede(store: ExecutorStore) -> None:
@@ -88,6 +98,44 @@ def test_three_consecutive_failures_supersede(store: ExecutorStore) -> None:
     assert found is None and state is not None and h.status(state) == "superseded"
     # A failure redelivered after the fact does not count again.
     assert fail(store, "x3") == []
+
+
+def test_a_redelivered_run_records_each_attempts_replay_once(
+    store: ExecutorStore, settings: Settings
+) -> None:
+    """Attempt 1 failed its replay, attempt 2 (redelivery) replayed it: both count,
+    each once however often it is delivered, and a fresh process reads the same."""
+    store.record_trace("t", "r1", executor())
+    assert fail(store, "x1")  # attempt 1
+    assert fail(store, "x1") == []
+    assert succeed(store, "x1", attempt=2, saved=0.03)
+    assert succeed(store, "x1", attempt=2, saved=0.03) == []
+    assert fail(store, "x1") == []  # attempt 1's outcome, late: still counted once
+    state = store.health("t")
+    assert state is not None
+    summary = h.summary(state)
+    assert (summary.success_count, summary.failure_count, summary.consecutive_failures) == (
+        1,
+        1,
+        0,
+    )
+    assert summary.total_cost_saved_usd == pytest.approx(0.03)
+    assert [(type(e), getattr(e, "attempt", None)) for e in store.history("t")[1:]] == [
+        (h.ReplayFailed, 1),
+        (h.ReplaySucceeded, 2),
+    ]
+    other = ExecutorStore(application_env(settings, "compiler"), snapshot_every=4)
+    assert other.health("t") == state
+    other.close()
+
+
+def test_negative_savings_are_kept_as_reported(store: ExecutorStore) -> None:
+    store.record_trace("t", "r1", executor())
+    succeed(store, "x1", saved=0.02)
+    succeed(store, "x2", saved=-0.005)  # this replay cost more than a full run
+    state = store.health("t")
+    assert state is not None
+    assert h.summary(state).total_cost_saved_usd == pytest.approx(0.015)
 
 
 def test_stale_at_thirty_days(store: ExecutorStore, clock: Clock) -> None:

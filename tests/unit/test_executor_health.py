@@ -38,9 +38,18 @@ def compiled(state: h.Health, run_id: str, at: datetime = T0) -> list[h.HealthEv
     return run(state, h.decide_trace(state, executor(), None, run_id, at))
 
 
-def outcome(state: h.Health, run_id: str, ok: bool, version: int = 1) -> list[h.HealthEvent]:
+def outcome(
+    state: h.Health, run_id: str, ok: bool, version: int = 1, attempt: int = 1
+) -> list[h.HealthEvent]:
     events = h.decide_replay(
-        state, run_id=run_id, version=version, ok=ok, at=T0, rules=RULES, reason="x"
+        state,
+        run_id=run_id,
+        version=version,
+        ok=ok,
+        at=T0,
+        rules=RULES,
+        reason="x",
+        attempt=attempt,
     )
     return run(state, events)
 
@@ -97,9 +106,25 @@ def test_redelivered_outcomes_count_once() -> None:
     compiled(state, "r1")
     assert outcome(state, "x1", True)
     assert outcome(state, "x1", True) == []
-    assert outcome(state, "x1", False) == []  # one outcome per run, whatever it says
+    assert outcome(state, "x1", False) == []  # one outcome per attempt, whatever it says
     assert run(state, h.decide_full_run(state, run_id="f1", cost_usd=0.04, at=T0))
     assert run(state, h.decide_full_run(state, run_id="f1", cost_usd=0.04, at=T0)) == []
+
+
+def test_a_redelivered_run_that_replays_again_counts_each_attempt_once() -> None:
+    state = h.new("t")
+    compiled(state, "r1")
+    assert outcome(state, "x1", False, attempt=1)
+    # Attempt 2 (the run redelivered) replayed successfully: that is news, and it is
+    # what the run's final event says.
+    succeeded = outcome(state, "x1", True, attempt=2)
+    assert [(type(e), e.attempt) for e in succeeded] == [(h.ReplaySucceeded, 2)]  # type: ignore[union-attr]
+    assert outcome(state, "x1", True, attempt=2) == []
+    assert outcome(state, "x1", False, attempt=1) == []
+    version = state.versions[0]
+    assert (version.success_count, version.failure_count, version.consecutive_failures) == (1, 1, 0)
+    wire = h.to_wire("t", succeeded[0])
+    assert wire is not None and (wire.run_id, wire.attempt) == ("x1", 2)
 
 
 def test_outcomes_of_unknown_versions_record_nothing() -> None:
@@ -194,18 +219,39 @@ def test_invalidate_needs_an_active_executor() -> None:
     assert caught.value.code == "conflict"
 
 
-def test_cost_saved_uses_the_mean_of_recent_full_runs() -> None:
+def test_full_run_cost_is_the_mean_of_recent_full_runs() -> None:
     state = h.new("t")
     compiled(state, "r1")
     assert h.full_run_cost(state) == pytest.approx(TRACE.cost_usd)  # no full run seen yet
     for i, cost in enumerate([0.02, 0.04, 0.06]):
         run(state, h.decide_full_run(state, run_id=f"f{i}", cost_usd=cost, at=T0))
     assert h.full_run_cost(state) == pytest.approx(0.04)
-    assert h.cost_saved(state, 0.001) == pytest.approx(0.039)
-    assert h.cost_saved(state, 0.001, reported_usd=0.03) == 0.03
     for i in range(20):
         run(state, h.decide_full_run(state, run_id=f"g{i}", cost_usd=0.10, at=T0))
     assert h.full_run_cost(state) == pytest.approx(0.10)  # only the recent ones count
+
+
+@pytest.mark.parametrize("saved", [0.0, 0.039, -0.002])
+def test_a_replay_saving_is_recorded_as_the_run_reported_it(saved: float) -> None:
+    """Zero and negative savings included: health never recomputes the run's figure,
+    so the run event and total_cost_saved_usd agree."""
+    state = h.new("t")
+    compiled(state, "r1")
+    run(state, h.decide_full_run(state, run_id="f1", cost_usd=0.04, at=T0))
+    events = h.decide_replay(
+        state,
+        run_id="x1",
+        version=1,
+        ok=True,
+        at=T0,
+        rules=RULES,
+        cost_usd=0.001,
+        cost_saved_usd=saved,
+    )
+    run(state, events)
+    assert [e.cost_saved_usd for e in events] == [saved]  # type: ignore[union-attr]
+    assert h.summary(state).total_cost_saved_usd == saved
+    assert h.version_views(state)[0].cost_saved_usd == saved
 
 
 def test_skips_are_recorded_and_explain_a_missing_executor() -> None:
@@ -224,4 +270,10 @@ def test_every_published_event_names_itself() -> None:
     wires = [h.to_wire("t", e) for e in events]
     assert [w.event for w in wires if w] == ["compiled", "compiled", "superseded"]
     assert wires[0] is not None and wires[0].executor is not None
-    assert h.to_wire("t", h.FullRunRecorded(at=T0, run_id="f", cost_usd=1.0)) is None
+    # Published too: it moves full_run_cost_usd, which runners cache with the lookup.
+    wire = h.to_wire("t", h.FullRunRecorded(at=T0, run_id="f", cost_usd=1.0))
+    assert wire is not None and (wire.event, wire.run_id, wire.cost_usd) == (
+        "full_run_recorded",
+        "f",
+        1.0,
+    )

@@ -26,12 +26,8 @@ def test_a_replayed_run_reports_its_outcome_and_saving() -> None:
     )
     report = replay_report(run)
     assert report is not None
-    assert (report.version, report.ok, report.tokens, report.reported_saved_usd) == (
-        2,
-        True,
-        115,
-        0.05,
-    )
+    assert (report.version, report.ok, report.tokens, report.cost_saved_usd) == (2, True, 115, 0.05)
+    assert report.attempt == 1
     assert full_run_cost(run) is None  # a replay is not a full run
 
 
@@ -44,8 +40,21 @@ def test_a_fallback_counts_a_failure_and_a_full_run_without_the_replay_part() ->
         3,
         "selector vanished",
     )
-    assert report.reported_saved_usd == 0.0
+    assert report.cost_saved_usd == 0.0
     assert full_run_cost(run) == 0.05
+
+
+def test_a_replay_reports_its_runs_attempt_and_a_negative_saving_as_is() -> None:
+    run = event(
+        "completed",
+        source="executor",
+        attempt=2,
+        cost_usd=0.06,
+        cost_saved_usd=-0.01,
+        replay=ReplayOutcome(version=1, ok=True, cost_usd=0.06),
+    )
+    report = replay_report(run)
+    assert report is not None and (report.attempt, report.cost_saved_usd) == (2, -0.01)
 
 
 def test_other_events_say_nothing() -> None:
