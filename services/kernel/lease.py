@@ -1,5 +1,5 @@
-"""One holder at a time for a role (the scheduler), through a key in a NATS key-value
-bucket whose keys expire (rote_leases).
+"""One holder at a time for a role (the scheduler) or a run (the runner's claim on it),
+through a key in a NATS key-value bucket whose keys expire (rote_leases).
 
 The holder creates the key, then renews it well inside the bucket's TTL with a
 compare-and-set on its revision. A second process finds the key taken and waits as a
@@ -27,6 +27,11 @@ log = get_logger("rote.lease")
 
 class LeaseLost(Exception):
     """Another process may hold the lease now: stop acting as its holder."""
+
+
+def run_key(run_id: str) -> str:
+    """The lease key of a run: whoever holds it is the one runner executing that run."""
+    return f"run.{run_id}"
 
 
 def holder_name() -> str:

@@ -145,7 +145,7 @@ BUCKET_STREAMS: dict[str, str] = {
     f"KV_{s.BUCKET_RELAY}": "event-store relay positions",
     f"OBJ_{s.BUCKET_BLOBS}": "large blobs by sha256",
     f"KV_{s.BUCKET_TRANSCRIPTS}": "run transcripts by run_id",
-    f"KV_{s.BUCKET_LEASES}": "one holder per role (the scheduler)",
+    f"KV_{s.BUCKET_LEASES}": "one holder at a time: the scheduler, each run",
 }
 
 

@@ -118,6 +118,8 @@ class AgentLoop:
                     )
                 )
             except PortError as exc:
+                if exc.billed is not None:
+                    self.ledger.add(exc.billed)
                 return self._outcome(False, reason="llm_error", error=f"{exc.code}: {exc.message}")
             self.ledger.add(reply)
             assistant = Message(role="assistant", content=list(reply.content))

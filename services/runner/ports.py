@@ -20,10 +20,13 @@ from services.runner.transcript import TranscriptRecorder
 class PortError(Exception):
     """A call to another service failed (it answered an error or did not answer)."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, billed: CompleteReply | None = None) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+        # A model call that failed after the API billed it (a reply rote cannot read):
+        # its usage and cost, so the run's ledger still counts what it spent.
+        self.billed = billed
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 
+from contracts.errors import status_for
 from contracts.executors import ConditionStep, Executor, LlmStep, ResultStep, ToolStep
 from contracts.llm import CompleteRequest, Message
 from contracts.tools import ExecTool, ToolMetadata
@@ -39,10 +40,17 @@ class ReplayResult:
 
 
 class StepFailed(Exception):
-    def __init__(self, step: int, reason: str) -> None:
+    def __init__(self, step: int, reason: str, *, retryable: bool = True) -> None:
         super().__init__(f"step {step}: {reason}")
         self.step = step
         self.reason = reason
+        self.retryable = retryable
+
+
+def _refused(code: str) -> bool:
+    """A refusal (the policy forbids the call, the request is malformed): asking again
+    gets the same answer, so the step is not retried."""
+    return status_for(code) in (400, 401, 403)
 
 
 class Replayer:
@@ -123,7 +131,7 @@ class Replayer:
                 return await attempt_once()
             except StepFailed as failed:
                 self.transcript.replay_step(index, {"failed": failed.reason, "try": attempt + 1})
-                if attempt >= self.retries:
+                if attempt >= self.retries or not failed.retryable:
                     raise
             except references.BadReference as exc:
                 # A missing field will not appear by asking again.
@@ -183,14 +191,20 @@ class Replayer:
         try:
             result = await self.ports.exec_tool(request)
         except PortError as exc:
-            raise StepFailed(index, f"{tool}: {exc.code}: {exc.message}") from None
+            raise StepFailed(
+                index, f"{tool}: {exc.code}: {exc.message}", retryable=not _refused(exc.code)
+            ) from None
         self.transcript.replay_step(
             index,
             {"tool": tool, "input": tool_input, "ok": result.ok, "output": result.output},
         )
         if not result.ok:
             error = result.error
-            raise StepFailed(index, f"{tool}: {error.code}: {error.message}" if error else tool)
+            if error is None:
+                raise StepFailed(index, tool)
+            raise StepFailed(
+                index, f"{tool}: {error.code}: {error.message}", retryable=not _refused(error.code)
+            )
         return result.output, result.metadata
 
     async def _check_quality(self, step: ResultStep, answer: str) -> None:
@@ -216,6 +230,8 @@ class Replayer:
                 )
             )
         except PortError as exc:
+            if exc.billed is not None:
+                self.ledger.add(exc.billed)
             raise StepFailed(index, f"small model: {exc.code}: {exc.message}") from None
         self.ledger.add(reply)
         text = final_text(reply.content)

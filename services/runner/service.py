@@ -12,14 +12,16 @@ import zlib
 from dataclasses import dataclass
 
 import anyio
+import msgspec
 import structlog
 from anyio.abc import TaskStatus
 from nats.aio.msg import Msg
+from nats.js.kv import KeyValue
 
 from contracts import subjects as s
 from contracts.base import utc_now
 from contracts.executors import ActiveExecutor, ExecutorRef
-from contracts.llm import CompleteReply, CompleteRequest, TextEvent, ToolDefinition
+from contracts.llm import CompleteReply, CompleteRequest, TextEvent, ToolDefinition, Usage
 from contracts.runs import (
     ReplayOutcome,
     RunEvent,
@@ -34,14 +36,16 @@ from contracts.runs import (
 from contracts.tools import CloseSession, ExecTool, ListTools, SessionClosed, ToolList, ToolResult
 from services import __version__
 from services.kernel.bus import Bus
-from services.kernel.consumers import consume, durable_config
+from services.kernel.consumers import Reject, Retry, consume, durable_config
 from services.kernel.endpoints import Endpoint, start_service, stop_service
 from services.kernel.errors import RemoteError, ServiceError
 from services.kernel.ids import new_run_id, slug
+from services.kernel.lease import Lease, LeaseLost, run_key
 from services.kernel.logs import get_logger
 from services.kernel.run_store import RunStore
 from services.kernel.runtime import ServiceContext
 from services.kernel.secrets import redact
+from services.kernel.streams import KV_TTL_S
 from services.runner.accounting import Ledger
 from services.runner.agent_loop import AgentLoop, AgentOutcome
 from services.runner.ports import PortError, Ports, RunScope
@@ -52,6 +56,12 @@ from services.runner.transcript import TranscriptRecorder
 log = get_logger("rote.runner")
 
 LLM_TIMEOUT_S = 300.0
+# Deliveries of one run request (the consumer's max_deliver) before it is given up.
+MAX_DELIVERIES = 3
+# How often a delivery waiting on another runner's claim on its run looks again.
+CLAIM_POLL_S = 1.0
+# Bound what an unexpected error adds to an abandoned run's event.
+MAX_ABANDON_ERROR_CHARS = 500
 
 
 class ExecutorCache:
@@ -98,6 +108,24 @@ class ExecutorCache:
         return active
 
 
+def _billed(exc: RemoteError) -> CompleteReply | None:
+    """What a failed model call cost, when the llm service says the API billed it."""
+    details = exc.info.details or {}
+    if "cost_usd" not in details or "usage" not in details:
+        return None
+    try:
+        return CompleteReply(
+            id="billed-error",
+            model=str(details.get("model") or "unknown"),
+            content=[],
+            stop_reason=None,
+            usage=msgspec.convert(details["usage"], Usage),
+            cost_usd=float(details["cost_usd"]),
+        )
+    except (msgspec.ValidationError, TypeError, ValueError):
+        return None
+
+
 def bus_ports(bus: Bus, executors: ExecutorCache | None = None) -> Ports:
     """The runner's view of the llm, tools and compiler services, over NATS."""
     executors = executors or ExecutorCache(bus, ttl_s=0.0)
@@ -111,7 +139,7 @@ def bus_ports(bus: Bus, executors: ExecutorCache | None = None) -> Ports:
         try:
             return await bus.request(s.LLM_COMPLETE, request, CompleteReply, timeout=LLM_TIMEOUT_S)
         except RemoteError as exc:
-            raise PortError(exc.code, exc.message) from None
+            raise PortError(exc.code, exc.message, billed=_billed(exc)) from None
 
     async def exec_tool(request: ExecTool) -> ToolResult:
         timeout = request.timeout_s + 15
@@ -212,6 +240,7 @@ class Runner:
         self.executors = ExecutorCache(ctx.bus)
         self.ports = ports or bus_ports(ctx.bus, self.executors)
         self.store = RunStore(ctx.bus)
+        self._leases: KeyValue | None = None
 
     async def publish(self, event: RunEvent, msg_id: str) -> None:
         # An answer or an error can quote what a tool read (a config file, a page):
@@ -245,12 +274,111 @@ class Runner:
             run_id=request.run_id, task_id=request.task_id, attempt=attempt
         ):
             # The same run delivered twice (redelivery, a duplicate request past the
-            # de-duplication window) must never complete twice.
+            # de-duplication window) must never run twice: finished runs are acked, and
+            # one claim per run keeps a second delivery from running it alongside.
             done = await self.store.finished(request.run_id)
+            if done is None:
+                claimed = await self._claim(request.run_id)
+                if isinstance(claimed, Lease):
+                    try:
+                        await self._run_claimed(request, attempt, claimed)
+                    finally:
+                        await claimed.release()
+                    return
+                done = claimed
+            log.info("run_already_finished", status=done.status)
+
+    async def _lease_bucket(self) -> KeyValue:
+        if self._leases is None:
+            self._leases = await self.bus.js.key_value(s.BUCKET_LEASES)
+        return self._leases
+
+    async def _claim(self, run_id: str) -> Lease | RunEvent:
+        """The run's claim, once this delivery holds it; or the run's terminal event,
+        if the run finished meanwhile. While another runner holds the claim this waits:
+        the consumer's heartbeat keeps the delivery in progress, so it is neither
+        redelivered nor dropped (it may be the holder's own message, redelivered after a
+        blip). A dead holder's claim expires within the leases' TTL; then this takes over."""
+        claim = Lease(await self._lease_bucket(), run_key(run_id), ttl_s=KV_TTL_S[s.BUCKET_LEASES])
+        waited = False
+        while True:
+            if await claim.try_acquire():
+                if not waited:
+                    return claim  # handle() just saw the run unfinished
+                # The holder waited for may have finished the run, then let go.
+                try:
+                    done = await self.store.finished(run_id)
+                except BaseException:
+                    await claim.release()  # not left to block the run for a whole TTL
+                    raise
+                if done is None:
+                    log.info("run_claim_taken_over")
+                    return claim
+                await claim.release()
+                return done
+            done = await self.store.finished(run_id)
             if done is not None:
-                log.info("run_already_finished", status=done.status)
-                return
-            await self.execute(request, attempt)
+                return done
+            if not waited:
+                log.info("run_claimed_elsewhere", held_by=await claim.current_holder())
+                waited = True
+            await anyio.sleep(CLAIM_POLL_S)
+
+    async def _run_claimed(self, request: RunRequest, attempt: int, claim: Lease) -> None:
+        """Execute the run while renewing its claim. A claim that can no longer be
+        vouched for stops the run: another runner may be running it now."""
+        lost: LeaseLost | None = None
+        failure: Exception | None = None
+        ran = False
+        async with anyio.create_task_group() as tg:
+
+            async def keep() -> None:
+                nonlocal lost
+                try:
+                    await claim.keep()
+                except LeaseLost as exc:
+                    lost = exc
+                    tg.cancel_scope.cancel()
+
+            tg.start_soon(keep)
+            try:
+                await self.execute(request, attempt)
+                ran = True
+            except Exception as exc:  # settled below, outside the task group
+                failure = exc
+            finally:
+                tg.cancel_scope.cancel()
+        if lost is not None and not ran:
+            # Not abandoned even on the last delivery: whoever holds the claim now runs it.
+            log.warning("run_claim_lost", error=str(lost))
+            raise Retry(str(lost))
+        if failure is None:
+            return
+        if attempt < MAX_DELIVERIES:
+            raise failure  # redelivered: the next attempt may get through
+        await self._abandon(request, attempt, failure)
+        raise Reject(f"run {request.run_id} abandoned after {attempt} deliveries") from failure
+
+    async def _abandon(self, request: RunRequest, attempt: int, failure: Exception) -> None:
+        """The last permitted delivery broke: publish the run's terminal event, or the
+        run would stay `running` for good for whoever watches or asked for it."""
+        error = f"{type(failure).__name__}: {failure}"[:MAX_ABANDON_ERROR_CHARS]
+        log.error("run_abandoned", error=error, exc_info=failure)
+        await self.publish(
+            RunEvent(
+                task_id=request.task_id,
+                run_id=request.run_id,
+                event="failed",
+                at=utc_now(),
+                status="failed",
+                reason="abandoned",
+                # publish() masks secrets the error may quote.
+                error=f"unexpected error on the last of {MAX_DELIVERIES} deliveries: {error}",
+                origin=request.origin,
+                attempt=attempt,
+            ),
+            msg_id=f"{request.run_id}:finished",
+        )
 
     async def execute(self, request: RunRequest, attempt: int) -> RunEvent:
         spec = request.spec
@@ -303,7 +431,7 @@ class Runner:
             outcome = AgentOutcome(ok=False, reason="deadline", error=error, ledger=ledger)
         replayed = attempt_.source == "executor" and outcome.ok
         cost = ledger.cost_usd
-        saved = max(0.0, attempt_.full_run_cost_usd - cost) if replayed else 0.0
+        saved = attempt_.full_run_cost_usd - cost if replayed else 0.0  # not floored: see RunEvent
         with anyio.CancelScope(shield=True):
             await self.close_session(request.run_id)
             if outcome.error:
@@ -332,8 +460,15 @@ class Runner:
                 origin=request.origin,
                 attempt=attempt,
             )
-            # One terminal event per run: completed and failed share a Nats-Msg-Id.
-            await self.publish(finished, msg_id=f"{request.run_id}:finished")
+            # One terminal event per run: completed and failed share a Nats-Msg-Id. That
+            # dedupes only within the stream's window, and a run that outlived its
+            # deadline may meanwhile have been declared abandoned by the scheduler.
+            late = (utc_now() - request.requested_at).total_seconds() > spec.deadline_s
+            earlier = await self.store.finished(request.run_id) if late else None
+            if earlier is None:
+                await self.publish(finished, msg_id=f"{request.run_id}:finished")
+            else:
+                log.warning("run_outcome_dropped", already=earlier.reason or earlier.status)
         log.info(
             "run_finished",
             status=finished.status,
@@ -468,7 +603,10 @@ async def serve(
     )
     ack_wait = ctx.settings.runner_ack_wait_s
     config = durable_config(
-        s.CONSUMER_RUNNER, filter_subjects=[s.WORK_RUNS], ack_wait_s=ack_wait, max_deliver=3
+        s.CONSUMER_RUNNER,
+        filter_subjects=[s.WORK_RUNS],
+        ack_wait_s=ack_wait,
+        max_deliver=MAX_DELIVERIES,
     )
     try:
         await consume(

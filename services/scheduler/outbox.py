@@ -3,7 +3,7 @@
 Every task event is published on rote.evt.task.<task_id>.<event>. A dispatched run also
 becomes `rote.evt.run.<task>.<run>.requested` and a RunRequest on the work queue
 (Nats-Msg-Id = run_id), in that order, so a watcher sees "requested" before a runner can
-say "started". A run the scheduler abandoned becomes a `failed` run event.
+say "started". A run the scheduler abandoned becomes the run's terminal `failed` event.
 """
 
 from __future__ import annotations
@@ -104,7 +104,9 @@ def messages_for(e: Any, task_id: str) -> list[Message]:
                     reason=e.reason,
                     error=e.error,
                 ),
-                f"{e.run_id}:failed:scheduler",
+                # The runner's terminal msg-id: a late completion of this run is dropped
+                # by the stream, so runs.get and the scheduler's ledger stay agreed.
+                f"{e.run_id}:finished",
             )
         )
     out.append(

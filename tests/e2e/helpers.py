@@ -36,3 +36,13 @@ async def wait_for(bus: Bus, stream: str, subject: str, type_: type[T], timeout:
             if msgs:
                 return decode(msgs[-1].data, type_)
             await anyio.sleep(0.2)
+
+
+async def work_queue_settled(bus: Bus, timeout: float = 15.0) -> None:
+    """Every run request on the work queue delivered and acked (or terminated)."""
+    with anyio.fail_after(timeout):
+        while True:
+            info = await bus.js.consumer_info(s.STREAM_WORK, s.CONSUMER_RUNNER)
+            if info.num_pending == 0 and info.num_ack_pending == 0:
+                return
+            await anyio.sleep(0.05)

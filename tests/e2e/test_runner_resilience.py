@@ -14,15 +14,18 @@ import pytest
 
 from contracts import subjects as s
 from contracts.base import utc_now
+from contracts.llm import UsageEvent
 from contracts.runs import RunRequest, RunStarted, StartRun
 from contracts.tasks import TaskSpec
 from contracts.traces import Trace, TraceCaptured
 from services.demo.site import DemoSite
+from services.kernel.codec import decode
+from services.kernel.replay_read import read_all
 from services.kernel.runtime import open_stack
 from services.kernel.settings import Settings
 from services.standin.server import StandinServer
 from tests.e2e.conftest import Rig
-from tests.e2e.helpers import run_events, wait_finished, wait_for
+from tests.e2e.helpers import run_events, wait_finished, wait_for, work_queue_settled
 
 pytestmark = [pytest.mark.anyio, pytest.mark.browser, pytest.mark.slow]
 
@@ -56,6 +59,28 @@ async def test_bad_runs_end_with_their_reason(
         assert done.tokens["claude-sonnet-5-5"].calls == max_iterations
     if reason == "stuck":
         assert "3 times in a row" in (done.error or "")
+
+
+async def test_a_model_call_billed_but_unreadable_still_counts_in_the_runs_cost(
+    rig: Rig,
+) -> None:
+    """The model's last answer holds a block rote cannot carry: the run ends llm_error,
+    and its cost still includes that call, as the usage events say."""
+    spec = TaskSpec(
+        name="unreadable",
+        prompt=f"Open {rig.site.url}/news and report the top 3 headlines [standin:unsupported]",
+    )
+    run_id = await start(rig.stack.bus, spec)
+    done = await wait_finished(rig.stack.bus, run_id)
+    assert (done.status, done.reason) == ("failed", "llm_error"), done.error
+    usage = [
+        decode(m.data, UsageEvent)
+        for m in await read_all(rig.stack.bus.js, s.STREAM_ACTIVITY, s.llm_event(run_id, "usage"))
+    ]
+    sonnet = done.tokens["claude-sonnet-5-5"]
+    assert len(usage) == sonnet.calls >= 2  # the tool turns, and the unreadable answer
+    assert done.cost_usd == pytest.approx(sum(u.cost_usd for u in usage))
+    assert sonnet.output_tokens == sum(u.usage.output_tokens for u in usage)
 
 
 async def test_a_run_past_its_deadline_ends_with_deadline(rig: Rig) -> None:
@@ -104,17 +129,51 @@ async def test_a_finished_run_delivered_again_past_deduplication_is_not_run_agai
     # after the stream's duplicate window would send.
     again = RunRequest(run_id=run_id, task_id="news", spec=spec, requested_at=utc_now())
     await bus.publish_event(s.WORK_RUNS, again, msg_id=f"{run_id}:again")
-    with anyio.fail_after(15):
-        while True:
-            info = await bus.js.consumer_info(s.STREAM_WORK, s.CONSUMER_RUNNER)
-            if info.num_pending == 0 and info.num_ack_pending == 0:
-                break
-            await anyio.sleep(0.1)
+    await work_queue_settled(bus, timeout=15)
     await anyio.sleep(1)
     await sub.unsubscribe()
     assert seen == []  # not started, not completed a second time
     events = [e.event for e in await run_events(bus, run_id)]
     assert events == ["requested", "started", "completed"]
+
+
+async def test_a_run_delivered_again_while_it_runs_is_run_once(rig: Rig) -> None:
+    bus = rig.stack.bus
+    run_id = "twice-delivered"
+    # Core NATS sees every publish, including the ones the stream de-duplicates by
+    # Nats-Msg-Id: counting there catches a second execution, the stream cannot.
+    published: list[str] = []
+
+    async def watch(msg: object) -> None:
+        published.append(msg.subject.rsplit(".", 1)[-1])  # type: ignore[attr-defined]
+
+    subs = [
+        await bus.nc.subscribe(s.run_events_of(run_id=run_id), cb=watch),
+        await bus.nc.subscribe(s.llm_event(run_id, "usage"), cb=watch),
+    ]
+    # A slow first model turn keeps the run in flight while its request comes again.
+    rig.standin.inject(latency_ms=2500, latency_count=1)
+    spec = TaskSpec(name="news", prompt=f"Open {rig.site.url}/news and report the top 3 headlines")
+    await rig.stack.bus.request(
+        s.RUNS_START, StartRun(spec=spec, task_id="news", run_id=run_id), RunStarted
+    )
+    with anyio.fail_after(20):
+        while "started" not in [e.event for e in await run_events(bus, run_id)]:
+            await anyio.sleep(0.05)
+    # What a producer retrying past the duplicate window sends: the same run_id under
+    # a new Nats-Msg-Id. The runner's second slot takes it while the first runs.
+    again = RunRequest(run_id=run_id, task_id="news", spec=spec, requested_at=utc_now())
+    await bus.publish_event(s.WORK_RUNS, again, msg_id=f"{run_id}:again")
+    done = await wait_finished(bus, run_id)
+    await work_queue_settled(bus, timeout=20)
+    await anyio.sleep(1)
+    for sub in subs:
+        await sub.unsubscribe()
+    assert done.status == "completed", done.error
+    assert published.count("started") == 1
+    assert published.count("completed") + published.count("failed") == 1
+    # Every model call was paid once: the usage events are the single run's calls.
+    assert published.count("usage") == sum(t.calls for t in done.tokens.values())
 
 
 def _runner_process(
@@ -144,6 +203,14 @@ async def test_killed_runner_run_is_redelivered_and_completes_once(
         first = _runner_process(stack_settings, tmp_path / "r1", standin.url)
         assert first.stdout is not None
         await anyio.to_thread.run_sync(first.stdout.readline)  # "rote up: ..." = ready
+        # Core NATS sees every publish; the stream would hide a second completion
+        # published under the same Nats-Msg-Id.
+        published: list[str] = []
+
+        async def watch(msg: object) -> None:
+            published.append(msg.subject.rsplit(".", 1)[-1])  # type: ignore[attr-defined]
+
+        sub = await stack.bus.nc.subscribe(s.run_events_of(task_id="news"), cb=watch)
         # Make the model slow, so the run is surely in flight when the runner dies.
         standin.inject(latency_ms=1500, latency_count=2)
         spec = TaskSpec(name="news", prompt=f"Open {site.url}/news and report the top 3 headlines")
@@ -156,9 +223,14 @@ async def test_killed_runner_run_is_redelivered_and_completes_once(
 
         second = _runner_process(stack_settings, tmp_path / "r2", standin.url)
         try:
+            # The dead runner's claim on the run expires (the leases' TTL) before the
+            # redelivered request is taken over.
             done = await wait_finished(stack.bus, run_id, timeout=60)
             assert done.status == "completed" and done.attempt == 2
             await anyio.sleep(4)  # past another ack wait: nothing is redelivered again
+            await sub.unsubscribe()
+            assert published.count("completed") == 1 and "failed" not in published
+            assert published.count("started") == 2  # the dead runner's, then the second's
             events = [e.event for e in await run_events(stack.bus, run_id)]
             assert events.count("completed") == 1 and "failed" not in events
             assert events.count("started") == 2

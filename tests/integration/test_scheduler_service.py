@@ -28,9 +28,11 @@ from contracts.tasks import RunAccepted, TaskEvent, TaskList, TaskView
 from services.kernel.bus import Bus
 from services.kernel.codec import decode
 from services.kernel.consumers import durable_config, ensure_consumer
+from services.kernel.run_store import RunStore
 from services.kernel.runtime import ServiceContext
 from services.kernel.settings import Settings
 from services.kernel.streams import ensure_streams
+from services.runner.run_view import fold
 from services.scheduler.clock import Clock, ManualClock
 from services.scheduler.engine import SchedulerConfig
 from services.scheduler.service import serve
@@ -406,6 +408,53 @@ async def test_restart_with_a_run_past_its_deadline_marks_it_abandoned(
             # The slot is free again.
             runner.silent = False
             await ok(bus, s.TASKS_RUN, {"task_id": "doomed"}, RunAccepted)
+            await eventually(lambda: _ran(runner, 1))
+        tg.cancel_scope.cancel()
+
+
+async def test_a_running_scheduler_abandons_a_lost_run_with_its_terminal_event(
+    settings: Settings, bus: Bus
+) -> None:
+    clock = ManualClock(datetime.now(UTC))
+    runner = StandInRunner(bus)
+    runner.silent = True  # takes the run and is never heard of again
+    async with anyio.create_task_group() as tg:
+        await tg.start(runner.run)
+        async with scheduler(settings, bus, clock=clock, grace_s=30):
+            await ok(
+                bus, s.TASKS_CREATE, {"name": "lost", "prompt": "p", "deadline_s": 60}, TaskView
+            )
+            accepted = await ok(bus, s.TASKS_RUN, {"task_id": "lost"}, RunAccepted)
+            await eventually(lambda: _requested(runner, 1))
+            # No restart: the ticking scheduler notices the run outlived deadline + grace.
+            clock.advance(91)
+            subject = s.run_event("lost", accepted.run_id, "failed")
+            (failed,) = await stream_events(bus, subject, RunEvent, 1)
+            assert (failed.status, failed.reason) == ("failed", "abandoned")
+            # It is the run's one terminal event: the runner's own completion shares its
+            # Nats-Msg-Id, so a late one is dropped and runs.get agrees with runs.list.
+            stored = await bus.js.get_last_msg(s.STREAM_RUNS, subject)
+            assert (stored.headers or {}).get("Nats-Msg-Id") == f"{accepted.run_id}:finished"
+            late = RunEvent(
+                task_id="lost",
+                run_id=accepted.run_id,
+                event="completed",
+                at=datetime.now(UTC),
+                status="completed",
+            )
+            ack = await bus.publish_event(
+                s.run_event("lost", accepted.run_id, "completed"),
+                late,
+                msg_id=f"{accepted.run_id}:finished",
+            )
+            assert ack.duplicate
+            view = fold(await RunStore(bus).events(accepted.run_id))
+            assert view is not None and (view.status, view.reason) == ("failed", "abandoned")
+            (run,) = (await ok(bus, s.RUNS_LIST, {"task_id": "lost"}, RunList)).runs
+            assert (run.status, run.reason) == ("failed", "abandoned")
+            # One lost run does not block its task: the next one goes out.
+            runner.silent = False
+            await ok(bus, s.TASKS_RUN, {"task_id": "lost"}, RunAccepted)
             await eventually(lambda: _ran(runner, 1))
         tg.cancel_scope.cancel()
 

@@ -60,3 +60,31 @@ def test_a_step_that_recovers_on_retry_returns_its_output() -> None:
 
     assert anyio.run(replayer._with_retries, 0, flaky) == "items"
     assert len(calls) == 2
+
+
+def test_a_refusal_is_not_retried() -> None:
+    """tool_not_allowed, path_denied, a malformed request: asking again cannot help."""
+    replayer = _replayer(3)
+    calls: list[int] = []
+
+    async def refused() -> None:
+        calls.append(1)
+        raise StepFailed(0, "file_write: tool_not_allowed: not in allowed_tools", retryable=False)
+
+    async def main() -> None:
+        with pytest.raises(StepFailed, match="tool_not_allowed"):
+            await replayer._with_retries(0, refused)
+
+    anyio.run(main)
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize(
+    ("code", "retried"),
+    [("tool_not_allowed", False), ("path_denied", False), ("invalid_request", False),
+     ("timeout", True), ("element_not_found", True), ("unavailable", True)],
+)  # fmt: skip
+def test_which_tool_errors_are_worth_a_retry(code: str, retried: bool) -> None:
+    from services.runner.replay import _refused
+
+    assert _refused(code) is not retried

@@ -1,0 +1,210 @@
+"""How the runner settles a run's deliveries over real NATS: one claim per run (a second
+delivery waits while a live runner holds it, takes over when that runner dies), and a
+terminal `failed` event when the last permitted delivery breaks.
+
+Only the runner runs here; where a run needs another service, a small stand-in answers
+at the bus boundary, and the test plays the other runner through the same lease.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import timedelta
+
+import anyio
+import pytest
+from nats.aio.msg import Msg
+from nats.js.errors import KeyNotFoundError
+
+from contracts import subjects as s
+from contracts.base import utc_now
+from contracts.runs import RunEvent, RunRef, RunRequest, RunStarted, RunView, StartRun
+from contracts.tasks import TaskSpec
+from services.kernel.bus import Bus
+from services.kernel.lease import Lease, run_key
+from services.kernel.run_store import RunStore
+from services.kernel.runtime import open_stack
+from services.kernel.settings import Settings
+from services.kernel.streams import KV_TTL_S
+from services.runner.service import MAX_DELIVERIES
+from tests.e2e.helpers import work_queue_settled
+
+pytestmark = pytest.mark.anyio
+
+SPEC = TaskSpec(name="claimed", prompt="Read the news")
+
+
+@dataclass
+class Watch:
+    """Run events as published (core NATS): the stream would hide a second publish of
+    the same Nats-Msg-Id, this does not."""
+
+    published: list[str]
+
+    def count(self, event: str) -> int:
+        return self.published.count(event)
+
+
+@pytest.fixture
+async def runner_bus(settings: Settings) -> AsyncIterator[Bus]:
+    # A short ack wait: a delivery not kept in progress would be redelivered within a test.
+    async with open_stack(settings.with_(runner_ack_wait_s=1.0), ["runner"]) as stack:
+        yield stack.bus
+
+
+async def watch(bus: Bus, run_id: str) -> Watch:
+    seen = Watch([])
+
+    async def on(msg: Msg) -> None:
+        seen.published.append(msg.subject.rsplit(".", 1)[-1])
+
+    await bus.nc.subscribe(s.run_events_of(run_id=run_id), cb=on)
+    return seen
+
+
+async def start(bus: Bus, run_id: str) -> None:
+    await bus.request(
+        s.RUNS_START, StartRun(spec=SPEC, task_id="claimed", run_id=run_id), RunStarted
+    )
+
+
+async def finished(bus: Bus, run_id: str, timeout: float = 30) -> RunEvent:
+    store = RunStore(bus)
+    with anyio.fail_after(timeout):
+        while (done := await store.finished(run_id)) is None:
+            await anyio.sleep(0.1)
+    return done
+
+
+async def other_runners_claim(bus: Bus, run_id: str) -> Lease:
+    claim = Lease(
+        await bus.js.key_value(s.BUCKET_LEASES),
+        run_key(run_id),
+        ttl_s=KV_TTL_S[s.BUCKET_LEASES],
+        holder="other-runner",
+    )
+    assert await claim.try_acquire()
+    return claim
+
+
+async def test_the_last_failed_delivery_ends_the_run_failed_abandoned(runner_bus: Bus) -> None:
+    bus, run_id = runner_bus, "breaks-every-time"
+    # A tools service that answers what this runner cannot read (a peer on another
+    # contract version): an unexpected error on every delivery, not a run outcome.
+    calls = 0
+
+    async def unreadable_tools(msg: Msg) -> None:
+        nonlocal calls
+        calls += 1
+        await msg.respond(b'{"tools": "not a list"}')
+
+    await bus.nc.subscribe(s.TOOLS_LIST, cb=unreadable_tools)
+    seen = await watch(bus, run_id)
+    await start(bus, run_id)
+
+    done = await finished(bus, run_id)
+    assert (done.event, done.status, done.reason) == ("failed", "failed", "abandoned")
+    assert done.error is not None
+    assert f"{MAX_DELIVERIES} deliveries" in done.error and "Expected `array`" in done.error
+    assert done.attempt == MAX_DELIVERIES and calls == MAX_DELIVERIES
+    await work_queue_settled(bus)  # terminated, not left to a redelivery
+    await anyio.sleep(0.5)
+    assert seen.count("started") == MAX_DELIVERIES and seen.count("failed") == 1
+    assert "completed" not in seen.published
+    # The operator's view agrees: not `running` forever.
+    view = await bus.request(s.RUNS_GET, RunRef(run_id=run_id), RunView)
+    assert (view.status, view.reason) == ("failed", "abandoned")
+    # ...and the run's claim went with it.
+    with pytest.raises(KeyNotFoundError):
+        await (await bus.js.key_value(s.BUCKET_LEASES)).get(run_key(run_id))
+
+
+async def test_a_delivery_of_a_run_held_elsewhere_waits_and_acks_once_it_finished(
+    runner_bus: Bus,
+) -> None:
+    bus, run_id = runner_bus, "held-elsewhere"
+    claim = await other_runners_claim(bus, run_id)
+    seen = await watch(bus, run_id)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(claim.keep)  # the other runner is alive and renewing
+        await start(bus, run_id)
+        await anyio.sleep(3.5)  # three ack waits and more
+        # Not run here, and not dropped either: kept in progress, never redelivered.
+        info = await bus.js.consumer_info(s.STREAM_WORK, s.CONSUMER_RUNNER)
+        assert (info.num_ack_pending, info.num_redelivered) == (1, 0)
+        assert seen.published == ["requested"]
+        # The other runner finishes the run, then lets its claim go.
+        completed = RunEvent(
+            task_id="claimed",
+            run_id=run_id,
+            event="completed",
+            at=utc_now(),
+            status="completed",
+            source="full_llm",
+            result="done elsewhere",
+        )
+        await bus.publish_event(
+            s.run_event("claimed", run_id, "completed"), completed, msg_id=f"{run_id}:finished"
+        )
+        tg.cancel_scope.cancel()
+    await claim.release()
+    await work_queue_settled(bus)
+    assert seen.published == ["requested", "completed"]  # acked as a duplicate
+    assert (await finished(bus, run_id)).result == "done elsewhere"
+
+
+async def test_a_delivery_takes_over_a_run_whose_holder_died(runner_bus: Bus) -> None:
+    bus, run_id = runner_bus, "holder-died"
+    await other_runners_claim(bus, run_id)  # ...and that runner dies: no renewal
+    seen = await watch(bus, run_id)
+    await start(bus, run_id)
+    await anyio.sleep(2)
+    assert seen.published == ["requested"]
+    # Within the leases' TTL the claim expires and this runner runs the run. (No tools
+    # service answers here, so it ends `tool_error`; what matters is that it ran once.)
+    done = await finished(bus, run_id, timeout=KV_TTL_S[s.BUCKET_LEASES] + 10)
+    assert (done.status, done.reason, done.attempt) == ("failed", "tool_error", 1)
+    await work_queue_settled(bus)
+    assert seen.published == ["requested", "started", "failed"]
+
+
+async def test_a_run_declared_abandoned_while_it_ran_late_keeps_that_one_ending(
+    runner_bus: Bus,
+) -> None:
+    """The scheduler gives up on a run past its deadline (plus grace) and publishes its
+    terminal event; past the stream's duplicate window, the runner's own late outcome
+    must not become a second one."""
+    bus, run_id = runner_bus, "outlived"
+    seen = await watch(bus, run_id)
+    abandoned = RunEvent(
+        task_id="claimed",
+        run_id=run_id,
+        event="failed",
+        at=utc_now(),
+        status="failed",
+        reason="abandoned",
+        error="no outcome reported within deadline",
+    )
+
+    async def slow_tools(msg: Msg) -> None:
+        # While the run waits on its tools, the scheduler declares it abandoned (with a
+        # message id of its own: the duplicate window has long passed).
+        await bus.publish_event(
+            s.run_event("claimed", run_id, "failed"), abandoned, msg_id=f"{run_id}:late"
+        )
+        await msg.respond(b'{"tools": []}')
+
+    await bus.nc.subscribe(s.TOOLS_LIST, cb=slow_tools)
+    request = RunRequest(
+        run_id=run_id,
+        task_id="claimed",
+        spec=TaskSpec(name="claimed", prompt="Read the news", deadline_s=30),
+        requested_at=utc_now() - timedelta(seconds=120),  # dispatched long ago
+    )
+    await bus.publish_event(s.WORK_RUNS, request, msg_id=run_id)
+    await work_queue_settled(bus, timeout=30)
+    await anyio.sleep(0.5)
+    assert seen.published == ["started", "failed"]  # the scheduler's, and no other
+    done = await finished(bus, run_id)
+    assert done.reason == "abandoned"
