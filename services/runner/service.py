@@ -66,9 +66,10 @@ MAX_ABANDON_ERROR_CHARS = 500
 
 class ExecutorCache:
     """Each task's active executor, as the compiler last said, kept until an executor
-    event for that task (compiled, superseded, invalidated, a replay recorded...) or
-    `ttl_s` passes. Every run asks for its executor; without this each would wait on
-    the compiler, which then caps how many runs a second the whole system does."""
+    event for that task (compiled, superseded, invalidated, a replay or a full run
+    recorded...) or `ttl_s` passes. Every run asks for its executor; without this each
+    would wait on the compiler, which then caps how many runs a second the whole system
+    does."""
 
     def __init__(self, bus: Bus, ttl_s: float = 30.0) -> None:
         self.bus = bus
