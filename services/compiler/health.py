@@ -69,7 +69,9 @@ class Skipped(_Ev, tag="skipped"):
 class ReplaySucceeded(_Ev, tag="replay_succeeded"):
     version: int
     run_id: str
-    attempt: int = 1  # the run's delivery attempt
+    # The run's delivery attempt; None in events recorded before outcomes were counted
+    # per attempt (then the run counted once, whatever the attempt).
+    attempt: int | None = None
     tokens: int = 0
     cost_usd: float = 0.0
     cost_saved_usd: float = 0.0  # as the run event reported it; may be negative
@@ -78,7 +80,7 @@ class ReplaySucceeded(_Ev, tag="replay_succeeded"):
 class ReplayFailed(_Ev, tag="replay_failed"):
     version: int
     run_id: str
-    attempt: int = 1
+    attempt: int | None = None  # as in ReplaySucceeded
     step: int | None = None
     reason: str = ""
     tokens: int = 0
@@ -178,10 +180,17 @@ def new(task_id: str) -> Health:
     return Health(task_id=task_id)
 
 
-def replay_key(run_id: str, attempt: int) -> str:
+def replay_key(run_id: str, attempt: int | None) -> str:
     # Per attempt, not per run: a redelivered run replays again, and that replay's
-    # outcome is news; the same attempt's outcome delivered twice is not.
-    return f"replay:{run_id}:{attempt}"
+    # outcome is news; the same attempt's outcome delivered twice is not. Without an
+    # attempt (recorded by an earlier version), the key is the run's alone.
+    return f"replay:{run_id}" if attempt is None else f"replay:{run_id}:{attempt}"
+
+
+def _replay_seen(health: Health, run_id: str, attempt: int) -> bool:
+    # A run whose outcome was recorded under the earlier per-run rule (its event or a
+    # snapshot holds the run's key alone) keeps that rule: nothing more counts for it.
+    return replay_key(run_id, attempt) in health.seen or replay_key(run_id, None) in health.seen
 
 
 def _remember(health: Health, key: str) -> None:
@@ -439,7 +448,7 @@ def decide_replay(
     cost_saved_usd: float = 0.0,
 ) -> list[HealthEvent]:
     """`cost_saved_usd` is the run event's, recorded as is (see the module's rules)."""
-    if replay_key(run_id, attempt) in health.seen:
+    if _replay_seen(health, run_id, attempt):
         return []
     state = health.version(version)
     if state is None:

@@ -44,10 +44,20 @@ class RunStore:
         return found
 
     async def finished(self, run_id: str) -> RunEvent | None:
-        """The run's terminal event, if it has one. A terminal event is always a run's
-        last, so one look at the last event answers."""
+        """The run's terminal event, if it has one. Usually that is the run's last
+        event, and one look answers. But a runner that went on after the scheduler
+        abandoned the run (its deadline long past) may have published `started` or
+        `replay_failed` after the terminal event: then the terminal subjects are asked."""
         event = await self.last_event(run_id)
-        return event if event is not None and event.event in TERMINAL else None
+        if event is None or event.event in TERMINAL:
+            return event
+        if event.event == "requested":
+            return None  # nothing happened after the request: nothing can hide
+        for name in TERMINAL:
+            found = await self.last_event(run_id, name)
+            if found is not None:
+                return found
+        return None
 
     async def save_transcript(self, data: bytes, run_id: str) -> None:
         """`data`: an encoded Transcript, already bounded to fit one message."""

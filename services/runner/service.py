@@ -64,6 +64,12 @@ CLAIM_POLL_S = 1.0
 MAX_ABANDON_ERROR_CHARS = 500
 
 
+def abandon_error(failure: BaseException) -> str:
+    """What an abandoned run's event says broke it: masked before it is cut, since a
+    secret cut in half would no longer be recognised as one."""
+    return redact(f"{type(failure).__name__}: {failure}")[:MAX_ABANDON_ERROR_CHARS]
+
+
 class ExecutorCache:
     """Each task's active executor, as the compiler last said, kept until an executor
     event for that task (compiled, superseded, invalidated, a replay or a full run
@@ -275,19 +281,23 @@ class Runner:
             run_id=request.run_id, task_id=request.task_id, attempt=attempt
         ):
             # The same run delivered twice (redelivery, a duplicate request past the
-            # de-duplication window) must never run twice: finished runs are acked, and
-            # one claim per run keeps a second delivery from running it alongside.
-            done = await self.store.finished(request.run_id)
-            if done is None:
+            # de-duplication window) must never run twice: one claim per run keeps a
+            # second delivery from running it alongside, and a run found finished once
+            # the claim is held is only acked.
+            try:
                 claimed = await self._claim(request.run_id)
-                if isinstance(claimed, Lease):
-                    try:
-                        await self._run_claimed(request, attempt, claimed)
-                    finally:
-                        await claimed.release()
-                    return
-                done = claimed
-            log.info("run_already_finished", status=done.status)
+            except Exception as exc:
+                if attempt < MAX_DELIVERIES:
+                    raise  # redelivered: NATS may be back by then
+                await self._give_up(request, attempt, exc)
+                raise Reject(f"run {request.run_id}: no claim on the last delivery") from exc
+            if isinstance(claimed, RunEvent):
+                log.info("run_already_finished", status=claimed.status)
+                return
+            try:
+                await self._run_claimed(request, attempt, claimed)
+            finally:
+                await claimed.release()
 
     async def _lease_bucket(self) -> KeyValue:
         if self._leases is None:
@@ -296,24 +306,24 @@ class Runner:
 
     async def _claim(self, run_id: str) -> Lease | RunEvent:
         """The run's claim, once this delivery holds it; or the run's terminal event,
-        if the run finished meanwhile. While another runner holds the claim this waits:
-        the consumer's heartbeat keeps the delivery in progress, so it is neither
+        if the run has finished. While another runner holds the claim this waits: the
+        consumer's heartbeat keeps the delivery in progress, so it is neither
         redelivered nor dropped (it may be the holder's own message, redelivered after a
         blip). A dead holder's claim expires within the leases' TTL; then this takes over."""
         claim = Lease(await self._lease_bucket(), run_key(run_id), ttl_s=KV_TTL_S[s.BUCKET_LEASES])
         waited = False
         while True:
             if await claim.try_acquire():
-                if not waited:
-                    return claim  # handle() just saw the run unfinished
-                # The holder waited for may have finished the run, then let go.
+                # Looked at only now that no one else can be running it: a holder may
+                # have finished the run and let go just before.
                 try:
                     done = await self.store.finished(run_id)
                 except BaseException:
                     await claim.release()  # not left to block the run for a whole TTL
                     raise
                 if done is None:
-                    log.info("run_claim_taken_over")
+                    if waited:
+                        log.info("run_claim_taken_over")
                     return claim
                 await claim.release()
                 return done
@@ -350,36 +360,48 @@ class Runner:
             finally:
                 tg.cancel_scope.cancel()
         if lost is not None and not ran:
-            # Not abandoned even on the last delivery: whoever holds the claim now runs it.
             log.warning("run_claim_lost", error=str(lost))
-            raise Retry(str(lost))
+            if attempt < MAX_DELIVERIES:
+                raise Retry(str(lost))
+            # No delivery comes after this one: unless another runner holds the claim
+            # now (and will finish the run), the run ends here, abandoned.
+            try:
+                holder = await claim.current_holder()
+            except Exception:
+                holder = None
+            if holder is not None and holder != claim.holder:
+                raise Retry(str(lost))
+            await self._give_up(request, attempt, lost)
+            raise Reject(f"run {request.run_id} abandoned: {lost}")
         if failure is None:
             return
         if attempt < MAX_DELIVERIES:
             raise failure  # redelivered: the next attempt may get through
-        await self._abandon(request, attempt, failure)
+        await self._give_up(request, attempt, failure)
         raise Reject(f"run {request.run_id} abandoned after {attempt} deliveries") from failure
 
-    async def _abandon(self, request: RunRequest, attempt: int, failure: Exception) -> None:
+    async def _give_up(self, request: RunRequest, attempt: int, failure: Exception) -> None:
         """The last permitted delivery broke: publish the run's terminal event, or the
         run would stay `running` for good for whoever watches or asked for it."""
-        error = f"{type(failure).__name__}: {failure}"[:MAX_ABANDON_ERROR_CHARS]
-        log.error("run_abandoned", error=error, exc_info=failure)
-        await self.publish(
-            RunEvent(
-                task_id=request.task_id,
-                run_id=request.run_id,
-                event="failed",
-                at=utc_now(),
-                status="failed",
-                reason="abandoned",
-                # publish() masks secrets the error may quote.
-                error=f"unexpected error on the last of {MAX_DELIVERIES} deliveries: {error}",
-                origin=request.origin,
-                attempt=attempt,
-            ),
-            msg_id=f"{request.run_id}:finished",
-        )
+        error = abandon_error(failure)
+        log.error("run_abandoned", error=error)
+        try:
+            await self.publish(
+                RunEvent(
+                    task_id=request.task_id,
+                    run_id=request.run_id,
+                    event="failed",
+                    at=utc_now(),
+                    status="failed",
+                    reason="abandoned",
+                    error=f"unexpected error on the last of {MAX_DELIVERIES} deliveries: {error}",
+                    origin=request.origin,
+                    attempt=attempt,
+                ),
+                msg_id=f"{request.run_id}:finished",
+            )
+        except Exception as exc:  # NATS gone too: the scheduler's recovery is what is left
+            log.error("run_abandon_unpublished", error=str(exc))
 
     async def execute(self, request: RunRequest, attempt: int) -> RunEvent:
         spec = request.spec

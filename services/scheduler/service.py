@@ -151,10 +151,14 @@ async def _reject(bus: Bus, msg: Msg, verb: str, error: ServiceError, msg_id: st
 
 def intake_key(msg: Msg) -> str:
     """The idempotency key of an intake command: its Nats-Msg-Id, else its place in the
-    stream, so a command sent by a plain `nats pub` is still applied once when it is
-    redelivered (the scheduler stopped after applying it, before its ack)."""
+    stream and the time it was stored, so a command sent by a plain `nats pub` is still
+    applied once when it is redelivered (the scheduler stopped after applying it, before
+    its ack). The time tells apart commands of a stream recreated from sequence 1."""
     msg_id = (msg.headers or {}).get(s.HEADER_MSG_ID)
-    return msg_id or f"{s.STREAM_INTAKE}:{msg.metadata.sequence.stream}"
+    if msg_id:
+        return msg_id
+    meta = msg.metadata
+    return f"{s.STREAM_INTAKE}:{meta.sequence.stream}:{meta.timestamp.isoformat()}"
 
 
 async def _intake_one(bus: Bus, engine: Scheduler, msg: Msg) -> None:

@@ -208,3 +208,62 @@ async def test_a_run_declared_abandoned_while_it_ran_late_keeps_that_one_ending(
     assert seen.published == ["started", "failed"]  # the scheduler's, and no other
     done = await finished(bus, run_id)
     assert done.reason == "abandoned"
+
+
+async def test_a_claim_lost_on_the_last_delivery_with_no_one_holding_it_ends_the_run(
+    runner_bus: Bus,
+) -> None:
+    """No delivery comes after the last: if its claim is lost and no other runner holds
+    one (NATS lost the key, an operator removed it), the run ends `abandoned` rather
+    than `running` for good."""
+    bus, run_id = runner_bus, "claim-lost"
+    leases = await bus.js.key_value(s.BUCKET_LEASES)
+    calls = 0
+
+    async def tools(msg: Msg) -> None:
+        nonlocal calls
+        calls += 1
+        if calls < MAX_DELIVERIES:
+            await msg.respond(b'{"tools": "not a list"}')  # the early deliveries break
+            return
+        await leases.delete(run_key(run_id))  # the claim is gone under the runner
+        await anyio.sleep(KV_TTL_S[s.BUCKET_LEASES] / 3 + 2)  # past its next renewal
+        await msg.respond(b'{"tools": []}')
+
+    await bus.nc.subscribe(s.TOOLS_LIST, cb=tools)
+    seen = await watch(bus, run_id)
+    await start(bus, run_id)
+    done = await finished(bus, run_id, timeout=40)
+    assert (done.status, done.reason, done.attempt) == ("failed", "abandoned", MAX_DELIVERIES)
+    assert "lease" in (done.error or "")
+    await work_queue_settled(bus)
+    assert seen.count("failed") == 1 and "completed" not in seen.published
+
+
+async def test_a_terminal_event_hidden_behind_a_later_start_is_still_found(
+    runner_bus: Bus,
+) -> None:
+    """The scheduler abandoned the run, then a late delivery published `started`: the
+    run is finished all the same, and a delivery after that must not run it."""
+    bus, run_id = runner_bus, "hidden-end"
+    store = RunStore(bus)
+
+    def event(name: str, status: str, **fields: object) -> RunEvent:
+        return RunEvent(
+            task_id="claimed", run_id=run_id, event=name, at=utc_now(), status=status, **fields
+        )  # type: ignore[arg-type]
+
+    await bus.publish_event(
+        s.run_event("claimed", run_id, "requested"), event("requested", "requested"), msg_id="h1"
+    )
+    assert await store.finished(run_id) is None
+    await bus.publish_event(
+        s.run_event("claimed", run_id, "failed"),
+        event("failed", "failed", reason="abandoned"),
+        msg_id="h2",
+    )
+    await bus.publish_event(
+        s.run_event("claimed", run_id, "started"), event("started", "running"), msg_id="h3"
+    )
+    done = await store.finished(run_id)
+    assert done is not None and done.reason == "abandoned"

@@ -127,6 +127,27 @@ def test_a_redelivered_run_that_replays_again_counts_each_attempt_once() -> None
     assert wire is not None and (wire.run_id, wire.attempt) == ("x1", 2)
 
 
+def test_a_run_counted_before_outcomes_were_per_attempt_is_not_counted_again() -> None:
+    """Stored by the earlier version: an outcome without an attempt, and a snapshot whose
+    remembered keys are per run. A redelivery of that run's later attempt after the
+    upgrade must not count a second time."""
+    state = h.new("t")
+    compiled(state, "r1")
+    # What a stored event without the field decodes as.
+    old_event = h.ReplayFailed(at=T0, version=1, run_id="x1", reason="gone")
+    assert isinstance(old_event, h.ReplayFailed) and old_event.attempt is None
+    run(state, [old_event])
+    assert outcome(state, "x1", False, attempt=2) == []
+    assert outcome(state, "x1", True, attempt=3) == []
+    assert state.versions[0].failure_count == 1
+
+    snapshot = h.new("t")
+    compiled(snapshot, "r1")
+    snapshot.seen["replay:x2"] = 1  # as an earlier version remembered a counted run
+    assert outcome(snapshot, "x2", True, attempt=2) == []
+    assert outcome(snapshot, "x3", True, attempt=1)  # other runs count as before
+
+
 def test_outcomes_of_unknown_versions_record_nothing() -> None:
     state = h.new("t")
     compiled(state, "r1")

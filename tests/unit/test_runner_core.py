@@ -160,3 +160,16 @@ def test_a_replay_cut_off_by_the_deadline_is_a_failed_replay_whose_cost_counts()
     # Once the replay's outcome is known (it finished, then path B ran), nothing changes.
     attempt.cut_off_replay(run_ledger, "again")
     assert run_ledger.cost_usd == 0.00002 and replay.reason == "the run passed its 3 s deadline"
+
+
+def test_an_abandoned_runs_error_never_carries_part_of_a_secret() -> None:
+    from services.kernel.secrets import register_secret
+    from services.runner.service import MAX_ABANDON_ERROR_CHARS, abandon_error
+
+    secret = "hunter2-db-password-XYZ"
+    register_secret(secret)
+    # The secret straddles the cut: cutting first would leave "hunter2-db-pa" readable.
+    prefix = "x" * (MAX_ABANDON_ERROR_CHARS - len("RuntimeError: ") - 10)
+    error = abandon_error(RuntimeError(prefix + secret + " and more"))
+    assert len(error) <= MAX_ABANDON_ERROR_CHARS
+    assert "hunter2" not in error
