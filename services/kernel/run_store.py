@@ -43,16 +43,19 @@ class RunStore:
                 found.append(event)
         return found
 
-    async def finished(self, run_id: str) -> RunEvent | None:
+    async def finished(self, run_id: str, *, thorough: bool = False) -> RunEvent | None:
         """The run's terminal event, if it has one. Usually that is the run's last
         event, and one look answers. But a runner that went on after the scheduler
         abandoned the run (its deadline long past) may have published `started` or
-        `replay_failed` after the terminal event: then the terminal subjects are asked."""
+        `replay_failed` after the terminal event: then the terminal subjects are asked.
+        `thorough` asks them after a last `requested` too: a request republished past
+        the stream's duplicate window (an outbox relay that crashed before saving its
+        position) can follow the run's end."""
         event = await self.last_event(run_id)
         if event is None or event.event in TERMINAL:
             return event
-        if event.event == "requested":
-            return None  # nothing happened after the request: nothing can hide
+        if event.event == "requested" and not thorough:
+            return None
         for name in TERMINAL:
             found = await self.last_event(run_id, name)
             if found is not None:

@@ -20,6 +20,8 @@ log = get_logger("rote.streams")
 
 DAY = 24 * 3600.0
 MB = 1024 * 1024
+# How long a stream drops a message whose Nats-Msg-Id it has already stored.
+DUPLICATE_WINDOW_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -28,7 +30,7 @@ class StreamSpec:
     description: str
     retention: RetentionPolicy
     max_age_s: float
-    duplicate_window_s: float = 120.0
+    duplicate_window_s: float = DUPLICATE_WINDOW_S
     max_msg_size: int = MB
 
     @property

@@ -45,7 +45,7 @@ from services.kernel.logs import get_logger
 from services.kernel.run_store import RunStore
 from services.kernel.runtime import ServiceContext
 from services.kernel.secrets import redact
-from services.kernel.streams import KV_TTL_S
+from services.kernel.streams import DUPLICATE_WINDOW_S, KV_TTL_S
 from services.runner.accounting import Ledger
 from services.runner.agent_loop import AgentLoop, AgentOutcome
 from services.runner.ports import PortError, Ports, RunScope
@@ -285,11 +285,15 @@ class Runner:
             # second delivery from running it alongside, and a run found finished once
             # the claim is held is only acked.
             try:
-                claimed = await self._claim(request.run_id)
+                claimed = await self._claim(request)
             except Exception as exc:
                 if attempt < MAX_DELIVERIES:
                     raise  # redelivered: NATS may be back by then
-                await self._give_up(request, attempt, exc)
+                # No delivery comes after this one. The error may have struck while
+                # another runner holds the claim and runs the run: only a claim known
+                # to be free makes this run abandoned.
+                if await self._claim_free(request.run_id, mine=None):
+                    await self._give_up(request, attempt, exc)
                 raise Reject(f"run {request.run_id}: no claim on the last delivery") from exc
             if isinstance(claimed, RunEvent):
                 log.info("run_already_finished", status=claimed.status)
@@ -304,20 +308,40 @@ class Runner:
             self._leases = await self.bus.js.key_value(s.BUCKET_LEASES)
         return self._leases
 
-    async def _claim(self, run_id: str) -> Lease | RunEvent:
+    async def _claim_free(self, run_id: str, mine: str | None) -> bool:
+        """Whether the run's claim is known to be free, or still ours: not merely
+        unreadable (NATS trouble is the usual reason a claim was lost)."""
+        for tried in range(3):
+            if tried:
+                await anyio.sleep(1.0)
+            try:
+                holder = await Lease(
+                    await self._lease_bucket(), run_key(run_id), ttl_s=KV_TTL_S[s.BUCKET_LEASES]
+                ).current_holder()
+            except Exception as exc:
+                log.warning("run_claim_unreadable", error=str(exc))
+                continue
+            return holder is None or holder == mine
+        return False
+
+    async def _claim(self, request: RunRequest) -> Lease | RunEvent:
         """The run's claim, once this delivery holds it; or the run's terminal event,
         if the run has finished. While another runner holds the claim this waits: the
         consumer's heartbeat keeps the delivery in progress, so it is neither
         redelivered nor dropped (it may be the holder's own message, redelivered after a
         blip). A dead holder's claim expires within the leases' TTL; then this takes over."""
+        run_id = request.run_id
         claim = Lease(await self._lease_bucket(), run_key(run_id), ttl_s=KV_TTL_S[s.BUCKET_LEASES])
+        # A request older than the duplicate window may be a republished one, arriving
+        # after the run it asks for has ended: look past a last `requested` event.
+        thorough = (utc_now() - request.requested_at).total_seconds() > DUPLICATE_WINDOW_S
         waited = False
         while True:
             if await claim.try_acquire():
                 # Looked at only now that no one else can be running it: a holder may
                 # have finished the run and let go just before.
                 try:
-                    done = await self.store.finished(run_id)
+                    done = await self.store.finished(run_id, thorough=thorough)
                 except BaseException:
                     await claim.release()  # not left to block the run for a whole TTL
                     raise
@@ -327,7 +351,7 @@ class Runner:
                     return claim
                 await claim.release()
                 return done
-            done = await self.store.finished(run_id)
+            done = await self.store.finished(run_id, thorough=thorough)
             if done is not None:
                 return done
             if not waited:
@@ -363,13 +387,9 @@ class Runner:
             log.warning("run_claim_lost", error=str(lost))
             if attempt < MAX_DELIVERIES:
                 raise Retry(str(lost))
-            # No delivery comes after this one: unless another runner holds the claim
-            # now (and will finish the run), the run ends here, abandoned.
-            try:
-                holder = await claim.current_holder()
-            except Exception:
-                holder = None
-            if holder is not None and holder != claim.holder:
+            # No delivery comes after this one: unless another runner may hold the
+            # claim now (and will finish the run), the run ends here, abandoned.
+            if not await self._claim_free(request.run_id, mine=claim.holder):
                 raise Retry(str(lost))
             await self._give_up(request, attempt, lost)
             raise Reject(f"run {request.run_id} abandoned: {lost}")
@@ -384,6 +404,11 @@ class Runner:
         """The last permitted delivery broke: publish the run's terminal event, or the
         run would stay `running` for good for whoever watches or asked for it."""
         error = abandon_error(failure)
+        try:
+            if await self.store.finished(request.run_id, thorough=True) is not None:
+                return  # it ended meanwhile (or another delivery ended it): one ending
+        except Exception as exc:
+            log.warning("run_finished_unknown", error=str(exc))
         log.error("run_abandoned", error=error)
         try:
             await self.publish(

@@ -267,3 +267,38 @@ async def test_a_terminal_event_hidden_behind_a_later_start_is_still_found(
     )
     done = await store.finished(run_id)
     assert done is not None and done.reason == "abandoned"
+
+
+async def test_a_request_republished_after_the_run_ended_is_not_run_again(
+    runner_bus: Bus,
+) -> None:
+    """An outbox relay that crashed before saving its position republishes, past the
+    duplicate window, a run's `requested` event and its work request after the run
+    has ended: the run's last event is `requested` again, and still it must not run."""
+    bus, run_id = runner_bus, "republished"
+    long_ago = utc_now() - timedelta(minutes=10)
+
+    def event(name: str, status: str) -> RunEvent:
+        return RunEvent(task_id="claimed", run_id=run_id, event=name, at=long_ago, status=status)
+
+    for name, status in (("requested", "requested"), ("started", "running")):
+        await bus.publish_event(
+            s.run_event("claimed", run_id, name), event(name, status), msg_id=f"{run_id}:{name}"
+        )
+    await bus.publish_event(
+        s.run_event("claimed", run_id, "completed"),
+        event("completed", "completed"),
+        msg_id=f"{run_id}:finished",
+    )
+    seen = await watch(bus, run_id)
+    # The republish: new message ids, as the stream no longer remembers the old ones.
+    await bus.publish_event(
+        s.run_event("claimed", run_id, "requested"),
+        event("requested", "requested"),
+        msg_id=f"{run_id}:requested:again",
+    )
+    request = RunRequest(run_id=run_id, task_id="claimed", spec=SPEC, requested_at=long_ago)
+    await bus.publish_event(s.WORK_RUNS, request, msg_id=f"{run_id}:again")
+    await work_queue_settled(bus)
+    await anyio.sleep(0.5)
+    assert seen.published == ["requested"]  # acked: no start, no second ending
