@@ -303,10 +303,11 @@ class Runner:
             finally:
                 await claimed.release()
 
-    async def _lease_bucket(self) -> KeyValue:
+    async def _run_lease(self, run_id: str) -> Lease:
+        """The run's claim (not yet taken): one key per run in the leases bucket."""
         if self._leases is None:
             self._leases = await self.bus.js.key_value(s.BUCKET_LEASES)
-        return self._leases
+        return Lease(self._leases, run_key(run_id), ttl_s=KV_TTL_S[s.BUCKET_LEASES])
 
     async def _claim_free(self, run_id: str, mine: str | None) -> bool:
         """Whether the run's claim is known to be free, or still ours: not merely
@@ -315,9 +316,7 @@ class Runner:
             if tried:
                 await anyio.sleep(1.0)
             try:
-                holder = await Lease(
-                    await self._lease_bucket(), run_key(run_id), ttl_s=KV_TTL_S[s.BUCKET_LEASES]
-                ).current_holder()
+                holder = await (await self._run_lease(run_id)).current_holder()
             except Exception as exc:
                 log.warning("run_claim_unreadable", error=str(exc))
                 continue
@@ -331,7 +330,7 @@ class Runner:
         redelivered nor dropped (it may be the holder's own message, redelivered after a
         blip). A dead holder's claim expires within the leases' TTL; then this takes over."""
         run_id = request.run_id
-        claim = Lease(await self._lease_bucket(), run_key(run_id), ttl_s=KV_TTL_S[s.BUCKET_LEASES])
+        claim = await self._run_lease(run_id)
         # A request older than the duplicate window may be a republished one, arriving
         # after the run it asks for has ended: look past a last `requested` event.
         thorough = (utc_now() - request.requested_at).total_seconds() > DUPLICATE_WINDOW_S

@@ -13,7 +13,6 @@ import msgspec
 import pytest
 
 from contracts import subjects as s
-from contracts.base import utc_now
 from contracts.executors import (
     ActiveExecutor,
     ConditionStep,
@@ -21,7 +20,6 @@ from contracts.executors import (
     ExecutorEvent,
     ExecutorHealth,
     ExecutorRef,
-    ExecutorStats,
     HttpStatus,
     LlmStep,
     ResultStep,
@@ -44,6 +42,7 @@ from services.standin.server import StandinServer
 from tests.bench.corpus_oracle import expected_answer as oracle_answer
 from tests.e2e.helpers import run_events, wait_finished
 from tests.e2e.test_replay_lifecycle import executor_events, wait_compiled
+from tests.hand_built_replay import hand_built_executor
 
 pytestmark = [pytest.mark.anyio, pytest.mark.browser, pytest.mark.slow]
 
@@ -254,18 +253,7 @@ def gated_executor(site: DemoSite) -> Executor:
         ConditionStep(index=2, ref="{{step_1}}", message="no headlines on the page"),
         ResultStep(index=3, mode="template", template="Top headline: {{step_1[0]}}"),
     ]
-    stats = ExecutorStats(
-        total_steps=4,
-        deterministic_steps=3,
-        templated_steps=1,
-        llm_steps=0,
-        estimated_replay_cost_usd=0.0,
-        source_run_cost_usd=0.01,
-    )
-    return Executor(
-        task_id="gated", version=1, source_run_id="seed", compiled_at=utc_now(),
-        steps=steps, stats=stats,
-    )  # fmt: skip
+    return hand_built_executor("gated", steps)
 
 
 async def test_a_failing_condition_fails_the_replay_at_that_step_and_falls_back(

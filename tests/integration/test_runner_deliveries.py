@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 import anyio
 import pytest
@@ -77,6 +78,25 @@ async def finished(bus: Bus, run_id: str, timeout: float = 30) -> RunEvent:
     return done
 
 
+STATUS = {"requested": "requested", "started": "running", "completed": "completed",
+          "failed": "failed"}  # fmt: skip
+
+
+async def publish_run_event(
+    bus: Bus, run_id: str, event: str, msg_id: str, at: datetime | None = None, **fields: Any
+) -> None:
+    """A run event as another service publishes it: the scheduler, another runner."""
+    published = RunEvent(
+        task_id="claimed",
+        run_id=run_id,
+        event=event,
+        status=STATUS[event],
+        at=at or utc_now(),
+        **fields,
+    )
+    await bus.publish_event(s.run_event("claimed", run_id, event), published, msg_id=msg_id)
+
+
 async def other_runners_claim(bus: Bus, run_id: str) -> Lease:
     claim = Lease(
         await bus.js.key_value(s.BUCKET_LEASES),
@@ -135,18 +155,10 @@ async def test_a_delivery_of_a_run_held_elsewhere_waits_and_acks_once_it_finishe
         assert (info.num_ack_pending, info.num_redelivered) == (1, 0)
         assert seen.published == ["requested"]
         # The other runner finishes the run, then lets its claim go.
-        completed = RunEvent(
-            task_id="claimed",
-            run_id=run_id,
-            event="completed",
-            at=utc_now(),
-            status="completed",
-            source="full_llm",
+        await publish_run_event(
+            bus, run_id, "completed", f"{run_id}:finished", source="full_llm",
             result="done elsewhere",
-        )
-        await bus.publish_event(
-            s.run_event("claimed", run_id, "completed"), completed, msg_id=f"{run_id}:finished"
-        )
+        )  # fmt: skip
         tg.cancel_scope.cancel()
     await claim.release()
     await work_queue_settled(bus)
@@ -177,22 +189,14 @@ async def test_a_run_declared_abandoned_while_it_ran_late_keeps_that_one_ending(
     must not become a second one."""
     bus, run_id = runner_bus, "outlived"
     seen = await watch(bus, run_id)
-    abandoned = RunEvent(
-        task_id="claimed",
-        run_id=run_id,
-        event="failed",
-        at=utc_now(),
-        status="failed",
-        reason="abandoned",
-        error="no outcome reported within deadline",
-    )
 
     async def slow_tools(msg: Msg) -> None:
         # While the run waits on its tools, the scheduler declares it abandoned (with a
         # message id of its own: the duplicate window has long passed).
-        await bus.publish_event(
-            s.run_event("claimed", run_id, "failed"), abandoned, msg_id=f"{run_id}:late"
-        )
+        await publish_run_event(
+            bus, run_id, "failed", f"{run_id}:late", reason="abandoned",
+            error="no outcome reported within deadline",
+        )  # fmt: skip
         await msg.respond(b'{"tools": []}')
 
     await bus.nc.subscribe(s.TOOLS_LIST, cb=slow_tools)
@@ -248,23 +252,10 @@ async def test_a_terminal_event_hidden_behind_a_later_start_is_still_found(
     bus, run_id = runner_bus, "hidden-end"
     store = RunStore(bus)
 
-    def event(name: str, status: str, **fields: object) -> RunEvent:
-        return RunEvent(
-            task_id="claimed", run_id=run_id, event=name, at=utc_now(), status=status, **fields
-        )  # type: ignore[arg-type]
-
-    await bus.publish_event(
-        s.run_event("claimed", run_id, "requested"), event("requested", "requested"), msg_id="h1"
-    )
+    await publish_run_event(bus, run_id, "requested", "h1")
     assert await store.finished(run_id) is None
-    await bus.publish_event(
-        s.run_event("claimed", run_id, "failed"),
-        event("failed", "failed", reason="abandoned"),
-        msg_id="h2",
-    )
-    await bus.publish_event(
-        s.run_event("claimed", run_id, "started"), event("started", "running"), msg_id="h3"
-    )
+    await publish_run_event(bus, run_id, "failed", "h2", reason="abandoned")
+    await publish_run_event(bus, run_id, "started", "h3")
     done = await store.finished(run_id)
     assert done is not None and done.reason == "abandoned"
 
@@ -278,25 +269,12 @@ async def test_a_request_republished_after_the_run_ended_is_not_run_again(
     bus, run_id = runner_bus, "republished"
     long_ago = utc_now() - timedelta(minutes=10)
 
-    def event(name: str, status: str) -> RunEvent:
-        return RunEvent(task_id="claimed", run_id=run_id, event=name, at=long_ago, status=status)
-
-    for name, status in (("requested", "requested"), ("started", "running")):
-        await bus.publish_event(
-            s.run_event("claimed", run_id, name), event(name, status), msg_id=f"{run_id}:{name}"
-        )
-    await bus.publish_event(
-        s.run_event("claimed", run_id, "completed"),
-        event("completed", "completed"),
-        msg_id=f"{run_id}:finished",
-    )
+    for name in ("requested", "started"):
+        await publish_run_event(bus, run_id, name, f"{run_id}:{name}", at=long_ago)
+    await publish_run_event(bus, run_id, "completed", f"{run_id}:finished", at=long_ago)
     seen = await watch(bus, run_id)
     # The republish: new message ids, as the stream no longer remembers the old ones.
-    await bus.publish_event(
-        s.run_event("claimed", run_id, "requested"),
-        event("requested", "requested"),
-        msg_id=f"{run_id}:requested:again",
-    )
+    await publish_run_event(bus, run_id, "requested", f"{run_id}:requested:again", at=long_ago)
     request = RunRequest(run_id=run_id, task_id="claimed", spec=SPEC, requested_at=long_ago)
     await bus.publish_event(s.WORK_RUNS, request, msg_id=f"{run_id}:again")
     await work_queue_settled(bus)

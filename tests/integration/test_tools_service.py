@@ -29,8 +29,7 @@ import nats.errors
 import pytest
 
 from contracts import subjects as s
-from contracts.base import utc_now
-from contracts.executors import Executor, ExecutorStats, ResultStep, ToolStep
+from contracts.executors import ResultStep, ToolStep
 from contracts.tasks import TaskSpec
 from contracts.tools import (
     CloseSession,
@@ -54,6 +53,7 @@ from services.runner.service import bus_ports
 from services.runner.transcript import TranscriptRecorder
 from services.tools import service as tools_service
 from services.tools.specs import SPECS
+from tests.hand_built_replay import hand_built_executor
 
 pytestmark = [
     pytest.mark.anyio,
@@ -580,12 +580,9 @@ async def test_a_replay_fails_at_the_step_whose_tool_left_allowed_tools(tools: T
     """The runner's replay through the real tools service: the executor still has a
     file_write step, the task no longer allows file_write."""
     (tools.root / "in.txt").write_text("today")
-    executor = Executor(
-        task_id="task-1",
-        version=1,
-        source_run_id="run-0",
-        compiled_at=utc_now(),
-        steps=[
+    executor = hand_built_executor(
+        "task-1",
+        [
             ToolStep(index=0, tool="file_read", input={"path": "in.txt"}),
             ToolStep(
                 index=1,
@@ -595,14 +592,6 @@ async def test_a_replay_fails_at_the_step_whose_tool_left_allowed_tools(tools: T
             ),
             ResultStep(index=2, mode="template", template="copied {{step_0}}"),
         ],
-        stats=ExecutorStats(
-            total_steps=3,
-            deterministic_steps=2,
-            templated_steps=1,
-            llm_steps=0,
-            estimated_replay_cost_usd=0.0,
-            source_run_cost_usd=0.01,
-        ),
     )
     spec = TaskSpec(name="copy", prompt="copy in.txt to out.txt", allowed_tools=["file_read"])
     run_id = "run-replay-policy"

@@ -5,30 +5,14 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from contracts.base import utc_now
-from contracts.executors import Executor, ExecutorStats, ResultStep
-from contracts.tasks import TaskSpec
-from services.runner.ports import Ports, RunScope
+from contracts.executors import ResultStep
 from services.runner.replay import Replayer, StepFailed
-from services.runner.transcript import TranscriptRecorder
+from tests.hand_built_replay import hand_built_executor, offline_scope
 
 
 def _replayer(retries: int) -> Replayer:
-    async def unused(*args: object) -> None:
-        raise AssertionError("no port is called here")
-
-    ports = Ports(unused, unused, unused, unused, unused, unused)  # type: ignore[arg-type]
-    scope = RunScope(
-        spec=TaskSpec(name="t", prompt="p"), ports=ports, run_id="r", task_id="t", attempt=1,
-        transcript=TranscriptRecorder("r", "t"),
-    )  # fmt: skip
-    executor = Executor(
-        task_id="t", version=1, source_run_id="s", compiled_at=utc_now(),
-        steps=[ResultStep(index=0, mode="template")],
-        stats=ExecutorStats(total_steps=1, deterministic_steps=1, templated_steps=0, llm_steps=0,
-                            estimated_replay_cost_usd=0.0, source_run_cost_usd=0.01),
-    )  # fmt: skip
-    return Replayer(executor, scope, retries=retries, backoff_s=0.0)
+    executor = hand_built_executor("t", [ResultStep(index=0, mode="template")])
+    return Replayer(executor, offline_scope(), retries=retries, backoff_s=0.0)
 
 
 @pytest.mark.parametrize(("retries", "tries"), [(-1, 1), (0, 1), (1, 2), (3, 4)])

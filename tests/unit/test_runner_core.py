@@ -112,30 +112,16 @@ def test_a_long_transcript_fits_one_message_keeping_both_ends() -> None:
 
 
 def test_a_replay_cut_off_by_the_deadline_is_a_failed_replay_whose_cost_counts() -> None:
-    from contracts.base import utc_now
-    from contracts.executors import Executor, ExecutorStats, LlmStep, ResultStep
+    from contracts.executors import LlmStep, ResultStep
     from contracts.llm import CompleteReply, Usage
-    from contracts.tasks import TaskSpec
     from services.runner.accounting import Ledger
-    from services.runner.ports import Ports, RunScope
     from services.runner.replay import Replayer
     from services.runner.service import _Attempt
+    from tests.hand_built_replay import hand_built_executor, offline_scope
 
-    async def unused(*args: object) -> None:
-        raise AssertionError("no port is called here")
-
-    ports = Ports(unused, unused, unused, unused, unused, unused)  # type: ignore[arg-type]
-    scope = RunScope(
-        spec=TaskSpec(name="t", prompt="p"), ports=ports, run_id="r", task_id="t", attempt=1,
-        transcript=TranscriptRecorder("r", "t"),
-    )  # fmt: skip
-    executor = Executor(
-        task_id="t", version=4, source_run_id="s", compiled_at=utc_now(),
-        steps=[LlmStep(index=0, prompt="judge"), ResultStep(index=1, mode="template")],
-        stats=ExecutorStats(total_steps=2, deterministic_steps=1, templated_steps=0, llm_steps=1,
-                            estimated_replay_cost_usd=0.0, source_run_cost_usd=0.01),
-    )  # fmt: skip
-    replayer = Replayer(executor, scope)
+    steps = [LlmStep(index=0, prompt="judge"), ResultStep(index=1, mode="template")]
+    executor = hand_built_executor("t", steps, version=4)
+    replayer = Replayer(executor, offline_scope())
     # One small-model step was answered (and billed) before the deadline struck.
     replayer.current_step = 1
     replayer.ledger.add(
