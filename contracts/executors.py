@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import msgspec
 
-from contracts.base import Command, Event, PositiveInt, Reply, SubjectToken
+from contracts.base import Command, Event, PositiveInt, Reply, SubjectToken, UtcDatetime
 
 # --- expectations checked on replay ----------------------------------------------------
 # services.compiler.expectations.check() is the one implementation of these checks.
@@ -131,7 +130,7 @@ class Executor(msgspec.Struct, kw_only=True):
     task_id: str
     version: int
     source_run_id: str
-    compiled_at: datetime
+    compiled_at: UtcDatetime
     small_model: str = "haiku"
     steps: list[ExecutorStep]
     stats: ExecutorStats
@@ -157,7 +156,7 @@ class ExecutorHealth(Reply, kw_only=True):
     success_count: int = 0
     failure_count: int = 0
     consecutive_failures: int = 0
-    last_used_at: datetime | None = None
+    last_used_at: UtcDatetime | None = None
     # The sum of the replays' run-event cost_saved_usd (negative ones included).
     total_cost_saved_usd: float = 0.0
     source_run_id: str | None = None
@@ -167,7 +166,7 @@ class ExecutorHealth(Reply, kw_only=True):
     full_run_cost_usd: float = 0.0  # mean cost of this task's recent full LLM runs
     status_reason: str | None = None
     templated_steps: int = 0
-    compiled_at: datetime | None = None
+    compiled_at: UtcDatetime | None = None
     estimated_replay_cost_usd: float = 0.0
     replays: int = 0  # every version: replays tried, failed
     replay_failures: int = 0
@@ -180,11 +179,11 @@ class VersionView(Reply, kw_only=True):
     status: ExecutorStatus
     status_reason: str | None = None
     source_run_id: str
-    compiled_at: datetime
+    compiled_at: UtcDatetime
     success_count: int = 0
     failure_count: int = 0
     consecutive_failures: int = 0
-    last_used_at: datetime | None = None
+    last_used_at: UtcDatetime | None = None
     cost_saved_usd: float = 0.0
 
 
@@ -213,7 +212,7 @@ class ExecutorEvent(Event, kw_only=True):
 
     task_id: str
     event: ExecutorEventName
-    at: datetime
+    at: UtcDatetime
     version: int | None = None
     run_id: str | None = None
     step: int | None = None

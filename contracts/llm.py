@@ -6,12 +6,12 @@ their signatures included, so every block type the current models return is here
 
 from __future__ import annotations
 
-from datetime import date, datetime
+from datetime import date
 from typing import Annotated, Any, Literal
 
 import msgspec
 
-from contracts.base import Command, Event, NonEmptyStr, Reply, SubjectToken
+from contracts.base import Command, Event, NonEmptyStr, Reply, SubjectToken, UtcDatetime
 
 
 class TextBlock(msgspec.Struct, kw_only=True, tag="text", tag_field="type"):
@@ -168,7 +168,7 @@ class UsageEvent(Event, kw_only=True):
     model: str
     usage: Usage
     cost_usd: float
-    at: datetime
+    at: UtcDatetime
     purpose: str | None = None
     attempts: int = 1
     call_id: str | None = None
@@ -181,7 +181,7 @@ class TextEvent(Event, kw_only=True):
     task_id: str | None = None
     text: str
     turn: int
-    at: datetime
+    at: UtcDatetime
 
 
 class PriceBand(msgspec.Struct, kw_only=True):

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import msgspec
 
-from contracts.base import Command, Event, Reply, SubjectToken
+from contracts.base import Command, Event, Reply, SubjectToken, UtcDatetime
 from contracts.llm import Message
 from contracts.tasks import TaskSpec
 
@@ -32,7 +31,7 @@ class RunRequest(Event, kw_only=True):
     run_id: SubjectToken
     task_id: SubjectToken
     spec: TaskSpec
-    requested_at: datetime
+    requested_at: UtcDatetime
     origin: RunOrigin = "manual"
 
 
@@ -70,6 +69,9 @@ class ReplayOutcome(msgspec.Struct, kw_only=True):
     tokens: dict[str, ModelTokens] = {}
     cost_usd: float = 0.0
     duration_ms: int = 0
+    # The replay failed because a service it needs could not serve (tools or llm down,
+    # overloaded, rate limited): not the executor's fault, so its health ignores it.
+    infrastructure: bool = False
 
 
 class RunEvent(Event, kw_only=True):
@@ -78,7 +80,7 @@ class RunEvent(Event, kw_only=True):
     task_id: str
     run_id: str
     event: Literal["requested", "started", "replay_failed", "completed", "failed"]
-    at: datetime
+    at: UtcDatetime
     status: RunStatus
     source: RunSource | None = None
     executor_version: int | None = None
@@ -127,9 +129,9 @@ class RunView(Reply, kw_only=True):
     duration_ms: int | None = None
     reason: FailureReason | None = None
     error: str | None = None
-    requested_at: datetime | None = None
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
+    requested_at: UtcDatetime | None = None
+    started_at: UtcDatetime | None = None
+    finished_at: UtcDatetime | None = None
     origin: RunOrigin | None = None
 
 
@@ -140,7 +142,7 @@ class RunList(Reply, kw_only=True):
 class TranscriptEntry(msgspec.Struct, kw_only=True):
     """One turn of a run: a message exchanged with the model, or a replayed step."""
 
-    at: datetime
+    at: UtcDatetime
     kind: Literal["message", "replay_step", "note"]
     message: Message | None = None
     step: int | None = None

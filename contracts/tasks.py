@@ -16,6 +16,7 @@ from contracts.base import (
     PositiveInt,
     Reply,
     SubjectToken,
+    UtcDatetime,
 )
 from contracts.errors import ErrorInfo
 
@@ -173,10 +174,10 @@ class TaskView(Reply, kw_only=True):
     status: TaskStatus
     status_reason: str | None = None
     version: int
-    created_at: datetime
-    updated_at: datetime
+    created_at: UtcDatetime
+    updated_at: UtcDatetime
     # When the trigger next wants a run (for a condition trigger: its next check).
-    next_due_at: datetime | None = None
+    next_due_at: UtcDatetime | None = None
     run_in_flight: str | None = None
     # A run someone asked for that waits for a free slot or for the run in flight.
     run_pending: str | None = None
@@ -222,7 +223,7 @@ class TaskEvent(Event, kw_only=True):
     task_id: str
     event: TaskEventName
     version: int
-    at: datetime
+    at: UtcDatetime
     spec: TaskSpec | None = None
     reason: str | None = None
     run_id: str | None = None
@@ -234,10 +235,12 @@ class TaskEvent(Event, kw_only=True):
 
 
 class TaskRejected(Event, kw_only=True):
-    """An intake command that was refused, with the payload exactly as received."""
+    """An intake command that was refused, with the payload as received: secrets
+    masked, cut to its first 64 KiB (`payload_truncated` says so)."""
 
     verb: str
     error: ErrorInfo
     payload: str
-    at: datetime
+    at: UtcDatetime
     msg_id: str | None = None
+    payload_truncated: bool = False

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import msgspec
 
-from contracts.base import Command, Event, NonEmptyStr, Reply, SubjectToken
+from contracts.base import Command, Event, NonEmptyStr, Reply, SubjectToken, UtcDatetime
 from contracts.errors import ErrorInfo
 from contracts.llm import ToolDefinition
 
@@ -89,7 +88,7 @@ class ToolEvent(Event, kw_only=True):
     tool_use_id: str | None = None
     tool: str
     input: dict[str, Any]
-    at: datetime
+    at: UtcDatetime
     source: Literal["full_llm", "executor", "condition"] = "full_llm"
     ok: bool | None = None
     output: Any = None

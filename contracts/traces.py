@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any, Literal
 
 import msgspec
 
-from contracts.base import Command, Event, Reply, SubjectToken
+from contracts.base import Command, Event, Reply, SubjectToken, UtcDatetime
 from contracts.runs import ModelTokens
 from contracts.tasks import TaskSpec
 from contracts.tools import ToolMetadata
@@ -44,7 +43,7 @@ class Trace(msgspec.Struct, kw_only=True):
     tokens: dict[str, ModelTokens] = {}
     cost_usd: float = 0.0
     duration_ms: int = 0
-    captured_at: datetime
+    captured_at: UtcDatetime
 
 
 class TraceCaptured(Event, kw_only=True):

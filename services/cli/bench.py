@@ -81,8 +81,11 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(document)
     print(harness.render_table(sections))
+    within = harness.within_quick_target(duration, args.quick)
     print(
         f"\n{len(sections)} sections in {duration:.1f} s"
+        + ("" if within is None else f" (--quick target: under {harness.QUICK_TARGET_S:.0f} s")
+        + ("" if within is None else (", met)" if within else ", MISSED)"))
         + (f"; JSON in {args.output}" if args.output else "")
     )
     missed = [section.name for section in sections if not section.ok]

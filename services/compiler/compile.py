@@ -161,7 +161,14 @@ def _analyse(
     ]
     outputs = {pos: step.output for pos, step in ok}
     limits = {pos: _int_or_none(step.input.get("limit")) for pos, step in ok}
-    verdicts = judge_lists(uses, outputs, task.prompt, limits)
+    chosen = {
+        (pointer.step, position[0])
+        for prov in [*(v for p in plans for v in p.values.values()), answer]
+        if prov.choice and prov.template is not None
+        for pointer in prov.template.pointers
+        if (position := list_position(pointer.path)) is not None
+    }
+    verdicts = judge_lists(uses, outputs, task.prompt, limits, chosen)
     for plan in plans:
         plan.values = {path: apply_verdicts(v, verdicts) for path, v in plan.values.items()}
         needs_model = any(
@@ -536,14 +543,32 @@ def _stable_text(text: str) -> bool:
     return 0 < len(text) <= 120 and not any(ch.isdigit() for ch in text)
 
 
+# Words that state how something is right now: a title made of them is the page's
+# verdict ("All systems operational", "Sold out"), the very thing a monitoring task
+# reads, and it changes the day the state does. "Service status" names the page; it
+# stays.
+_STATE = re.compile(
+    r"\b(?:operational|outages?|down|degraded|incidents?|maintenance|disruptions?|"
+    r"(?:un)?healthy|failing|failures?|failed|offline|online|(?:un)?available|"
+    r"(?:in|out of) stock|sold out|delayed|cancell?ed|suspended|resolved|investigating|"
+    r"all systems|all clear|(?:no|known) issues|up and running|errors?|closed|open now)\b",
+    re.IGNORECASE,
+)
+
+
+def _states(text: str) -> bool:
+    return _STATE.search(text) is not None
+
+
 def title_to_expect(title: str, content: Content) -> str | None:
     """The text of a page title a replay can expect, or None. One trace cannot show
-    which parts change, so a part is trusted only when it has no digits and is not
-    content the run used (a headline in the answer, a name a later step typed, an
-    extracted item): the whole title when every part is trusted, else its longest
-    trusted part (the site's name beside today's headline)."""
+    which parts change, so a part is trusted only when it has no digits, does not state
+    a condition ("All systems operational": `_STATE`) and is not content the run used
+    (a headline in the answer, a name a later step typed, an extracted item): the whole
+    title when every part is trusted, else its longest trusted part (the site's name
+    beside today's headline)."""
     parts = [p.strip() for p in _TITLE_PARTS.split(title) if p.strip()]
-    trusted = [p for p in parts if _stable_text(p) and not content.holds(p)]
+    trusted = [p for p in parts if _stable_text(p) and not _states(p) and not content.holds(p)]
     if not trusted:
         return None
     if len(trusted) == len(parts) and _stable_text(title):

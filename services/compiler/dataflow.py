@@ -24,9 +24,10 @@ whole by the small model.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
+from urllib.parse import urljoin
 
 from services.compiler import references
 from services.compiler.references import Path
@@ -102,6 +103,7 @@ class Provenance:
     why: str
     template: Template | None = None
     sources: tuple[int, ...] = ()  # trace positions whose outputs the value depends on
+    choice: bool = False  # a pointer into a list the prompt's alternatives choose from
 
 
 @dataclass
@@ -160,23 +162,28 @@ def find_template(
     value: str, sources: Sequence[Source], ctx: Context, kind: Kind = "data"
 ) -> Template | None:
     """Split `value` into literal text and earlier output strings found inside it
-    (longest first, whole words only, latest step first). None when nothing is found."""
+    (whole words only, latest step first). Where matches overlap, what a read found
+    wins over what a navigation reported, then the longer one: in `origin/` + `/s/a`
+    the page URL `origin/` is longer, but the extracted href is the data the run
+    picked, and taking the URL would leave `s/a` a constant."""
     found: dict[str, Pointer] = {}
+    read: set[str] = set()
     for source in reversed(sources):
         for path, leaf in source.leaves:
             if (
                 leaf == value
-                or leaf in found
                 or leaf in ctx.constants
                 or leaf not in value
                 or not _embeddable(leaf, kind)
             ):
                 continue
-            found[leaf] = Pointer(source.step, path)
+            found.setdefault(leaf, Pointer(source.step, path))
+            if source.reads:
+                read.add(leaf)
     if not found:
         return None
     taken: list[tuple[int, int, Pointer]] = []
-    for leaf in sorted(found, key=lambda s: (-len(s), s)):
+    for leaf in sorted(found, key=lambda s: (s not in read, -len(s), s)):
         start = value.find(leaf)
         while start != -1:
             end = start + len(leaf)
@@ -196,6 +203,42 @@ def find_template(
     if cursor < len(value):
         parts.append(value[cursor:])
     return Template(tuple(parts))
+
+
+def _link_like(leaf: str) -> bool:
+    return (
+        1 < len(leaf) <= 2048
+        and not any(ch.isspace() for ch in leaf)
+        and ("/" in leaf or leaf.startswith(("?", "#")))
+    )
+
+
+def resolved_link(
+    value: str, sources: Sequence[Source], ctx: Context, template: Template | None
+) -> Pointer | None:
+    """A link a read found that, resolved against a page the run was on, is exactly the
+    URL `value` while no reference points at a read: `../s/a` behind a page URL cannot
+    be written as text around a reference, but the URL is still that link, so it is
+    not a constant (nor the page URL plus leftover text)."""
+    if template is not None and any(
+        s.reads and s.step == p.step for p in template.pointers for s in sources
+    ):
+        return None
+    bases = {c for c in ctx.constants if "://" in c}
+    bases |= {leaf for s in sources if not s.reads for _, leaf in s.leaves if "://" in leaf}
+    if not bases:
+        return None
+    for source in reversed(sources):
+        if not source.reads:
+            continue
+        for path, leaf in source.leaves:
+            if (
+                _link_like(leaf)
+                and leaf not in ctx.constants
+                and any(urljoin(base, leaf) == value for base in sorted(bases))
+            ):
+                return Pointer(source.step, path)
+    return None
 
 
 def leaked_content(
@@ -230,6 +273,132 @@ def leaked_content(
     return why, tuple(sorted(steps))
 
 
+# --- alternatives the prompt names ------------------------------------------------------
+
+# A sentence ends at . ; ! ? followed by a space (not inside a URL) or at a line break.
+_SENTENCE = re.compile(r"(?:[^.;!?\n]|[.;!?](?=\S))+")
+_PROMPT_URL = re.compile(r"[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
+_CONDITION = re.compile(r"\b(?:if|when|whenever|unless|whether)\b", re.IGNORECASE)
+_OTHERWISE = re.compile(r"\b(?:otherwise|else|if not)\b", re.IGNORECASE)
+# A branch is the value right beside its condition: "yes if ...", "otherwise no",
+# "else report ALERT" (at most two words between), not a search term further off.
+_BRANCH_BEFORE = re.compile(r"^\W*(?:\w+\W+){0,2}?(?:if|when|whenever|unless)\b", re.I)
+_BRANCH_AFTER = re.compile(r"\b(?:otherwise|else|if not)\W+(?:\w+\W+){0,2}$", re.I)
+_WORD = r"[\w$\u00a3\u20ac%.+-]+"
+_OPTION_AFTER = re.compile(
+    rf"^(?P<sep>\s*,\s*(?:(?:and|or)\s+)?|\s+(?:and|or|nor)\s+|\s*/\s*)"
+    rf"[\"'\u2018\u201c]?(?P<words>{_WORD}(?:\s+{_WORD}){{0,2}})",
+    re.IGNORECASE,
+)
+_OPTION_BEFORE = re.compile(
+    rf"(?P<words>{_WORD}(?:\s+{_WORD}){{0,2}})[\"'\u2019\u201d]?"
+    rf"(?P<sep>\s*,\s*(?:(?:and|or)\s+)?|\s+(?:and|or|nor)\s+|\s*/\s*)$",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class Alternatives:
+    """How the prompt offers `value` as one option among others, in one sentence."""
+
+    either: tuple[str, ...] = ()  # options joined to it by "or" / "/": a choice by itself
+    listed: tuple[str, ...] = ()  # options joined by commas or "and": a choice only
+    #                               when a judgement word governs the list ("the cheapest")
+    conditional: bool = False  # "yes if ..., otherwise no": a verdict between branches
+    judgement: str | None = None  # a judgement word in the same sentence
+
+
+def _phrases(words: str, *, from_end: bool) -> list[str]:
+    """The 1-, 2- and 3-word phrases next to a separator: "cost of Gadget" may be the
+    option "Gadget"."""
+    parts = words.split()
+    picks = [parts[-n:] if from_end else parts[:n] for n in range(1, len(parts) + 1)]
+    return [" ".join(p).strip(".\"'") for p in picks]
+
+
+def alternatives(value: str, prompt: str) -> Alternatives:
+    """Every sentence of the prompt that names `value` (as whole words): the options
+    written next to it, and whether a condition with an other branch or a judgement word
+    governs it."""
+    needle = re.compile(rf"(?<!\w){re.escape(value.strip())}(?!\w)", re.IGNORECASE)
+    either: list[str] = []
+    listed: list[str] = []
+    conditional = False
+    judgement: str | None = None
+    for sentence in _SENTENCE.findall(_PROMPT_URL.sub("<url>", prompt)):
+        spans = [m.span() for m in needle.finditer(sentence)]
+        if not spans:
+            continue
+        branches = _CONDITION.search(sentence) and _OTHERWISE.search(sentence)
+        judgement = judgement or judgement_word(sentence)
+        for start, end in spans:
+            if branches and (
+                _BRANCH_BEFORE.match(sentence[end:]) or _BRANCH_AFTER.search(sentence[:start])
+            ):
+                conditional = True
+            after = _OPTION_AFTER.match(sentence[end:].lstrip("\"'\u2019\u201d"))
+            before = _OPTION_BEFORE.search(sentence[:start].rstrip("\"'\u2018\u201c"))
+            for match, from_end in ((after, False), (before, True)):
+                if match is None:
+                    continue
+                joined = "or" in match["sep"].lower() or "/" in match["sep"]
+                options = _phrases(match["words"], from_end=from_end)
+                (either if joined else listed).extend(options)
+    return Alternatives(tuple(either), tuple(listed), conditional, judgement)
+
+
+def _mentions(text: str, value: str) -> bool:
+    return re.search(rf"(?<!\w){re.escape(value)}(?!\w)", text, re.IGNORECASE) is not None
+
+
+def _reads_holding(value: str, sources: Sequence[Source]) -> tuple[int, ...]:
+    """The reads whose content names `value` (whole words, any case)."""
+    return tuple(
+        s.step for s in sources if s.reads and any(_mentions(leaf, value) for _, leaf in s.leaves)
+    )
+
+
+def choice(
+    value: str, kind: Kind, sources: Sequence[Source], ctx: Context, context_step: int | None
+) -> str | None:
+    """Why a value the prompt names is a decision the page made, or None when it is a
+    fixed value of the task. The prompt must offer it as one option among others: joined
+    by "or" to another, a branch of a condition with an else ("yes if ..., otherwise
+    no"), or one of a listed few a judgement word chooses from ("of Widget, Gadget and
+    Gizmo, the cheapest"). And the run must have read something to decide from: a typed
+    or answered verdict ("no", "ALERT") needs only an earlier read; a label to click is
+    chosen among what the page showed, so the page must show it and a listed rival too.
+    """
+    if kind not in ("label", "data"):
+        return None  # a URL or a command the prompt writes stays as written
+    alts = alternatives(value, ctx.prompt)
+    holding = _reads_holding(value, sources)
+    if kind == "label" and not holding:
+        return None
+    if kind == "data" and not holding and context_step is None:
+        return None
+
+    def shown(option: str) -> bool:
+        return (
+            bool(option)
+            and option.casefold() != value.casefold()
+            and (kind == "data" or bool(_reads_holding(option, sources)))
+        )
+
+    if alts.conditional:
+        return "one branch of a condition the task sets, decided by the page"
+    if any(shown(o) for o in alts.either):
+        return "one of the alternatives the task names, decided by the page"
+    listed_rivals = [o for o in alts.listed if o.casefold() != value.casefold()]
+    if (
+        alts.judgement is not None
+        and holding
+        and any(_reads_holding(o, sources) for o in listed_rivals)
+    ):
+        return f"the {alts.judgement!r} of the options the task names, decided by the page"
+    return None
+
+
 def provenance(
     value: str,
     kind: Kind,
@@ -247,8 +416,13 @@ def provenance(
         return Provenance("constant", "blank")
     if value in ctx.constants:
         return Provenance("constant", "repeats an earlier constant input")
+    decided: str | None = None
     if value.lower() in ctx.prompt_lower:
-        return Provenance("constant", "from the task prompt")
+        # Named by the prompt is fixed, unless the prompt names it as one option the
+        # page decides between: then the data flow below finds where it came from.
+        decided = choice(value, kind, sources, ctx, context_step)
+        if decided is None:
+            return Provenance("constant", "from the task prompt")
     pointer = find_exact(value, sources, ctx)
     if pointer is not None:
         return Provenance(
@@ -256,9 +430,18 @@ def provenance(
             f"the output of step {pointer.step}",
             Template((pointer,)),
             (pointer.step,),
+            choice=decided is not None,
         )
     template = find_template(value, sources, ctx, kind)
-    if template is not None:
+    if kind in ("url", "generic"):
+        link = resolved_link(value, sources, ctx, template)
+        if link is not None:
+            return Provenance(
+                "judgement",
+                f"the link {references.format_path(link.path)} found by step {link.step}",
+                sources=(link.step,),
+            )
+    if template is not None and decided is None:
         steps = tuple(sorted({p.step for p in template.pointers}))
         if kind == "data":
             leak = leaked_content(template, sources, ctx)
@@ -266,6 +449,10 @@ def provenance(
                 why, leak_steps = leak
                 return Provenance("judgement", why, sources=tuple(sorted({*steps, *leak_steps})))
         return Provenance("template", "built from earlier outputs", template, steps)
+    if decided is not None:
+        holding = _reads_holding(value, sources)
+        steps = holding or ((context_step,) if context_step is not None else ())
+        return Provenance("judgement", decided, sources=steps)
     if kind != "data":
         return Provenance("constant", "not found in any earlier output")
     words = tokens(value) - ctx.allowed_tokens
@@ -380,10 +567,13 @@ def judge_lists(
     outputs: Mapping[int, Any],
     prompt: str,
     limits: Mapping[int, int | None],
+    chosen: Collection[Container] = (),
 ) -> dict[Container, ListVerdict]:
     """Decide, for every list some value was picked from, whether the picks follow a
     rule. `uses` are the pointers of every consumer in run order; `limits` the `limit`
-    input of the step that produced each output (it fixes the list's length)."""
+    input of the step that produced each output (it fixes the list's length); `chosen`
+    the lists a value was chosen from among options the prompt names (a judgement even
+    when the prompt has no judgement word: "click Widget or Gadget")."""
     picked: dict[Container, list[int]] = {}
     for pointer in uses:
         position = list_position(pointer.path)
@@ -407,8 +597,12 @@ def judge_lists(
         n = len(items)
         if n <= 1:
             verdicts[container] = ListVerdict(True)
-        elif word is not None:
-            why = f"picked from a list for a task that asks for a judgement ({word!r})"
+        elif word is not None or container in chosen:
+            why = (
+                f"picked from a list for a task that asks for a judgement ({word!r})"
+                if word is not None
+                else "picked from a list among options the task names"
+            )
             pick = indexes[0] if len(indexes) == 1 else None
             verdicts[container] = ListVerdict(False, why, pick=pick, size=n)
         elif len(indexes) >= 2 and indexes == list(range(len(indexes))):

@@ -11,7 +11,9 @@ Rules:
   one is pinned: a pinned version stays current (the new one waits, active, for the pin
   to go) and still records its failures;
 - 3 consecutive replay failures supersede a version (a success resets the count), a
-  pinned one too (its pin goes with it);
+  pinned one too (its pin goes with it); pinning starts the count afresh (an operator
+  vouches for the version; failure_count still holds every failure); a replay that
+  failed because a service was down is not reported here at all (outcomes.py);
 - at lookup, a current version unused for 30 days is superseded (stale), and one whose
   stored executor no longer decodes is superseded (never retried forever);
 - an invalidated version is never replayed or pinned again;

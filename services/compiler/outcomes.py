@@ -30,7 +30,8 @@ def total_tokens(tokens: dict[str, ModelTokens]) -> int:
 def replay_report(run: RunEvent) -> ReplayReport | None:
     """The replay outcome a run event carries, if any."""
     replay = run.replay
-    if replay is None:
+    # A replay that failed because a service was down says nothing about the executor.
+    if replay is None or (not replay.ok and replay.infrastructure):
         return None
     return ReplayReport(
         version=replay.version,

@@ -17,9 +17,26 @@ def encode(value: Any) -> bytes:
     return _encoder.encode(value)
 
 
+class Decoder:
+    """A msgspec decoder that turns JSON nested deeper than Python's stack allows (a
+    RecursionError, which callers would not expect) into a ValidationError, so every
+    caller's handling of bad input covers it too."""
+
+    __slots__ = ("_decode",)
+
+    def __init__(self, type_: Any) -> None:
+        self._decode = msgspec.json.Decoder(type_).decode
+
+    def decode(self, data: bytes | str) -> Any:
+        try:
+            return self._decode(data)
+        except RecursionError:
+            raise msgspec.ValidationError("the JSON is nested too deeply") from None
+
+
 @cache
-def decoder(type_: Any) -> msgspec.json.Decoder[Any]:
-    return msgspec.json.Decoder(type_)
+def decoder(type_: Any) -> Decoder:
+    return Decoder(type_)
 
 
 def decode(data: bytes | str, type_: type[T]) -> T:

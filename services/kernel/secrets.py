@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
+
+import msgspec
 
 _SECRET_ENV = re.compile(r"(API_KEY|AUTH_TOKEN|TOKEN|PASSWORD|SECRET)$")
 # The scheme starts at a word boundary and is short: without both, a long unbroken run
@@ -22,6 +24,7 @@ _KEY_SHAPES = re.compile(r"sk-ant-[A-Za-z0-9_-]{8,}")
 MASK = "[redacted]"
 
 _secrets: set[str] = set()
+S = TypeVar("S", bound=msgspec.Struct)
 
 
 def register_secret(value: str | None) -> None:
@@ -54,3 +57,17 @@ def redact_value(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [redact_value(v) for v in value]
     return value
+
+
+def redact_struct(value: S) -> S | None:
+    """A contract value with every string inside redacted: the same object when there
+    was nothing to mask, None when masking broke one of its constraints (better to show
+    nothing than the secret)."""
+    plain = msgspec.to_builtins(value)
+    masked = redact_value(plain)
+    if masked == plain:
+        return value
+    try:
+        return msgspec.convert(masked, type(value))
+    except msgspec.ValidationError:
+        return None

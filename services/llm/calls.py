@@ -18,6 +18,10 @@ log = get_logger("rote.llm")
 
 # One attempt may take this long; a long completion with many output tokens fits.
 ATTEMPT_TIMEOUT_S = 300.0
+# A whole call, attempts, backoff and the wait for a concurrency slot included, ends
+# within this. The runner gives up on a call after 300 s (LLM_TIMEOUT_S): retrying past
+# that would bill attempts nobody waits for, and the caller would learn nothing.
+CALL_BUDGET_S = 270.0
 
 
 class CallFailed(Exception):
@@ -53,41 +57,63 @@ class ModelCaller:
         *,
         concurrency: int,
         max_attempts: int,
+        budget_s: float = CALL_BUDGET_S,
         sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
     ) -> None:
         self.client = client
         self.limiter = anyio.CapacityLimiter(max(1, concurrency))
         self.max_attempts = max(1, max_attempts)
+        self.budget_s = budget_s
         self._sleep = sleep
 
     async def call(self, params: dict[str, Any]) -> CallResult:
         """Retry 429/529/5xx/timeouts/connection failures with backoff; anything else
-        fails at once. Raises CallFailed with the last failure and the attempts made."""
+        fails at once. Raises CallFailed with the last failure and the attempts made;
+        with a `timeout` failure once the call's budget is spent."""
+        deadline = anyio.current_time() + self.budget_s
         attempt = 0
-        while True:
-            attempt += 1
-            try:
-                async with self.limiter:
-                    message = await self.client.messages.create(**params)
-            except Exception as exc:
-                failure = classify(exc)
-                if failure is None:
-                    raise
-                if not failure.retryable or attempt >= self.max_attempts:
-                    raise CallFailed(failure, attempt) from None
-                wait = backoff_s(attempt, failure)
-                log.warning(
-                    "llm_retry",
-                    code=failure.code,
-                    status=failure.status,
-                    attempt=attempt,
-                    wait_s=round(wait, 3),
-                    request_id=failure.request_id,
-                )
-                await self._sleep(wait)
-                continue
-            data = message.model_dump(mode="json", exclude_none=True)
-            return CallResult(message=data, attempts=attempt)
+        last: Failure | None = None
+        with anyio.CancelScope(deadline=deadline):
+            while True:
+                attempt += 1
+                try:
+                    async with self.limiter:
+                        message = await self.client.messages.create(**params)
+                except Exception as exc:
+                    failure = classify(exc)
+                    if failure is None:
+                        raise
+                    if not failure.retryable or attempt >= self.max_attempts:
+                        raise CallFailed(failure, attempt) from None
+                    wait = backoff_s(attempt, failure)
+                    if anyio.current_time() + wait >= deadline:
+                        # No time left for another attempt: the real failure says more
+                        # than a timeout would.
+                        raise CallFailed(failure, attempt) from None
+                    last = failure
+                    log.warning(
+                        "llm_retry",
+                        code=failure.code,
+                        status=failure.status,
+                        attempt=attempt,
+                        wait_s=round(wait, 3),
+                        request_id=failure.request_id,
+                    )
+                    await self._sleep(wait)
+                    continue
+                data = message.model_dump(mode="json", exclude_none=True)
+                return CallResult(message=data, attempts=attempt)
+        # Only the budget's deadline leaves the loop this way.
+        before = f"; before that: {last.message}" if last is not None else ""
+        raise CallFailed(
+            Failure(
+                code="timeout",
+                retryable=False,
+                message=f"no answer within the call's budget of {self.budget_s:g}s "
+                f"({attempt} attempt{'s' if attempt > 1 else ''}){before}",
+            ),
+            attempt,
+        )
 
     async def aclose(self) -> None:
         await self.client.close()

@@ -15,7 +15,12 @@ from typing import Any
 
 import msgspec
 
-from contracts.llm import CompleteRequest, ContentBlock, Usage
+from contracts.llm import CompleteRequest, ContentBlock, ToolUseBlock, Usage
+
+# How deeply a tool input or input schema may nest. Real ones nest a handful of
+# levels; a thousand exhausts Python's stack in the SDK's JSON encoding (RecursionError),
+# and the API would refuse the request anyway.
+MAX_NESTING = 100
 
 
 class RequestRefused(ValueError):
@@ -30,7 +35,36 @@ class UnreadableReply(ValueError):
     """The API answered content rote's contracts cannot carry."""
 
 
+def nesting_depth(value: Any) -> int:
+    """How many lists/dicts deep a JSON value goes (a scalar: 0), without recursion."""
+    deepest = 0
+    todo: list[tuple[Any, int]] = [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        todo.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def _check_nesting(value: Any, field: str) -> None:
+    if nesting_depth(value) > MAX_NESTING:
+        raise RequestRefused(f"nested more than {MAX_NESTING} levels deep", field=field)
+
+
 def check_request(req: CompleteRequest) -> None:
+    for i, message in enumerate(req.messages):
+        if isinstance(message.content, list):
+            for j, block in enumerate(message.content):
+                if isinstance(block, ToolUseBlock):
+                    _check_nesting(block.input, f"messages[{i}].content[{j}].input")
+    for k, tool in enumerate(req.tools):
+        _check_nesting(tool.input_schema, f"tools[{k}].input_schema")
     if req.messages[-1].role != "user":
         raise RequestRefused(
             "the last message must have role 'user': rote never sends assistant prefill "

@@ -37,14 +37,45 @@ class ReplayResult:
     reason: str | None = None
     ledger: Ledger = field(default_factory=Ledger)
     duration_ms: int = 0
+    # The failure was a service rote depends on, not the executor (see StepFailed).
+    infrastructure: bool = False
 
 
 class StepFailed(Exception):
-    def __init__(self, step: int, reason: str, *, retryable: bool = True) -> None:
+    """A step that did not do what the executor expects. `infrastructure`: the tools
+    or llm service could not serve the call at all (down, overloaded, rate limited),
+    which says nothing about the executor, so its health must not count it."""
+
+    def __init__(
+        self, step: int, reason: str, *, retryable: bool = True, infrastructure: bool = False
+    ) -> None:
         super().__init__(f"step {step}: {reason}")
         self.step = step
         self.reason = reason
         self.retryable = retryable
+        self.infrastructure = infrastructure
+
+
+# Codes of a call that failed before it reached a tool or a model's judgement.
+_INFRASTRUCTURE_CODES = {
+    "unavailable",
+    "timeout",
+    "rate_limited",
+    "overloaded",
+    "upstream",
+    "internal",
+    "auth",
+}
+
+
+def _port_failure(step: int, what: str, exc: PortError) -> StepFailed:
+    """A call another service could not answer (an error reply or no reply at all)."""
+    return StepFailed(
+        step,
+        f"{what}: {exc.code}: {exc.message}",
+        retryable=not _refused(exc.code),
+        infrastructure=exc.code in _INFRASTRUCTURE_CODES,
+    )
 
 
 def _refused(code: str) -> bool:
@@ -113,6 +144,7 @@ class Replayer:
                 reason=failed.reason,
                 ledger=self.ledger,
                 duration_ms=int((time.monotonic() - started) * 1000),
+                infrastructure=failed.infrastructure,
             )
         if answer is None:
             answer = ""
@@ -191,9 +223,7 @@ class Replayer:
         try:
             result = await self.ports.exec_tool(request)
         except PortError as exc:
-            raise StepFailed(
-                index, f"{tool}: {exc.code}: {exc.message}", retryable=not _refused(exc.code)
-            ) from None
+            raise _port_failure(index, tool, exc) from None
         self.transcript.replay_step(
             index,
             {"tool": tool, "input": tool_input, "ok": result.ok, "output": result.output},
@@ -232,7 +262,7 @@ class Replayer:
         except PortError as exc:
             if exc.billed is not None:
                 self.ledger.add(exc.billed)
-            raise StepFailed(index, f"small model: {exc.code}: {exc.message}") from None
+            raise _port_failure(index, "small model", exc) from None
         self.ledger.add(reply)
         text = final_text(reply.content)
         self.transcript.replay_step(index, {"prompt": prompt, "reply": text})

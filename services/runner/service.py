@@ -44,7 +44,7 @@ from services.kernel.lease import Lease, LeaseLost, run_key
 from services.kernel.logs import get_logger
 from services.kernel.run_store import RunStore
 from services.kernel.runtime import ServiceContext
-from services.kernel.secrets import redact
+from services.kernel.secrets import redact, redact_struct
 from services.kernel.streams import DUPLICATE_WINDOW_S, KV_TTL_S
 from services.runner.accounting import Ledger
 from services.runner.agent_loop import AgentLoop, AgentOutcome
@@ -437,7 +437,7 @@ class Runner:
                 event="started",
                 at=utc_now(),
                 status="running",
-                spec=spec,
+                spec=redact_struct(spec),
                 origin=request.origin,
                 attempt=attempt,
             ),
@@ -556,6 +556,7 @@ class Runner:
             tokens=result.ledger.snapshot(),
             cost_usd=round(result.ledger.cost_usd, 8),
             duration_ms=result.duration_ms,
+            infrastructure=result.infrastructure,
         )
         if result.ok:
             state.source = "executor"

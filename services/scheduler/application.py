@@ -28,7 +28,7 @@ from services.scheduler.budget import DailySpend, utc_day
 from services.scheduler.ids import task_uuid, untracked_uuid
 from services.scheduler.ledger import RunLedger
 from services.scheduler.task import Task, UntrackedRuns, checked_spec
-from services.scheduler.triggers import next_due
+from services.scheduler.triggers import TriggerError, next_due
 
 log = get_logger("rote.scheduler")
 
@@ -52,7 +52,10 @@ class TaskSpecAsDict(Transcoding):
 def to_view(task: Task, last_checked: datetime | None = None) -> TaskView:
     due = None
     if task.status == "active" and task.in_flight is None:
-        due = next_due(task.spec.trigger, task.trigger_state(last_checked))
+        try:
+            due = next_due(task.spec.trigger, task.trigger_state(last_checked))
+        except TriggerError:
+            due = None  # the scheduler pauses such a task, saying why
     if task.pending is not None and task.in_flight is None:
         due = task.pending["at"] if due is None else min(due, task.pending["at"])
     return TaskView(

@@ -25,7 +25,11 @@ def skip_reason(spent_usd: float, budget_usd: float, day: date) -> str:
 class DailySpend:
     """Spend per UTC day. Each run counts once, at its latest known cost: an outcome
     seen twice is not added twice, and the real cost of a run first recorded as
-    abandoned (cost 0) replaces the zero."""
+    abandoned (cost 0) replaces the zero.
+
+    Old days are dropped when spend is read, relative to the reader's clock: pruning
+    relative to an outcome's own day would let one future-dated outcome (a runner with
+    a skewed clock) wipe today's spend and lift the budget."""
 
     def __init__(self, keep_days: int = 3) -> None:
         self.keep_days = keep_days
@@ -38,16 +42,17 @@ class DailySpend:
         cost = max(cost_usd, 0.0)
         self._by_day[day] = self._by_day.get(day, 0.0) - runs.get(run_id, 0.0) + cost
         runs[run_id] = cost
-        self._prune(day)
 
     def spent_on(self, day: date) -> float:
         return self._by_day.get(day, 0.0)
 
     def spent_at(self, now: datetime) -> float:
-        return self.spent_on(utc_day(now))
+        today = utc_day(now)
+        self._prune(today)
+        return self.spent_on(today)
 
-    def _prune(self, latest: date) -> None:
-        oldest = latest - timedelta(days=self.keep_days)
+    def _prune(self, today: date) -> None:
+        oldest = today - timedelta(days=self.keep_days)
         for day in [d for d in self._by_day if d < oldest]:
             del self._by_day[day]
             self._runs.pop(day, None)

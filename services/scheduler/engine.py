@@ -39,7 +39,7 @@ from services.scheduler.clock import Clock
 from services.scheduler.dispatch import Candidate, plan
 from services.scheduler.ids import run_id_for_key
 from services.scheduler.task import Task
-from services.scheduler.triggers import missed_slots, next_due
+from services.scheduler.triggers import TriggerError, missed_slots, next_due
 
 log = get_logger("rote.scheduler")
 T = TypeVar("T")
@@ -268,7 +268,10 @@ class Scheduler:
                 abandoned.append((task.task_id, run_id))
         return abandoned
 
-    def _candidates(self, tasks: list[Task], now: datetime) -> list[Candidate]:
+    def _candidates(
+        self, tasks: list[Task], now: datetime, broken: list[tuple[str, str]]
+    ) -> list[Candidate]:
+        """What is due now; tasks whose trigger cannot be computed go to `broken`."""
         found = []
         for task in tasks:
             if task.in_flight is not None or task.deleted:
@@ -287,10 +290,14 @@ class Scheduler:
                     found.append(Candidate(task.task_id, self.fired[task.task_id], "condition"))
                 continue
             state = task.trigger_state()
-            due = next_due(trigger, state)
-            if due is not None and due <= now:
-                origin = recovery.scheduled_origin(missed_slots(trigger, state, now))
-                found.append(Candidate(task.task_id, due, origin))
+            try:
+                due = next_due(trigger, state)
+                if due is not None and due <= now:
+                    origin = recovery.scheduled_origin(missed_slots(trigger, state, now))
+                    found.append(Candidate(task.task_id, due, origin))
+            except TriggerError as exc:
+                # One task's schedule must not stop every other task's.
+                broken.append((task.task_id, exc.message))
         return found
 
     async def tick(self) -> TickReport:
@@ -302,8 +309,12 @@ class Scheduler:
             now = self.clock.now()
             tasks = self.app.catalog.snapshot()
             in_flight = sum(1 for t in tasks if t.in_flight is not None)
+            broken: list[tuple[str, str]] = []
+            candidates = self._candidates(tasks, now, broken)
+            for task_id, error in broken:
+                await self._pause_broken(task_id, error, now)
             decision = plan(
-                self._candidates(tasks, now),
+                candidates,
                 in_flight=in_flight,
                 max_concurrent=self.config.max_concurrent,
                 spent_today_usd=self.app.catalog.spent_on(now),
@@ -321,6 +332,13 @@ class Scheduler:
             if report.dispatched or report.skipped or report.abandoned:
                 self.on_saved()
             return report
+
+    async def _pause_broken(self, task_id: str, error: str, now: datetime) -> None:
+        with structlog.contextvars.bound_contextvars(task_id=task_id):
+            log.error("trigger_broken", error=error)
+            reason = f"trigger can no longer be scheduled: {error}"
+            await _in_thread(self.app.pause, task_id, reason, now)
+            self.on_saved()
 
     async def _skip(self, candidate: Candidate, reason: str, now: datetime) -> None:
         with structlog.contextvars.bound_contextvars(task_id=candidate.task_id):
@@ -355,7 +373,11 @@ class Scheduler:
                 or task.task_id in self.fired
             ):
                 continue
-            when = next_due(trigger, task.trigger_state(self.last_checked.get(task.task_id)))
+            try:
+                when = next_due(trigger, task.trigger_state(self.last_checked.get(task.task_id)))
+            except TriggerError as exc:
+                log.error("trigger_broken", task_id=task.task_id, error=exc.message)
+                continue
             if when is not None and when <= now:
                 due.append((task.task_id, trigger))
         return due

@@ -16,8 +16,15 @@ import msgspec
 
 from contracts import subjects as s
 from contracts.runs import RunEvent, RunRequest
-from contracts.tasks import TaskEvent, TaskEventName
+from contracts.tasks import TaskEvent, TaskEventName, TaskSpec
+from services.kernel.secrets import redact_struct
 from services.scheduler.task import Task
+
+
+def _shown(spec: TaskSpec | None) -> TaskSpec | None:
+    # Events show a spec with secrets masked; the run request carries it as written
+    # (the run needs it).
+    return None if spec is None else redact_struct(spec)
 
 
 @dataclass(frozen=True)
@@ -56,7 +63,7 @@ def messages_for(e: Any, task_id: str) -> list[Message]:
         event=name,
         version=e.originator_version,
         at=at,
-        spec=_get(e, "spec"),
+        spec=_shown(_get(e, "spec")),
         reason=_get(e, "reason"),
         run_id=_get(e, "run_id"),
         status=_get(e, "status"),
@@ -76,7 +83,7 @@ def messages_for(e: Any, task_id: str) -> list[Message]:
                     event="requested",
                     at=at,
                     status="requested",
-                    spec=e.spec,
+                    spec=_shown(e.spec),
                     origin=e.origin,
                 ),
                 f"{e.run_id}:requested",

@@ -43,6 +43,7 @@ from services.kernel.lease import Lease
 from services.kernel.logs import get_logger
 from services.kernel.relay import EventRelay
 from services.kernel.runtime import ServiceContext
+from services.kernel.secrets import redact
 from services.kernel.streams import KV_TTL_S
 from services.scheduler.application import Tasks
 from services.scheduler.clock import Clock, SystemClock
@@ -57,6 +58,8 @@ INTAKE_PREFIX = s.intake_task("")
 # A command that keeps failing for reasons other than its content (a bug, a store that
 # stays down) is refused after this many deliveries rather than blocking the intake.
 MAX_INTAKE_DELIVERIES = 5
+# How much of a refused command its rejection event shows.
+MAX_REJECTED_PAYLOAD_CHARS = 64 * 1024
 CONDITION_TIMEOUT_S = 30.0
 BACKLOG_WAIT_S = 10.0
 
@@ -135,10 +138,14 @@ def condition_checker(bus: Bus) -> Any:
 
 
 async def _reject(bus: Bus, msg: Msg, verb: str, error: ServiceError, msg_id: str | None) -> None:
+    # Bounded: a payload near the 1 MB limit, escaped into JSON, would not fit in the
+    # rejection, which could then never be published, holding the intake up for good.
+    payload = redact(msg.data.decode("utf-8", errors="replace"))
     rejected = TaskRejected(
         verb=verb,
         error=error.info(),
-        payload=msg.data.decode("utf-8", errors="replace"),
+        payload=payload[:MAX_REJECTED_PAYLOAD_CHARS],
+        payload_truncated=len(payload) > MAX_REJECTED_PAYLOAD_CHARS,
         at=utc_now(),
         msg_id=msg_id,
     )

@@ -136,8 +136,20 @@ class Task(Aggregate):
         self._must_exist()
         if self.status == "paused":
             return False
-        self._paused(reason=reason, at=at)
+        self._pause(reason, at)
         return True
+
+    def _pause(self, reason: str | None, at: datetime) -> None:
+        # A run queued before the pause must not go out after it: skip it, visibly.
+        # (A run asked for while paused still goes out: that is an operator's choice.)
+        if self.pending is not None:
+            self.skip_run(
+                f"task paused before the queued run went out: {reason or 'by an operator'}",
+                self.pending["origin"],
+                at,
+                self.pending["run_id"],
+            )
+        self._paused(reason=reason, at=at)
 
     @event("Paused")
     def _paused(self, reason: str | None, at: datetime) -> None:
@@ -271,11 +283,9 @@ class Task(Aggregate):
             and failures.should_pause(self.consecutive_failures, self.spec.max_failures)
         ):
             last = f"{reason}: {error}" if reason and error else (reason or error)
-            self._paused(
-                reason=failures.pause_reason(
-                    self.consecutive_failures, self.spec.max_failures, last
-                ),
-                at=at,
+            self._pause(
+                failures.pause_reason(self.consecutive_failures, self.spec.max_failures, last),
+                at,
             )
         return "recorded"
 
@@ -304,8 +314,8 @@ class Task(Aggregate):
             del self.recent[next(iter(self.recent))]
 
     def skip_run(self, reason: str, origin: RunOrigin, at: datetime, run_id: str | None) -> None:
-        """A due run that will not go out (over budget). It consumes its schedule slot,
-        or the pending request it came from."""
+        """A due run that will not go out (over budget, task paused). It consumes its
+        schedule slot, or the pending request it came from."""
         self._run_skipped(reason=reason, origin=origin, at=at, run_id=run_id)
 
     @event("RunSkipped")

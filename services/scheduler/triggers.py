@@ -67,7 +67,8 @@ def _utc(when: datetime) -> datetime:
 def zone(name: str) -> ZoneInfo:
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError, TypeError):
+    # OSError: a name that is a folder of the zone database ("Europe") or too long.
+    except (ZoneInfoNotFoundError, ValueError, TypeError, OSError):
         raise TriggerError(
             "trigger.tz", f"unknown time zone {name!r} (use an IANA name like 'Europe/Berlin')"
         ) from None
@@ -90,6 +91,8 @@ def validate(trigger: Trigger) -> Trigger:
                 raise TriggerError("trigger.expr", f"unknown cron macro {expr!r}")
             if not croniter.is_valid(text):
                 raise TriggerError("trigger.expr", f"invalid cron expression {expr!r}")
+            # Valid syntax can still name a date that never comes ("0 0 31 2 *").
+            cron_after(text, tz, _VALIDATION_START)
             return msgspec.structs.replace(trigger, expr=text)
         case IntervalTrigger(every_s=every) if every < MIN_EVERY_S:
             raise TriggerError("trigger.every_s", f"every_s must be at least {MIN_EVERY_S:g}")
@@ -115,15 +118,25 @@ def cron_after(expr: str, tz: str, after: datetime) -> datetime:
     forward runs at the first valid time after it (croniter's behaviour).
     """
     local = _utc(after).astimezone(zone(tz))
+    wall = local.replace(tzinfo=None)
     try:
         it = croniter(expr, local)
-        for _ in range(4):
-            candidate: datetime = it.get_next(datetime)
-            if candidate.replace(tzinfo=None) > local.replace(tzinfo=None):
-                return candidate.astimezone(UTC)
-    except CroniterError as exc:
-        raise TriggerError("trigger.expr", str(exc)) from None
-    raise TriggerError("trigger.expr", f"cron expression {expr!r} never fires")
+        candidate: datetime = it.get_next(datetime)
+        if candidate.replace(tzinfo=None) <= wall:
+            # Clocks went back: the candidate is in the repeated hour, at a wall time
+            # that already fired. Go on from the second time the clock shows `wall`.
+            second = local.replace(fold=1).astimezone(UTC).astimezone(local.tzinfo)
+            candidate = croniter(expr, max(second, local)).get_next(datetime)
+    except (CroniterError, ValueError) as exc:
+        # croniter gives up on dates that never come ("0 0 31 2 *") after a search.
+        raise TriggerError("trigger.expr", f"cron expression {expr!r} never fires: {exc}") from None
+    if candidate.replace(tzinfo=None) <= wall:
+        raise TriggerError("trigger.expr", f"cron expression {expr!r} never fires")
+    return candidate.astimezone(UTC)
+
+
+# Where validation asks "does this cron ever fire?": any fixed instant will do.
+_VALIDATION_START = datetime(2025, 1, 1, tzinfo=UTC)
 
 
 def next_due(trigger: Trigger, state: TriggerState) -> datetime | None:

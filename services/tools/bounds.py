@@ -1,6 +1,7 @@
 """Bounding outputs so a page, a file or a command cannot blow past NATS' 1 MB payload:
-strings are cut (on a character boundary), lists lose their tail, and the caller learns
-that something was cut."""
+strings (dict keys included) are cut on a character boundary, lists and dicts lose
+their tail, and the caller learns that something was cut. What still does not fit
+becomes a small placeholder: the bound always holds."""
 
 from __future__ import annotations
 
@@ -21,6 +22,20 @@ def encoded_size(value: Any) -> int:
     return len(msgspec.json.encode(value))
 
 
+def _cut_key(key: Any, max_string: int, taken: dict[Any, Any]) -> tuple[Any, bool]:
+    """A key cut like any string; one that then collides with a key already kept gets a
+    `#n` suffix, so no entry silently replaces another."""
+    if not isinstance(key, str):
+        return key, False
+    cut_key, cut = bound_text(key, max_string)
+    if cut:
+        n, unique = 2, cut_key
+        while unique in taken:
+            unique, n = f"{cut_key}#{n}", n + 1
+        cut_key = unique
+    return cut_key, cut
+
+
 def _cut(value: Any, max_string: int, max_items: int) -> tuple[Any, bool]:
     if isinstance(value, str):
         return bound_text(value, max_string)
@@ -33,26 +48,43 @@ def _cut(value: Any, max_string: int, max_items: int) -> tuple[Any, bool]:
             cut = cut or c
         return items, cut
     if isinstance(value, dict):
-        out = {}
-        cut = False
-        for key, item in value.items():
+        out: dict[Any, Any] = {}
+        cut = len(value) > max_items
+        for i, (key, item) in enumerate(value.items()):
+            if i >= max_items:
+                break
+            bounded_key, k = _cut_key(key, max_string, out)
             bounded, c = _cut(item, max_string, max_items)
-            out[key] = bounded
-            cut = cut or c
+            out[bounded_key] = bounded
+            cut = cut or c or k
         return out, cut
     return value, False
 
 
+def placeholder(size: int, max_bytes: int) -> Any:
+    """What stands for a value that cannot be cut down to `max_bytes`: a marker that
+    says so and how big it was; null when even that does not fit."""
+    marker = {"truncated": True, "bytes": size}
+    return marker if encoded_size(marker) <= max_bytes else None
+
+
 def bound_value(value: Any, max_bytes: int) -> tuple[Any, bool]:
-    """A JSON value whose encoding fits in about `max_bytes`, and whether it was cut.
-    Halves the longest string and list allowed until it fits; an untouched value is
-    returned as is."""
-    if encoded_size(value) <= max_bytes:
+    """A JSON value whose encoding fits in `max_bytes` (at least 4, for `null`), and
+    whether it was cut. Halves the longest string (or key) and the most items of a list
+    or dict allowed until it fits; an untouched value is returned as is."""
+    size = encoded_size(value)
+    if size <= max_bytes:
         return value, False
     max_string, max_items = max_bytes, max(1, max_bytes // 16)
-    while True:
-        bounded, _ = _cut(value, max_string, max_items)
-        if encoded_size(bounded) <= max_bytes or (max_string <= 64 and max_items <= 1):
-            return bounded, True
-        max_string = max(64, max_string // 2)
-        max_items = max(1, max_items // 2)
+    try:
+        while True:
+            bounded, _ = _cut(value, max_string, max_items)
+            if encoded_size(bounded) <= max_bytes:
+                return bounded, True
+            if max_string <= 64 and max_items <= 1:
+                break
+            max_string = max(64, max_string // 2)
+            max_items = max(1, max_items // 2)
+    except RecursionError:  # nested deeper than Python's stack: cut it all
+        pass
+    return placeholder(size, max_bytes), True

@@ -58,6 +58,10 @@ class _Capture:
         return text
 
 
+# How long output may still arrive once the command has exited and its group is dead.
+DRAIN_GRACE_S = 0.5
+
+
 def _kill_group(pid: int) -> None:
     with suppress(ProcessLookupError, PermissionError):  # already gone
         os.killpg(pid, signal.SIGKILL)
@@ -88,6 +92,12 @@ async def shell_exec(
         raise ToolFailure("command_failed", f"no such command: {argv[0]!r}") from None
     except PermissionError:
         raise ToolFailure("command_failed", f"not executable: {argv[0]!r}") from None
+    except OSError as exc:
+        # Any other reason exec fails: no `#!` line (ENOEXEC), a file used as a
+        # directory (`./file/x`: ENOTDIR), a name too long...
+        raise ToolFailure(
+            "command_failed", f"cannot run {argv[0]!r}: {exc.strerror or exc}"
+        ) from None
     out, err = _Capture(max_output_bytes), _Capture(max_output_bytes)
     timed_out = False
     try:
@@ -99,6 +109,10 @@ async def shell_exec(
             timed_out = scope.cancelled_caught
             # Background children still holding the pipes would keep the drains open.
             _kill_group(process.pid)
+            # One that left the group (setsid) survives the kill and may hold the pipes
+            # for ever: what is already written arrives at once, so after a short grace
+            # stop reading (the pipes are closed below) and keep what was read.
+            tg.cancel_scope.deadline = anyio.current_time() + DRAIN_GRACE_S
     finally:
         if process.returncode is None:
             _kill_group(process.pid)
@@ -127,7 +141,8 @@ async def shell_exec(
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
-_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
+# No O_TRUNC: a file is emptied only once fstat has shown it is one we may write.
+_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
 
 
 def _swapped(path: Path, name: str, dir_fd: int) -> ServiceError | None:
@@ -188,10 +203,21 @@ def _open_under(root: Path, path: Path, flags: int, *, make_parents: bool = Fals
 
 
 def _regular_or_close(fd: int, path: Path) -> None:
-    """Only regular files are read or written (not a FIFO, a device, a directory)."""
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    """Only regular files are read or written (not a FIFO, a device, a directory), and
+    only those with a single name: a hard link inside a root may name a file outside
+    it, and nothing on the file says which of its names is the original."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         raise ToolFailure("io_error", f"{str(path)!r} is not a regular file")
+    if st.st_nlink > 1:
+        os.close(fd)
+        raise ServiceError(
+            "path_denied",
+            f"{str(path)!r} has {st.st_nlink} hard links; a file with more than one name "
+            "may be one outside the allowed roots, so it is neither read nor written",
+            field="input.path",
+        )
 
 
 def file_read(path: Path, *, root: Path, max_chars: int) -> Outcome:
@@ -202,11 +228,14 @@ def file_read(path: Path, *, root: Path, max_chars: int) -> Outcome:
     except OSError as exc:
         raise ToolFailure("io_error", f"cannot open {str(path)!r}: {exc.strerror}") from None
     _regular_or_close(fd, path)
-    with os.fdopen(fd, "rb") as f:
-        # UTF-8 needs at most 4 bytes a character: this reads enough, never the whole
-        # of a huge file.
-        data = f.read(max_chars * 4 + 4)
-        more = f.read(1) != b""
+    try:
+        with os.fdopen(fd, "rb") as f:
+            # UTF-8 needs at most 4 bytes a character: this reads enough, never the
+            # whole of a huge file.
+            data = f.read(max_chars * 4 + 4)
+            more = f.read(1) != b""
+    except OSError as exc:  # EIO, a file on a vanished network mount
+        raise ToolFailure("io_error", f"cannot read {str(path)!r}: {exc.strerror}") from None
     text = data.decode("utf-8", errors="replace")
     truncated = more or len(text) > max_chars
     if truncated:
@@ -221,6 +250,10 @@ def file_write(path: Path, content: str, *, root: Path) -> Outcome:
     except OSError as exc:
         raise ToolFailure("io_error", f"cannot write {str(path)!r}: {exc.strerror}") from None
     _regular_or_close(fd, path)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.truncate(0)
+            f.write(data)
+    except OSError as exc:  # a full disk, a quota
+        raise ToolFailure("io_error", f"cannot write {str(path)!r}: {exc.strerror}") from None
     return Outcome({"path": str(path), "bytes": len(data)}, ToolMetadata())

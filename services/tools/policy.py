@@ -1,5 +1,14 @@
 """Deny-by-default policy: which tools a call may use, which commands may run, which
-paths may be touched. Every rule refuses with a ServiceError before anything runs."""
+paths may be touched. Every rule refuses with a ServiceError before anything runs.
+
+Command patterns (ROTE_TOOLS_ALLOW_COMMANDS) are matched word by word: a pattern is
+split like a command (shlex), and each of its words must fnmatch exactly one word of
+the command, so the counts must agree. A `*` therefore never spans words: `cat *.log`
+admits `cat app.log` but not `cat /etc/shadow app.log`. A last pattern word of exactly
+`**` stands for any further words, none included: `echo **` admits `echo` and
+`echo a b c`; `git log **` admits `git log` with any options. Elsewhere `**` is a plain
+fnmatch word (the same as `*`).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +16,7 @@ import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from functools import cache
 from pathlib import Path
 
 from services.kernel.errors import ServiceError
@@ -36,17 +46,44 @@ def split_command(command: str) -> list[str]:
     return argv
 
 
+# The last pattern word that admits any further words (zero or more).
+REST = "**"
+
+
+@cache
+def pattern_words(pattern: str) -> tuple[str, ...]:
+    """A command pattern split like a command. Raises ValueError on a pattern shlex
+    cannot split (an unbalanced quote): the tools service refuses to start with it."""
+    try:
+        return tuple(shlex.split(pattern))
+    except ValueError as exc:
+        raise ValueError(f"cannot split the command pattern {pattern!r}: {exc}") from None
+
+
+def matches(argv: Sequence[str], pattern: str) -> bool:
+    """Each pattern word fnmatches exactly one argv word; a last `**` takes the rest."""
+    words = pattern_words(pattern)
+    if words and words[-1] == REST:
+        words = words[:-1]
+        if len(argv) < len(words):
+            return False
+    elif len(argv) != len(words):
+        return False
+    return all(fnmatchcase(arg, word) for arg, word in zip(argv, words, strict=False))
+
+
 def check_command(argv: Sequence[str], patterns: Sequence[str]) -> str:
-    """Match the canonical command line (`shlex.join(argv)`) against the allowed fnmatch
-    patterns; return it. No patterns configured: every command is refused."""
+    """Match argv against the allowed patterns word by word (see the module docstring);
+    return the canonical command line (`shlex.join(argv)`). No patterns configured:
+    every command is refused."""
     line = shlex.join(argv)
     if not patterns:
         raise ServiceError(
             "command_denied",
-            "no commands are allowed (set ROTE_TOOLS_ALLOW_COMMANDS to fnmatch patterns)",
+            "no commands are allowed (set ROTE_TOOLS_ALLOW_COMMANDS to command patterns)",
             field="input.command",
         )
-    if not any(fnmatchcase(line, pattern) for pattern in patterns):
+    if not any(matches(argv, pattern) for pattern in patterns):
         raise ServiceError(
             "command_denied",
             f"command {line[:200]!r} matches no allowed pattern",
@@ -78,12 +115,13 @@ class PathRoots:
             )
         if "\x00" in path:
             raise ServiceError("invalid_request", "the path contains NUL", field="input.path")
-        candidate = Path(path).expanduser()
-        if not candidate.is_absolute():
-            candidate = self.roots[0] / candidate
         try:
+            # expanduser() raises RuntimeError for an unknown user (`~nobody_here/x`).
+            candidate = Path(path).expanduser()
+            if not candidate.is_absolute():
+                candidate = self.roots[0] / candidate
             resolved = candidate.resolve()
-        except (OSError, RuntimeError) as exc:  # a symlink loop
+        except (OSError, RuntimeError) as exc:  # a symlink loop, an unknown ~user
             raise ServiceError(
                 "path_denied", f"cannot resolve {path!r}: {exc}", field="input.path"
             ) from None

@@ -146,7 +146,18 @@ async def serve(
                 result = await toolbox.run(toolbox.prepare(call))
             except ServiceError as exc:
                 refusal = exc
+            except Exception as exc:
+                # A bug of ours: the event and the reply say so (with a reference to the
+                # logged traceback), never "cancelled".
+                ref = uuid.uuid4().hex[:12]
+                log.exception("tool_call_failed", ref=ref)
+                refusal = ServiceError(
+                    "internal",
+                    f"{call.tool} failed ({type(exc).__name__}); see the tools service log, "
+                    f"ref {ref}",
+                )
             finally:
+                # Neither a result nor an error: only cancellation leaves the try so.
                 error = (
                     refusal.info()
                     if refusal is not None
@@ -163,7 +174,8 @@ async def serve(
                         # The tool ran: its result matters more than the event.
                         log.error("tool_event_unpublished", event="finished", error=str(exc))
             if refusal is not None:
-                log.info("tool_refused", code=refusal.code, error=refusal.message)
+                if refusal.code != "internal":  # already logged, with its traceback
+                    log.info("tool_refused", code=refusal.code, error=refusal.message)
                 raise refusal
             assert result is not None
             log.info(

@@ -17,7 +17,7 @@ from contracts import tools as t
 from contracts.errors import ErrorInfo
 from contracts.tools import ExecTool, ToolResult
 from services.kernel.errors import ServiceError
-from services.kernel.settings import Settings
+from services.kernel.settings import Settings, SettingsError
 from services.tools import local, policy
 from services.tools.bounds import bound_value
 from services.tools.browser import BrowserConfig, BrowserPool, BrowserUnavailable
@@ -82,6 +82,13 @@ class ToolBox:
         self.config = config
         self.browsers = browsers
         self.roots = policy.PathRoots.of(config.path_roots)
+        for pattern in config.allowed_commands:
+            try:
+                policy.pattern_words(pattern)
+            except ValueError as exc:
+                # Refused at start: a pattern that cannot be read would otherwise fail
+                # every shell_exec call.
+                raise SettingsError(f"ROTE_TOOLS_ALLOW_COMMANDS: {exc}") from None
 
     def prepare(self, call: ExecTool) -> Prepared:
         """Every refusal, before anything runs. Raises ServiceError."""

@@ -29,8 +29,11 @@ def test_quick_bench_has_every_section(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     document = json.loads(out.read_text())
     assert document["quick"] is True and document["duration_s"] > 0
-    # --quick is the CI smoke mode: it must stay under 2 minutes (about 45 s here idle).
-    assert document["duration_s"] < 120, document["duration_s"]
+    # --quick is the CI smoke mode, meant to stay under 2 minutes: the document says
+    # whether it did (timing itself is not asserted; a busy machine is slower).
+    assert document["duration_target_s"] == 120
+    assert document["duration_ok"] == (document["duration_s"] < 120)
+    assert "--quick target: under 120 s" in done.stdout
     assert document["machine"]["cpus"] >= 1
     # The result names the code it measured (this test runs from a git checkout).
     assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?", document["machine"]["commit"] or "")

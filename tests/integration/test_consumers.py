@@ -3,6 +3,8 @@ redelivered, long handlers kept alive with in_progress."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 import msgspec
 import pytest
@@ -18,6 +20,11 @@ pytestmark = pytest.mark.anyio
 
 class Job(msgspec.Struct):
     n: int
+    data: Any = None
+
+
+# Deeper than Python's stack: decoding raises RecursionError, not a validation error.
+TOO_DEEP = b'{"n": 9, "data": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
 
 
 async def test_poison_and_retry_do_not_block_the_queue(bus: Bus) -> None:
@@ -34,7 +41,7 @@ async def test_poison_and_retry_do_not_block_the_queue(bus: Bus) -> None:
         if len(seen) == 3:
             done.set()
 
-    for body in (b'{"n":1}', b"garbage", b'{"n":"two"}', b'{"n":2}', b'{"n":3}'):
+    for body in (b'{"n":1}', b"garbage", b'{"n":"two"}', TOO_DEEP, b'{"n":2}', b'{"n":3}'):
         await bus.js.publish(s.WORK_RUNS, body)
     config = durable_config("test-workers", filter_subjects=[s.WORK_RUNS], ack_wait_s=5)
     async with anyio.create_task_group() as tg:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -34,6 +35,7 @@ from services.kernel.embedded_nats import free_port
 from services.kernel.errors import RemoteError
 from services.kernel.runtime import Stack, open_stack
 from services.kernel.settings import Settings
+from services.llm.calls import CallFailed, ModelCaller, make_client
 from services.llm.pricing import load_price_table
 from services.standin.policy import CANDIDATE_SELECTORS
 from services.standin.server import StandinServer
@@ -437,6 +439,43 @@ async def test_malformed_requests_get_structured_errors_and_the_service_stays_up
         assert reply.stop_reason == "end_turn"
 
 
+def _nested_json(depth: int) -> bytes:
+    return b"[" * depth + b"]" * depth
+
+
+async def test_deeply_nested_requests_are_invalid_not_internal(
+    settings: Settings, bus: Bus, standin: StandinServer
+) -> None:
+    def tool_use(depth: int) -> bytes:
+        return (
+            b'{"messages": [{"role": "user", "content": [{"type": "tool_use", "id": "a", '
+            b'"name": "b", "input": {"q": ' + _nested_json(depth) + b"}}]}]}"
+        )
+
+    schema = (
+        b'{"messages": [{"role": "user", "content": "hi"}], "tools": [{"name": "t", '
+        b'"description": "d", "input_schema": {"x": ' + _nested_json(200_000) + b"}}]}"
+    )
+    cases = [
+        (tool_use(5000), None),  # deeper than the decoder's stack
+        (tool_use(500), "messages[0].content[0].input"),  # decoded, then refused
+        (schema, None),
+    ]
+    async with llm(settings):
+        for data, field in cases:
+            msg = await bus.nc.request(s.LLM_COMPLETE, data, timeout=30)
+            assert msg.headers is not None
+            assert msg.headers["Nats-Service-Error-Code"] == "400"
+            error = json.loads(msg.data)["error"]
+            assert error["code"] == "invalid_request", error
+            assert "nested" in error["message"]
+            if field is not None:
+                assert error["field"] == field
+        assert standin.stats().get("messages", 0) == 0
+        reply = await complete(bus, [Message(role="user", content="still there?")])
+        assert reply.content
+
+
 async def test_unknown_fields_inside_a_request_are_refused_by_name(
     settings: Settings, bus: Bus, standin: StandinServer
 ) -> None:
@@ -566,6 +605,50 @@ async def test_price_file_changes_aliases_and_costs(
         reply = await complete(bus, [Message(role="user", content="hi")], model="sonnet")
     assert reply.model == "claude-sonnet-4-5"
     assert reply.cost_usd == pytest.approx(reply.usage.input_tokens * 1000 / 1_000_000)
+
+
+async def test_a_call_ends_within_its_budget_however_slow_the_api(
+    standin: StandinServer,
+) -> None:
+    standin.inject(latency_ms=10_000)
+    caller = ModelCaller(make_client(), concurrency=1, max_attempts=4, budget_s=1.0)
+    params = {
+        "model": "claude-haiku-5-5",
+        "max_tokens": 64,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    started = time.monotonic()
+    try:
+        with pytest.raises(CallFailed) as caught:
+            await caller.call(params)
+    finally:
+        await caller.aclose()
+    assert time.monotonic() - started < 3
+    assert caught.value.failure.code == "timeout"
+    assert "budget of 1s" in caught.value.failure.message
+    assert caught.value.attempts == 1
+
+
+async def test_no_retry_is_started_that_the_budget_cannot_wait_for(
+    standin: StandinServer,
+) -> None:
+    # The server asks for a 5 s pause; the budget has 2 s: give up with its answer.
+    standin.inject(statuses=[529] * 4, retry_after_ms=5000)
+    caller = ModelCaller(make_client(), concurrency=1, max_attempts=4, budget_s=2.0)
+    params = {
+        "model": "claude-haiku-5-5",
+        "max_tokens": 64,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    started = time.monotonic()
+    try:
+        with pytest.raises(CallFailed) as caught:
+            await caller.call(params)
+    finally:
+        await caller.aclose()
+    assert time.monotonic() - started < 1.5
+    assert (caught.value.failure.code, caught.value.attempts) == ("overloaded", 1)
+    assert standin.stats()["messages"] == 1
 
 
 # --- concurrency ------------------------------------------------------------------------

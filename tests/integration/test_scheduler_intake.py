@@ -70,6 +70,12 @@ async def get(bus: Bus, task_id: str) -> TaskView:
 BAD_FIELD = b'{"name": "typo", "prompt": "p", "colour": "red"}'
 BAD_CRON = b'{"name": "bad cron", "prompt": "p", "trigger": {"kind": "cron", "expr": "99 * * * *"}}'
 NOT_JSON = b"{this is not json"
+# Near the 1 MB limit, and far over it once escaped into a rejection; a secret inside.
+HUGE = (
+    b'{"name": "x", "prompt": "postgresql://app:hunter2pw@db/prod", "colour": "'
+    + b'\\"' * 300_000
+    + b'"}'
+)
 GOOD = b'{"name": "Intake OK", "prompt": "p", "trigger": {"kind": "cron", "expr": "0 9 * * *"}}'
 
 
@@ -82,6 +88,7 @@ async def test_bad_commands_are_refused_and_the_ones_behind_them_still_apply(
         ("create", BAD_FIELD),
         ("create", BAD_CRON),
         ("create", NOT_JSON),
+        ("create", HUGE),
         ("frobnicate", b'{"task_id": "x"}'),
         ("update", b'{"task_id": "no-such-task", "prompt": "x"}'),
         ("create", GOOD),
@@ -91,16 +98,21 @@ async def test_bad_commands_are_refused_and_the_ones_behind_them_still_apply(
     for verb, body in sequence:
         await bus.js.publish(s.intake_task(verb), body)
     async with scheduler(settings, bus):
-        rejected = await events(bus, s.TASK_REJECTED, TaskRejected, 5)
+        rejected = await events(bus, s.TASK_REJECTED, TaskRejected, 6)
         assert [(r.verb, r.error.code, r.error.field) for r in rejected] == [
             ("create", "invalid_request", "colour"),
             ("create", "invalid_request", "trigger.expr"),
             ("create", "malformed", None),
+            ("create", "invalid_request", "colour"),
             ("frobnicate", "invalid_request", "verb"),
             ("update", "not_found", "task_id"),
         ]
         assert [r.payload.encode() for r in rejected[:3]] == [BAD_FIELD, BAD_CRON, NOT_JSON]
         assert "99 * * * *" in rejected[1].error.message
+        assert not any(r.payload_truncated for r in rejected[:3])
+        huge = rejected[3]
+        assert huge.payload_truncated and len(huge.payload) < len(HUGE)
+        assert "hunter2pw" not in huge.payload and "[redacted]" in huge.payload
 
         applied = await events(bus, s.task_event("intake-ok", "*"), TaskEvent, 3)
         assert [e.event for e in applied] == ["defined", "paused", "updated"]
@@ -111,7 +123,7 @@ async def test_bad_commands_are_refused_and_the_ones_behind_them_still_apply(
             7,
         )
         # Nothing more was refused, and the intake is drained (work-queue retention).
-        assert len(await events(bus, s.TASK_REJECTED, TaskRejected, 6, wait=0.5)) == 5
+        assert len(await events(bus, s.TASK_REJECTED, TaskRejected, 7, wait=0.5)) == 6
         with anyio.fail_after(5):
             while (await bus.js.stream_info(s.STREAM_INTAKE)).state.messages:
                 await anyio.sleep(0.05)
@@ -131,11 +143,16 @@ async def test_a_duplicate_command_is_applied_once(settings: Settings, bus: Bus)
         run = b'{"task_id": "dup"}'
         for _ in range(3):
             await bus.js.publish(s.intake_task("run"), run, headers={"Nats-Msg-Id": "run-1"})
+        # The run goes out before the pause (a pause skips a run still queued).
+        await events(bus, s.task_event("dup", "*"), TaskEvent, 3)
         # A different message id is a different request.
         await bus.js.publish(s.intake_task("pause"), run, headers={"Nats-Msg-Id": "p-1"})
 
+        # The four expected events (however slow the machine), then none more.
+        await events(bus, s.task_event("dup", "*"), TaskEvent, 4)
         got = await events(bus, s.task_event("dup", "*"), TaskEvent, 10, wait=1.5)
         names = [e.event for e in got]
+        assert len(names) == 4, names
         assert names.count("defined") == 1
         assert names.count("run_requested") == 1
         assert names.count("run_dispatched") == 1

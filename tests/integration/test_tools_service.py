@@ -51,6 +51,7 @@ from services.runner.ports import RunScope
 from services.runner.replay import Replayer
 from services.runner.service import bus_ports
 from services.runner.transcript import TranscriptRecorder
+from services.tools import local
 from services.tools import service as tools_service
 from services.tools.specs import SPECS
 from tests.hand_built_replay import hand_built_executor
@@ -231,7 +232,7 @@ async def running(bus: Bus, settings: Settings, root: Path) -> AsyncIterator[Too
 async def tools(bus: Bus, settings: Settings, tmp_path: Path) -> AsyncIterator[Tools]:
     root = tmp_path / "files"
     root.mkdir()
-    settings = settings.with_(allowed_commands=("echo *",), path_roots=(str(root),))
+    settings = settings.with_(allowed_commands=("echo **",), path_roots=(str(root),))
     async with running(bus, settings, root) as service:
         yield service
 
@@ -749,6 +750,58 @@ async def test_large_outputs_are_bounded_in_reply_and_event(tools: Tools) -> Non
     assert 100_000 < len(read.output) < 300_000
     events = await _tool_events(tools.bus, "run-big", 2)
     assert events[1][1].truncated and len(events[1][1].output) == len(read.output)
+
+
+async def test_a_call_that_cannot_run_says_why_in_reply_and_event(
+    bus: Bus, settings: Settings, tmp_path: Path
+) -> None:
+    root = tmp_path / "files"
+    root.mkdir()
+    (root / "noshebang").write_text("echo hi\n")
+    (root / "noshebang").chmod(0o755)
+    settings = settings.with_(allowed_commands=("./**",), path_roots=(str(root),))
+    run_id = "run-cannot"
+    async with running(bus, settings, root) as tools:
+        err = await tools.refused("file_read", {"path": "~no_such_user_rote/x"}, run_id=run_id)
+        assert (err.code, err.info.field) == ("path_denied", "input.path")
+        for command in ("./noshebang", "./noshebang/x"):
+            result = await tools.call("shell_exec", {"command": command}, run_id=run_id)
+            assert not result.ok and result.error is not None, command
+            assert result.error.code == "command_failed", result.error
+        finished = [e for _, e in await _tool_events(bus, run_id, 6) if e.event == "finished"]
+    assert [e.error.code for e in finished if e.error] == [
+        "path_denied",
+        "command_failed",
+        "command_failed",
+    ]
+
+
+async def test_an_unexpected_failure_is_internal_in_reply_and_event(
+    tools: Tools, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise ZeroDivisionError("a bug in a tool")
+
+    monkeypatch.setattr(local, "file_read", broken)
+    (tools.root / "a.txt").write_text("a")
+    err = await tools.refused("file_read", {"path": "a.txt"}, run_id="run-bug")
+    assert (err.code, err.status) == ("internal", 500)
+    assert "ZeroDivisionError" in err.message and "ref " in err.message
+    _, (_, finished) = await _tool_events(tools.bus, "run-bug", 2)
+    # Not "cancelled": the event tells what the caller was told.
+    assert finished.ok is False and finished.error is not None
+    assert (finished.error.code, finished.error.message) == ("internal", err.message)
+    # The service goes on.
+    assert (await tools.call("shell_exec", {"command": "echo still here"})).ok
+
+
+async def test_long_keys_in_an_input_are_bounded_in_the_events(tools: Tools) -> None:
+    fields = {"K" * 300_000: ".name", "L" * 300_000: ".price"}
+    await tools.call("browser_extract", {"selector": "li", "fields": fields}, run_id="run-keys")
+    events = await _tool_events(tools.bus, "run-keys", 2)
+    for _, event in events:
+        assert len(msgspec.json.encode(event.input)) <= 64 * 1024
+        assert event.input["selector"] == "li" and len(event.input["fields"]) == 2
 
 
 # --- the browser dying ---------------------------------------------------------------------

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from contracts.catalog import CONTRACTS, json_schemas
 from contracts.llm import CompleteRequest, Message, ThinkingBlock, ToolUseBlock
+from contracts.runs import RunEvent
 from contracts.tasks import CreateTask, IntervalTrigger, TaskSpec
 from services.kernel.codec import decode, encode
 from services.kernel.errors import validation_error
@@ -71,6 +72,15 @@ def test_bad_commands_are_rejected_naming_the_field(raw: bytes, field: str | Non
         assert field.split(".")[-1] in message
     else:
         assert "name" in message  # the missing required field is named in the message
+
+
+def test_an_event_time_without_an_offset_is_rejected_on_decode() -> None:
+    # Compared later with offset-aware times it would raise inside a service; rejected
+    # here it is one poison message, logged and set aside.
+    raw = b'{"task_id":"a","run_id":"r","event":"started","status":"running","at":"%s"}'
+    code, field, _ = _rejection(raw % b"2025-01-06T08:00:01", RunEvent)
+    assert (code, field) == ("invalid_request", "at")
+    assert decode(raw % b"2025-01-06T08:00:01+01:00", RunEvent).at.utcoffset() is not None
 
 
 def test_malformed_json_is_its_own_code() -> None:

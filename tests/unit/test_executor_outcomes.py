@@ -61,3 +61,10 @@ def test_other_events_say_nothing() -> None:
     assert replay_report(event("completed", source="full_llm", cost_usd=0.04)) is None
     assert full_run_cost(event("completed", source="full_llm", cost_usd=0.04)) == 0.04
     assert full_run_cost(event("failed", source="full_llm", cost_usd=0.04)) is None
+
+
+def test_a_replay_failed_by_an_outage_is_not_reported_to_health() -> None:
+    down = ReplayOutcome(version=1, ok=False, step=0, reason="unavailable", infrastructure=True)
+    run = event("completed", source="full_llm", fell_back=True, cost_usd=0.05, replay=down)
+    assert replay_report(run) is None
+    assert full_run_cost(run) == 0.05  # the full run that followed still counts

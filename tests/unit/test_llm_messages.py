@@ -21,11 +21,13 @@ from contracts.llm import (
 )
 from contracts.runs import Transcript
 from services.llm.messages import (
+    MAX_NESTING,
     RequestRefused,
     UnreadableReply,
     api_params,
     check_request,
     content_from_api,
+    nesting_depth,
     usage_from_api,
 )
 
@@ -97,6 +99,34 @@ def test_prefill_is_refused_before_any_call() -> None:
         check_request(req)
     assert caught.value.field == "messages[1].role"
     check_request(_request())  # a user-final conversation passes
+
+
+def _nested(depth: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_nesting_depth_counts_containers_without_recursing() -> None:
+    assert nesting_depth("x") == 0
+    assert nesting_depth({"a": [1, {"b": []}]}) == 4
+    assert nesting_depth(_nested(100_000)) == 100_000  # far past Python's stack
+
+
+def test_deeply_nested_tool_inputs_and_schemas_are_refused_before_any_call() -> None:
+    use = ToolUseBlock(id="t1", name="browser_navigate", input={"q": _nested(MAX_NESTING - 1)})
+    deep_use = ToolUseBlock(id="t1", name="browser_navigate", input={"q": _nested(5000)})
+    check_request(_request(messages=[Message(role="user", content=[use])]))
+    with pytest.raises(RequestRefused) as caught:
+        check_request(
+            _request(messages=[Message(role="user", content=[TextBlock(text="a"), deep_use])])
+        )
+    assert caught.value.field == "messages[0].content[1].input"
+    schema = ToolDefinition(name="t", description="d", input_schema={"x": _nested(500)})
+    with pytest.raises(RequestRefused) as caught:
+        check_request(_request(tools=[TOOL, schema]))
+    assert caught.value.field == "tools[1].input_schema"
 
 
 def test_reply_content_round_trips_unchanged() -> None:

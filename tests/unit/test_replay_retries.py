@@ -1,12 +1,18 @@
-"""A replay step is tried once, then retried as configured; never zero times."""
+"""A replay step is tried once, then retried as configured; never zero times. A step
+failed by a service that could not answer is marked as not the executor's fault."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import anyio
 import pytest
 
-from contracts.executors import ResultStep
-from services.runner.replay import Replayer, StepFailed
+from contracts.errors import ErrorInfo
+from contracts.executors import ResultStep, ToolStep
+from contracts.tools import ToolResult
+from services.runner.ports import PortError
+from services.runner.replay import Replayer, ReplayResult, StepFailed
 from tests.hand_built_replay import hand_built_executor, offline_scope
 
 
@@ -72,3 +78,44 @@ def test_which_tool_errors_are_worth_a_retry(code: str, retried: bool) -> None:
     from services.runner.replay import _refused
 
     assert _refused(code) is not retried
+
+
+def _replay_one_tool_step(exec_tool: object) -> ReplayResult:
+    executor = hand_built_executor(
+        "t",
+        [
+            ToolStep(index=0, tool="browser_navigate", input={"url": "http://x"}),
+            ResultStep(index=1, mode="template", template="done"),
+        ],
+    )
+    scope = offline_scope()
+    scope = dataclasses.replace(scope, ports=dataclasses.replace(scope.ports, exec_tool=exec_tool))
+    return anyio.run(Replayer(executor, scope, retries=1, backoff_s=0.0).run)
+
+
+@pytest.mark.parametrize(
+    ("code", "infrastructure"),
+    [("unavailable", True), ("timeout", True), ("internal", True),
+     ("tool_not_allowed", False), ("invalid_request", False)],
+)  # fmt: skip
+def test_a_service_that_cannot_answer_is_not_the_executors_failure(
+    code: str, infrastructure: bool
+) -> None:
+    """Tools service down: the replay fails, but marked so the executor's health does
+    not count it (three outages in a row would otherwise retire a good executor)."""
+
+    async def exec_tool(request: object) -> None:
+        raise PortError(code, "no service answers rote.api.tools.exec")
+
+    result = _replay_one_tool_step(exec_tool)
+    assert not result.ok and result.failed_step == 0
+    assert result.infrastructure is infrastructure
+
+
+def test_a_tool_that_failed_on_the_page_is_the_executors_failure() -> None:
+    async def exec_tool(request: object) -> ToolResult:
+        error = ErrorInfo(code="element_not_found", message="no element matches #price")
+        return ToolResult(ok=False, duration_ms=3, error=error)
+
+    result = _replay_one_tool_step(exec_tool)
+    assert not result.ok and not result.infrastructure

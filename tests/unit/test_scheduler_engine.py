@@ -24,6 +24,7 @@ from contracts.tasks import (
     ManualTrigger,
     RunTask,
     TaskRef,
+    TaskSpec,
     UpdateTask,
 )
 from services.kernel.errors import ServiceError
@@ -314,3 +315,40 @@ async def test_a_redelivered_run_restarts_the_deadline_clock(
     assert (await engine.tick()).abandoned == []  # 200 s after the first start
     clock.advance(11)
     assert (await engine.tick()).abandoned == [("long", run_id)]
+
+
+async def test_a_run_queued_before_a_pause_does_not_go_out(app: Tasks, clock: ManualClock) -> None:
+    engine = scheduler(app, clock)
+    await engine.create(spec("m", trigger=ManualTrigger(), max_failures=1))
+    first = await engine.run(RunTask(task_id="m"))
+    assert (await engine.tick()).dispatched == [("m", first.run_id)]
+    queued = await engine.run(RunTask(task_id="m"))
+    assert queued.queued
+    # The run in flight fails: max_failures=1 pauses the task.
+    await engine.on_run_event(outcome("m", first.run_id, clock.now(), ok=False))
+    view = await engine.get(TaskRef(task_id="m"))
+    assert view.status == "paused" and view.run_pending is None
+    assert (await engine.tick()).dispatched == []
+    skipped = stored(app, Task.RunSkipped)
+    assert [e.run_id for e in skipped] == [queued.run_id]
+    assert "paused" in skipped[0].reason
+    # Asked for while paused, a run is an operator's explicit choice and goes out.
+    explicit = await engine.run(RunTask(task_id="m"))
+    assert (await engine.tick()).dispatched == [("m", explicit.run_id)]
+
+
+async def test_a_trigger_that_cannot_be_scheduled_pauses_its_task_not_the_others(
+    app: Tasks, clock: ManualClock
+) -> None:
+    # Saved before validation caught it (or by an older version): a cron that never
+    # fires. The tick pauses that task, saying why, and serves the rest.
+    engine = scheduler(app, clock)
+    await engine.create(spec("fine", trigger=IntervalTrigger(every_s=60)))
+    never = TaskSpec(name="never", prompt="p", trigger=CronTrigger(expr="0 0 31 2 *"))
+    broken = Task("never", never, T0)
+    app.save(broken)
+    assert [t for t, _ in (await engine.tick()).dispatched] == ["fine"]
+    view = await engine.get(TaskRef(task_id="never"))
+    assert view.status == "paused" and view.next_due_at is None
+    assert "never fires" in (view.status_reason or "")
+    assert len((await engine.list(ListTasks())).tasks) == 2

@@ -139,6 +139,19 @@ def test_spend_is_per_utc_day_and_counts_each_run_once() -> None:
     assert not over_budget(0.99, 1.0) and over_budget(1.0, 1.0) and not over_budget(5, None)
 
 
+def test_a_future_dated_outcome_does_not_wipe_todays_spend() -> None:
+    # A runner with a skewed clock reports a run two weeks ahead: today's spend (and so
+    # the budget) must still hold.
+    spend = DailySpend(keep_days=3)
+    today = datetime(2025, 1, 6, 12, 0, tzinfo=UTC)
+    spend.add("r1", today, 2.0)
+    spend.add("r2", today + timedelta(days=14), 0.01)
+    assert spend.spent_at(today) == pytest.approx(2.0)
+    # Days older than keep_days before the reader's day are dropped once read.
+    assert spend.spent_at(today + timedelta(days=4)) == 0.0
+    assert spend.spent_on(today.date()) == 0.0
+
+
 # --- recovery and failures --------------------------------------------------------------
 
 

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from services.tools.bounds import bound_text, bound_value, encoded_size
 from services.tools.extraction import FieldSpec, parse_field_spec, readable_text
+from services.tools.toolbox import event_input
 from tests.strategies import json_values
 
 
@@ -31,14 +32,57 @@ def test_long_lists_and_strings_fit_the_budget() -> None:
     assert bounded["items"][0].startswith("item 0 ")
 
 
-@given(json_values, st.integers(min_value=200, max_value=5000))
+def test_long_keys_are_cut_too() -> None:
+    fields = {"K" * 300_000: "a", "L" * 300_000: "b"}
+    bounded, cut = bound_value({"fields": fields, "selector": "li"}, 64 * 1024)
+    assert cut and encoded_size(bounded) <= 64 * 1024
+    assert bounded["selector"] == "li"
+    assert [k[:1] for k in bounded["fields"]] == ["K", "L"]
+    assert all(k.endswith("[... truncated]") for k in bounded["fields"])
+    # The tools service's event input (services/tools/toolbox.py) relies on this.
+    assert encoded_size(event_input({"fields": fields}, 64 * 1024)) <= 64 * 1024
+
+
+def test_keys_cut_to_the_same_prefix_stay_distinct() -> None:
+    value = {"x" * 1000 + str(i): i for i in range(3)}
+    bounded, cut = bound_value(value, 600)
+    assert cut and encoded_size(bounded) <= 600
+    assert len(bounded) == 3 and sorted(bounded.values()) == [0, 1, 2]
+
+
+def test_many_keys_lose_their_tail_like_a_list() -> None:
+    value = {f"k{i}": i for i in range(100_000)}
+    bounded, cut = bound_value(value, 4096)
+    assert cut and encoded_size(bounded) <= 4096
+    assert list(bounded)[:2] == ["k0", "k1"]
+
+
+def test_what_cannot_be_cut_down_becomes_a_placeholder() -> None:
+    deep: object = "x"
+    for _ in range(500):
+        deep = {"k": deep}
+    bounded, cut = bound_value(deep, 1000)
+    assert cut and bounded == {"truncated": True, "bytes": encoded_size(deep)}
+    assert bound_value(deep, 10) == (None, True)  # not even the marker fits
+
+
+# Values with long strings and keys, where the bound has to cut keys as well.
+_long_text = st.text(max_size=3000)
+_wide_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | _long_text,
+    lambda inner: st.lists(inner, max_size=6) | st.dictionaries(_long_text, inner, max_size=6),
+    max_leaves=20,
+)
+
+
+@given(json_values | _wide_json, st.integers(min_value=4, max_value=5000))
 def test_bounded_values_fit_and_stay_json(value: object, limit: int) -> None:
     bounded, cut = bound_value(value, limit)
     assert msgspec.json.decode(msgspec.json.encode(bounded)) == bounded
+    # The bound always holds, whatever the value: strings, keys, items, depth.
+    assert encoded_size(bounded) <= limit
     if not cut:
         assert bounded == value
-    else:
-        assert encoded_size(bounded) <= limit or encoded_size(value) > limit
 
 
 def test_field_specs() -> None:

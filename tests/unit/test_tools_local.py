@@ -4,9 +4,11 @@ output is bounded, the environment carries no secrets, files stay in their roots
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 
 import anyio
@@ -198,3 +200,66 @@ def test_a_directory_swapped_for_a_symlink_after_the_check_is_not_followed(
     (root / "fresh").unlink()
     local.file_write(to_make, "made", root=root.resolve())
     assert (root / "fresh" / "deeper" / "new.txt").read_text() == "made"
+
+
+def _executable(path: Path, text: str) -> None:
+    path.write_text(text)
+    path.chmod(0o755)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["./noshebang"],  # executable, but no `#!` line: exec fails with ENOEXEC
+        ["./noshebang/x"],  # a file used as a directory: ENOTDIR
+    ],
+)
+async def test_a_command_that_cannot_start_is_a_failure(tmp_path: Path, argv: list[str]) -> None:
+    _executable(tmp_path / "noshebang", "echo hi\n")
+    with pytest.raises(ToolFailure) as caught:
+        await local.shell_exec(argv, timeout=5, cwd=tmp_path, max_output_bytes=100)
+    assert caught.value.code == "command_failed"
+    assert argv[0] in caught.value.message
+
+
+async def test_a_descendant_that_left_the_group_does_not_hold_up_the_call(
+    tmp_path: Path,
+) -> None:
+    pid_file = tmp_path / "escaped.pid"
+    # A grandchild in a session of its own survives the group kill and keeps stdout open.
+    code = (
+        "import subprocess;"
+        "p = subprocess.Popen(['sleep', '60'], start_new_session=True);"
+        f"open({str(pid_file)!r}, 'w').write(str(p.pid));"
+        "print('done', flush=True)"
+    )
+    started = time.monotonic()
+    try:
+        outcome = await local.shell_exec(
+            [sys.executable, "-c", code], timeout=20, cwd=tmp_path, max_output_bytes=1000
+        )
+        # The command ended at once: so does the call, with what it printed.
+        assert time.monotonic() - started < 5
+        assert outcome.output == {"exit_code": 0, "stdout": "done\n", "stderr": ""}
+    finally:
+        if pid_file.exists():
+            with suppress(ProcessLookupError):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
+def test_a_hard_link_to_a_file_outside_is_neither_read_nor_written(tmp_path: Path) -> None:
+    root, outside = tmp_path / "root", tmp_path / "outside.txt"
+    root.mkdir()
+    outside.write_text("secret")
+    os.link(outside, root / "alias.txt")
+    err = _refused(lambda: local.file_read(root / "alias.txt", root=root, max_chars=100))
+    assert "hard link" in err.message
+    _refused(lambda: local.file_write(root / "alias.txt", "overwritten", root=root))
+    assert outside.read_text() == "secret"  # not even truncated
+    # A file with one name is written as before, new or existing.
+    local.file_write(root / "new.txt", "one", root=root)
+    local.file_write(root / "new.txt", "two", root=root)
+    assert local.file_read(root / "new.txt", root=root, max_chars=100).output == "two"
+    (root / "short.txt").write_text("a long first version")
+    local.file_write(root / "short.txt", "v2", root=root)
+    assert (root / "short.txt").read_text() == "v2"

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from services.kernel.errors import ServiceError
+from services.kernel.settings import SettingsError
 from services.tools.policy import PathRoots, check_allowed, check_command, split_command
+from services.tools.toolbox import ToolBox, ToolsConfig
 
 
 def _refusal(fn, *args) -> ServiceError:  # type: ignore[no-untyped-def]
@@ -41,6 +43,24 @@ def test_no_patterns_means_no_commands() -> None:
         ("ECHO hi", ["echo *"], False),  # case-sensitive on every platform
         ("git  status", ["git status"], True),  # matched on the canonical line
         ("grep 'a b' f.txt", ["grep 'a b' *"], True),
+        # Word by word: `*` matches within one word, never across words...
+        ("cat app.log", ["cat *.log"], True),
+        ("cat /etc/shadow app.log", ["cat *.log"], False),
+        ("python3 run.py", ["python3 *.py"], True),
+        ("python3 -c 'import os' x.py", ["python3 *.py"], False),
+        ("ls -la /", ["ls *"], False),
+        ("echo hello world", ["echo *"], False),
+        ("echo", ["echo *"], False),
+        # ...and a last `**` admits any further words, none included.
+        ("echo", ["echo **"], True),
+        ("echo hello world", ["echo **"], True),
+        ("git log --oneline -n 5", ["git log **"], True),
+        ("git status", ["git log **"], False),
+        ("git", ["git log **"], False),
+        ("ls -l a b", ["ls -l **"], True),
+        # `**` anywhere but last is a plain word pattern: exactly one word.
+        ("ls a b c", ["ls ** b"], False),
+        ("ls a b", ["ls ** b"], True),
     ],
 )
 def test_commands_match_fnmatch_patterns(command: str, patterns: list[str], allowed: bool) -> None:
@@ -52,10 +72,10 @@ def test_commands_match_fnmatch_patterns(command: str, patterns: list[str], allo
 
 
 def test_shell_operators_are_plain_words_not_a_way_around_the_patterns() -> None:
-    # "echo *" allows echo; the `;` is an argument to echo, never a second command.
+    # "echo **" allows echo; the `;` is an argument to echo, never a second command.
     argv = split_command("echo hi; rm -rf /tmp/x")
     assert argv == ["echo", "hi;", "rm", "-rf", "/tmp/x"]
-    assert check_command(argv, ["echo *"]) == "echo 'hi;' rm -rf /tmp/x"
+    assert check_command(argv, ["echo **"]) == "echo 'hi;' rm -rf /tmp/x"
     # A pattern naming the first word only does not admit a chained command.
     assert _refusal(check_command, split_command("ls && rm x"), ["ls"]).code == "command_denied"
 
@@ -64,6 +84,20 @@ def test_unsplittable_command_is_invalid() -> None:
     err = _refusal(split_command, "echo 'unterminated")
     assert (err.code, err.field) == ("invalid_request", "input.command")
     assert _refusal(split_command, "   ").code == "invalid_request"
+
+
+def test_an_unreadable_pattern_stops_the_tools_service_at_start(tmp_path: Path) -> None:
+    config = ToolsConfig(data_dir=tmp_path, allowed_commands=("echo **", "grep 'x *"))
+    with pytest.raises(SettingsError, match=r"ROTE_TOOLS_ALLOW_COMMANDS.*grep 'x"):
+        ToolBox(config, None)
+
+
+def test_an_unknown_home_directory_is_a_refusal(tmp_path: Path) -> None:
+    roots = PathRoots.of([tmp_path])
+    # expanduser() raises RuntimeError for a user the system does not know.
+    err = _refusal(roots.confine, "~no_such_user_rote_test/x")
+    assert (err.code, err.field) == ("path_denied", "input.path")
+    assert "~no_such_user_rote_test/x" in err.message
 
 
 def test_paths_are_confined_to_the_roots(tmp_path: Path) -> None:

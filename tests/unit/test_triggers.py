@@ -4,6 +4,7 @@ schedule does, cron in a named time zone (DST included), and what is refused."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 from hypothesis import given
@@ -92,6 +93,22 @@ def test_cron_runs_once_when_clocks_go_back_and_once_when_they_skip() -> None:
     assert skipped == datetime(2025, 3, 9, 7, 0, tzinfo=UTC)
 
 
+@pytest.mark.parametrize("expr", ["*/15 * * * *", "* * * * *", "0 * * * *"])
+def test_sub_daily_cron_goes_on_through_the_repeated_hour(expr: str) -> None:
+    # 2024-11-03, New York: 01:00-01:59 happens twice. A task firing many times an
+    # hour must neither stop nor repeat a wall time: from 01:58 EDT it goes on at the
+    # first wall time after 01:58 that has not been seen, then every slot after.
+    ny = validate(CronTrigger(expr=expr, tz="America/New_York"))
+    zone = ZoneInfo("America/New_York")
+    when = datetime(2024, 11, 3, 5, 58, tzinfo=UTC)  # 01:58 EDT
+    walls = []
+    for _ in range(6):
+        when = next_due(ny, TriggerState(set_at=T0 - timedelta(days=400), last_fired=when))
+        walls.append(when.astimezone(zone).replace(tzinfo=None))
+    assert walls == sorted(set(walls)), "a wall-clock time fired twice or went backwards"
+    assert walls[-1] >= datetime(2024, 11, 3, 2, 0)
+
+
 def test_cron_missed_slots_collapse_and_resume_skips_the_paused_ones() -> None:
     hourly = validate(CronTrigger(expr="0 * * * *"))
     state = TriggerState(set_at=T0, last_fired=at(hours=1))
@@ -147,6 +164,9 @@ def test_condition_checks_every_interval_and_waits_out_the_cooldown() -> None:
         (CronTrigger(expr="@sometimes"), "trigger.expr"),
         (CronTrigger(expr="0 9 * * *", tz="Mars/Olympus"), "trigger.tz"),
         (CronTrigger(expr="0 9 * * *", tz="../etc/passwd"), "trigger.tz"),
+        (CronTrigger(expr="0 9 * * *", tz="Europe"), "trigger.tz"),  # a folder
+        (CronTrigger(expr="0 9 * * *", tz="x" * 300), "trigger.tz"),
+        (CronTrigger(expr="0 0 31 2 *"), "trigger.expr"),  # valid syntax, never comes
         (IntervalTrigger(every_s=0.01), "trigger.every_s"),
         (
             ConditionTrigger(tool="x", predicate=Above(value=1), every_s=0.5),

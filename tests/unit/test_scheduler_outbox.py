@@ -1,0 +1,40 @@
+"""What a recorded task event becomes on the bus: a secret written into a task's spec
+is masked in every event, while the run request carries the spec as written (the run
+needs it)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from contracts.runs import RunEvent, RunRequest
+from contracts.tasks import TaskEvent, TaskSpec
+from services.kernel.secrets import register_secret
+from services.scheduler.outbox import messages_for
+from services.scheduler.task import Task
+
+T0 = datetime(2025, 1, 6, 8, 0, tzinfo=UTC)
+SECRET = "tok-outbox-9f8e7d6c5b4a"
+
+
+def test_a_secret_in_a_spec_is_masked_in_events_not_in_the_run_request() -> None:
+    register_secret(SECRET)
+    spec = TaskSpec(name="deploy check", prompt=f"Log in with {SECRET} and read the status")
+    task = Task("deploy-check", spec, T0)
+    task.request_run("r-1", "manual", T0)
+    task.dispatch_run("r-1", "manual", T0)
+    messages = [m for e in task.collect_events() for m in messages_for(e, "deploy-check")]
+
+    events = [m.event for m in messages if isinstance(m.event, TaskEvent | RunEvent)]
+    specs = [e.spec for e in events if e.spec is not None]
+    assert len(specs) == 3  # defined, run_dispatched, and the run's "requested"
+    assert all(SECRET not in s.prompt and "[redacted]" in s.prompt for s in specs)
+
+    (request,) = [m.event for m in messages if isinstance(m.event, RunRequest)]
+    assert request.spec.prompt == spec.prompt
+
+
+def test_a_spec_without_secrets_is_shown_as_it_is() -> None:
+    spec = TaskSpec(name="news", prompt="Open http://127.0.0.1:8000/news and report")
+    task = Task("news", spec, T0)
+    (message,) = [m for e in task.collect_events() for m in messages_for(e, "news")]
+    assert isinstance(message.event, TaskEvent) and message.event.spec == spec
