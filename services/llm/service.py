@@ -64,12 +64,6 @@ class LlmService:
         started = time.perf_counter()
         try:
             result = await self.caller.call(api_params(req, model_id))
-        except RecursionError:
-            # check_request bounds the nesting it knows of; anything else this deep is
-            # still the request's fault, not ours.
-            raise ServiceError(
-                "invalid_request", "the request is nested too deeply to be sent"
-            ) from None
         except CallFailed as exc:
             failure = exc.failure
             log.warning(

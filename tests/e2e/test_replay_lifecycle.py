@@ -27,22 +27,22 @@ async def executor_events(bus: Bus, task_id: str) -> list[ExecutorEvent]:
     return [decode(m.data, ExecutorEvent) for m in msgs]
 
 
-async def wait_compiled(bus: Bus, task_id: str, version: int) -> None:
+async def wait_executor_event(bus: Bus, task_id: str, event: str, **fields: object) -> None:
+    """Until the task has an executor event of that name with those field values."""
     with anyio.fail_after(30):
         while not any(
-            e.event == "compiled" and e.version == version
+            e.event == event and all(getattr(e, k) == v for k, v in fields.items())
             for e in await executor_events(bus, task_id)
         ):
             await anyio.sleep(0.2)
+
+
+async def wait_compiled(bus: Bus, task_id: str, version: int) -> None:
+    await wait_executor_event(bus, task_id, "compiled", version=version)
 
 
 async def wait_full_run_recorded(bus: Bus, task_id: str, run_id: str) -> None:
-    with anyio.fail_after(30):
-        while not any(
-            e.event == "full_run_recorded" and e.run_id == run_id
-            for e in await executor_events(bus, task_id)
-        ):
-            await anyio.sleep(0.2)
+    await wait_executor_event(bus, task_id, "full_run_recorded", run_id=run_id)
 
 
 async def health(bus: Bus, task_id: str) -> ExecutorHealth:

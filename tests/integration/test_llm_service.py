@@ -607,20 +607,23 @@ async def test_price_file_changes_aliases_and_costs(
     assert reply.cost_usd == pytest.approx(reply.usage.input_tokens * 1000 / 1_000_000)
 
 
+# The smallest call the budget tests make, straight to the caller (no service).
+SAY_HI = {
+    "model": "claude-haiku-5-5",
+    "max_tokens": 64,
+    "messages": [{"role": "user", "content": "hi"}],
+}
+
+
 async def test_a_call_ends_within_its_budget_however_slow_the_api(
     standin: StandinServer,
 ) -> None:
     standin.inject(latency_ms=10_000)
     caller = ModelCaller(make_client(), concurrency=1, max_attempts=4, budget_s=1.0)
-    params = {
-        "model": "claude-haiku-5-5",
-        "max_tokens": 64,
-        "messages": [{"role": "user", "content": "hi"}],
-    }
     started = time.monotonic()
     try:
         with pytest.raises(CallFailed) as caught:
-            await caller.call(params)
+            await caller.call(SAY_HI)
     finally:
         await caller.aclose()
     assert time.monotonic() - started < 3
@@ -635,15 +638,10 @@ async def test_no_retry_is_started_that_the_budget_cannot_wait_for(
     # The server asks for a 5 s pause; the budget has 2 s: give up with its answer.
     standin.inject(statuses=[529] * 4, retry_after_ms=5000)
     caller = ModelCaller(make_client(), concurrency=1, max_attempts=4, budget_s=2.0)
-    params = {
-        "model": "claude-haiku-5-5",
-        "max_tokens": 64,
-        "messages": [{"role": "user", "content": "hi"}],
-    }
     started = time.monotonic()
     try:
         with pytest.raises(CallFailed) as caught:
-            await caller.call(params)
+            await caller.call(SAY_HI)
     finally:
         await caller.aclose()
     assert time.monotonic() - started < 1.5

@@ -326,14 +326,7 @@ def test_a_title_keeps_its_stable_part_when_the_rest_is_content() -> None:
     trace = _trace(
         f"Open {SITE}/story/top and report its headline.",
         [
-            _step(
-                0,
-                "browser_navigate",
-                {"url": f"{SITE}/story/top"},
-                {"url": f"{SITE}/story/top", "status": 200, "title": title},
-                http_status=200,
-                title=title,
-            ),
+            _navigated(0, f"{SITE}/story/top", title),
             _step(1, "browser_read_page", {}, page, title=title),
         ],
         "Headline: Council approves new river bridge",
@@ -448,6 +441,12 @@ def _step(i: int, tool: str, inp: dict[str, Any], output: Any, **meta: Any) -> T
         status="ok",
         metadata=ToolMetadata(**meta),
     )
+
+
+def _navigated(i: int, url: str, title: str, *, landed: str | None = None) -> TraceStep:
+    """A browser_navigate step that reached `landed` (default `url`): HTTP 200, `title`."""
+    output = {"url": landed or url, "status": 200, "title": title}
+    return _step(i, "browser_navigate", {"url": url}, output, http_status=200, title=title)
 
 
 def _trace(prompt: str, steps: list[TraceStep], answer: str) -> Trace:

@@ -22,7 +22,7 @@ from contracts.executors import (
 )
 from contracts.traces import Trace
 from services.compiler.compile import compile
-from tests.unit.test_compile import SITE, _step, _trace, kinds, simulate
+from tests.unit.test_compile import SITE, _navigated, _step, _trace, kinds, simulate
 
 
 def compiled(trace: Trace) -> Executor:
@@ -48,14 +48,7 @@ def _story_trace(prompt_url: str, landed: str) -> Trace:
     return _trace(
         f"Open the first story on {prompt_url} and give its title and first paragraph.",
         [
-            _step(
-                0,
-                "browser_navigate",
-                {"url": prompt_url},
-                {"url": landed, "status": 200, "title": "News"},
-                http_status=200,
-                title="News",
-            ),
+            _navigated(0, prompt_url, "News", landed=landed),
             _step(1, "browser_extract", {"selector": ".story", "fields": {}}, STORIES),
             _step(
                 2,
@@ -112,14 +105,7 @@ def _status_trace(prompt: str, answer: str) -> Trace:
     return _trace(
         prompt,
         [
-            _step(
-                0,
-                "browser_navigate",
-                {"url": f"{SITE}/status"},
-                {"url": f"{SITE}/status", "status": 200, "title": "Service status"},
-                http_status=200,
-                title="Service status",
-            ),
+            _navigated(0, f"{SITE}/status", "Service status"),
             _step(1, "browser_read_page", {}, STATUS),
         ],
         answer,
@@ -168,14 +154,7 @@ def _shop_trace(prompt: str) -> Trace:
     return _trace(
         prompt,
         [
-            _step(
-                0,
-                "browser_navigate",
-                {"url": f"{SITE}/shop"},
-                {"url": f"{SITE}/shop", "status": 200, "title": "Shop"},
-                http_status=200,
-                title="Shop",
-            ),
+            _navigated(0, f"{SITE}/shop", "Shop"),
             _step(1, "browser_extract", {"selector": ".product", "fields": {}}, PRODUCTS),
             _step(
                 2,
@@ -247,14 +226,7 @@ def _monitor_trace(title: str) -> Trace:
     return _trace(
         f"Check {SITE}/status and tell me whether anything is down.",
         [
-            _step(
-                0,
-                "browser_navigate",
-                {"url": f"{SITE}/status"},
-                {"url": f"{SITE}/status", "status": 200, "title": title},
-                http_status=200,
-                title=title,
-            ),
+            _navigated(0, f"{SITE}/status", title),
             _step(1, "browser_extract", {"selector": ".svc"}, ["Water: up", "Parking: up"]),
         ],
         "Nothing is down: Water: up, Parking: up",
