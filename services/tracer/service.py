@@ -22,7 +22,7 @@ from contracts.traces import Trace, TraceCaptured, TraceRef, TraceReply
 from services import __version__
 from services.kernel import blobs
 from services.kernel.codec import decode, encode
-from services.kernel.consumers import Retry, consume, durable_config
+from services.kernel.consumers import Reject, Retry, consume, durable_config
 from services.kernel.endpoints import Endpoint, start_service, stop_service
 from services.kernel.errors import ServiceError
 from services.kernel.logs import get_logger
@@ -49,8 +49,12 @@ class Tracer:
             return
         with structlog.contextvars.bound_contextvars(run_id=event.run_id, task_id=event.task_id):
             started = await self.runs.last_event(event.run_id, "started")
-            if started is None or started.spec is None:
+            if started is None:
                 raise Retry("the run's started event is not readable yet", delay_s=1.0)
+            if started.spec is None:
+                # The runner shows no spec when masking a secret in it would break the
+                # spec: without it no trace can be built, and waiting will not bring it.
+                raise Reject("the run's spec is hidden (it held a secret); no trace")
             tool_msgs = await read_all(
                 self.bus.js, s.STREAM_ACTIVITY, s.tool_event(event.run_id, "finished")
             )
