@@ -21,6 +21,7 @@ ERROR_STATUS: dict[str, int] = {
     "command_denied": 403,
     "not_found": 404,
     "conflict": 409,
+    "too_large": 413,  # over the NATS max payload
     "rate_limited": 429,
     "internal": 500,
     "upstream": 502,

@@ -41,6 +41,27 @@ def run(args: argparse.Namespace) -> int:
     if args.live and not os.environ.get("ANTHROPIC_API_KEY"):
         print("rote: --live needs ANTHROPIC_API_KEY", file=sys.stderr)
         return 2
+    if args.data_dir and Path(args.data_dir).exists() and any(Path(args.data_dir).iterdir()):
+        # The demo's story (its task, executor v1, v2...) starts from an empty store.
+        print(
+            f"rote: --data-dir {args.data_dir} is not empty; give a new directory", file=sys.stderr
+        )
+        return 2
+    interrupted = False
+    try:
+        report = _demo(args, settings)
+    except* KeyboardInterrupt:
+        interrupted = True
+    if interrupted:
+        print("rote: demo interrupted", file=sys.stderr)
+        return 130
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=2))
+    ok = all(row.status == "completed" for row in report.rows)
+    return 0 if ok else 1
+
+
+def _demo(args: argparse.Namespace, settings: Settings) -> DemoReport:
     with tempfile.TemporaryDirectory(prefix="rote-demo-") as tmp, DemoSite() as site:
         data_dir = Path(args.data_dir) if args.data_dir else Path(tmp)
         settings = settings.with_(
@@ -57,10 +78,7 @@ def run(args: argparse.Namespace) -> int:
                 os.environ["ANTHROPIC_API_KEY"] = "stand-in-needs-no-key"
                 _print(f"model: rote's scripted stand-in at {standin.url} (offline; not Claude)")
                 report = anyio.run(_run, settings, site, backend="asyncio")
-    if args.json:
-        print(json.dumps(report.as_dict(), indent=2))
-    ok = all(row.status == "completed" for row in report.rows)
-    return 0 if ok else 1
+    return report
 
 
 async def _run(settings: Settings, site: DemoSite) -> DemoReport:

@@ -13,6 +13,9 @@ from services.cli.common import load_settings
 from services.kernel.bus import connect
 from services.kernel.discovery import service_infos
 from services.kernel.runtime import running_embedded_url
+from services.kernel.secrets import redact
+
+CONNECT_TIMEOUT_S = 5.0
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -36,8 +39,14 @@ def run(args: argparse.Namespace) -> int:
         return 1
     try:
         infos = anyio.run(_collect, url, args.wait, backend="asyncio")
+    except TimeoutError:
+        print(
+            f"rote: cannot reach NATS at {redact(url)}: no answer in {CONNECT_TIMEOUT_S:g} s",
+            file=sys.stderr,
+        )
+        return 1
     except Exception as exc:
-        print(f"rote: cannot reach NATS at {url}: {exc}", file=sys.stderr)
+        print(f"rote: cannot reach NATS at {redact(url)}: {redact(str(exc))}", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(infos, indent=2))
@@ -47,7 +56,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _collect(url: str, wait_s: float) -> list[dict[str, Any]]:
-    bus = await connect(url, name="rote-status", connect_timeout=3)
+    # The kernel's connect retries forever (right for a service waiting for its NATS);
+    # a one-shot command gives up instead.
+    with anyio.fail_after(CONNECT_TIMEOUT_S):
+        bus = await connect(url, name="rote-status", connect_timeout=3)
     try:
         return await service_infos(bus, wait_s=wait_s)
     finally:
@@ -55,7 +67,7 @@ async def _collect(url: str, wait_s: float) -> list[dict[str, Any]]:
 
 
 def render(url: str, infos: list[dict[str, Any]]) -> str:
-    lines = [f"NATS {url}: {len(infos)} service instance(s)"]
+    lines = [f"NATS {redact(url)}: {len(infos)} service instance(s)"]
     for info in infos:
         lines.append(f"  {info.get('name')} {info.get('version')}  id={info.get('id')}")
         for endpoint in info.get("endpoints") or []:

@@ -7,6 +7,7 @@ import signal
 import sys
 
 import anyio
+import nats.js.errors
 
 from services.cli.common import load_settings
 from services.kernel.logs import get_logger
@@ -16,6 +17,7 @@ from services.kernel.runtime import (
     UnknownServiceError,
     open_stack,
 )
+from services.kernel.secrets import redact
 from services.kernel.settings import Settings
 
 log = get_logger("rote.cli")
@@ -47,6 +49,10 @@ def run(args: argparse.Namespace, names: list[str], *, join: bool) -> int:
     except* AlreadyRunningError as group:
         print(f"rote: {group.exceptions[0]}", file=sys.stderr)
         code = 1
+    except* nats.js.errors.ServiceUnavailableError:
+        where = redact(settings.nats_url) if settings.nats_url else "the embedded NATS"
+        print(f"rote: JetStream is not enabled (or not ready) on {where}", file=sys.stderr)
+        code = 1
     except* KeyboardInterrupt:
         pass
     return code
@@ -69,7 +75,7 @@ async def _serve_until_signal(settings: Settings, names: list[str], join: bool) 
             where = "embedded" if stack.embedded else "external"
             # One plain line for people and scripts; the structured log has the rest.
             print(
-                f"rote up: NATS {stack.nats_url} ({where}); services: {', '.join(names)}",
+                f"rote up: NATS {redact(stack.nats_url)} ({where}); services: {', '.join(names)}",
                 flush=True,
             )
             log.info(

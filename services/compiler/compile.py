@@ -74,6 +74,10 @@ MIN_TOOL_STEPS = 2
 StepKind = Literal["tool", "templated", "llm"]
 
 _URL = re.compile(r"[a-z][a-z0-9+.-]*://[^\s,]+", re.IGNORECASE)
+# What the tools service writes in place of a secret in the tool events a trace is built
+# from: services/kernel/secrets.py MASK (the literal here keeps this core free of the
+# kernel).
+SECRET_MASK = "[redacted]"
 
 
 @dataclass
@@ -92,7 +96,26 @@ def skip_reason(task: TaskSpec, trace: Trace) -> str | None:
     ok = sum(1 for s in trace.steps if s.status == "ok")
     if ok < MIN_TOOL_STEPS:
         return f"fewer than {MIN_TOOL_STEPS} successful tool steps ({ok})"
+    masked = [s.index for s in trace.steps if s.status == "ok" and _holds_mask(s.input)]
+    if masked:
+        # The run sent the secret; the trace only knows the mask. Replayed as a constant,
+        # the mask would be sent instead, fail every time and be recompiled just as broken.
+        steps = ", ".join(str(i) for i in masked)
+        return (
+            f"the trace holds masked secrets (input of step {steps}); "
+            "replaying it would send the mask"
+        )
     return None
+
+
+def _holds_mask(value: Any) -> bool:
+    if isinstance(value, str):
+        return SECRET_MASK in value
+    if isinstance(value, Mapping):
+        return any(_holds_mask(k) or _holds_mask(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(_holds_mask(v) for v in value)
+    return False
 
 
 def compile(

@@ -39,7 +39,8 @@ class Bus:
         *,
         timeout: float = 10.0,
     ) -> T:
-        """Call a micro endpoint. An error reply, no responder or a timeout raises
+        """Call a micro endpoint. An error reply, no responder, a timeout, a request
+        over the server's max payload or a connection that cannot send raises
         RemoteError with a stable code; a reply is decoded into `reply_type`."""
         data = payload if isinstance(payload, bytes) else encode(payload)
         try:
@@ -52,6 +53,29 @@ class Bus:
             raise RemoteError(
                 subject,
                 ErrorInfo(code="timeout", message=f"no reply from {subject} within {timeout}s"),
+            ) from None
+        except nats.errors.MaxPayloadError:
+            limit = self.nc.max_payload
+            raise RemoteError(
+                subject,
+                ErrorInfo(
+                    code="too_large",
+                    message=f"the request to {subject} is {len(data)} bytes, over the NATS"
+                    f" max payload of {limit} bytes",
+                    details={"size": len(data), "max_payload": limit},
+                ),
+            ) from None
+        except nats.errors.Error as exc:
+            # Whatever else the client refuses to send (a closed, draining or
+            # reconnecting connection, a full reconnect buffer, a malformed subject):
+            # callers handle RemoteError, and a raw client error would crash them.
+            bad_subject = isinstance(exc, nats.errors.BadSubjectError)
+            raise RemoteError(
+                subject,
+                ErrorInfo(
+                    code="invalid_request" if bad_subject else "unavailable",
+                    message=f"cannot send to {subject}: {type(exc).__name__}: {exc}",
+                ),
             ) from None
         headers = msg.headers or {}
         if ERROR_HEADER in headers:
@@ -93,7 +117,10 @@ class Bus:
         try:
             await self.nc.drain()
         except Exception:  # a connection already going away has nothing left to drain
-            await self.nc.close()
+            try:
+                await self.nc.close()
+            except Exception as exc:  # the server is gone: stopping must still succeed
+                log.info("nats_close_unclean", error=redact(str(exc)))
 
 
 def remote_error(subject: str, headers: dict[str, str], body: bytes) -> RemoteError:

@@ -94,8 +94,10 @@ class EmbeddedNats:
         port: int | None = None,
         host: str = "127.0.0.1",
         ready_timeout: float = 15.0,
+        name: str | None = None,
     ) -> None:
         self.store_dir = Path(store_dir)
+        self.name = name  # the server_name its INFO carries
         self.host = host
         self.requested_port = port
         self.port: int | None = None
@@ -140,6 +142,7 @@ class EmbeddedNats:
             str(self.store_dir),
             "--log",
             str(log_file),
+            *(["--server_name", self.name] if self.name else []),
         ]
         self.process = subprocess.Popen(
             args,

@@ -46,6 +46,9 @@ class Lease:
         self.holder = holder or holder_name()
         self.revision: int | None = None
         self._renewed_at = 0.0
+        # keep() and confirm() both renew: one compare-and-set at a time, or the second
+        # would fail on the first's new revision and look like a takeover.
+        self._renewing = anyio.Lock()
 
     async def current_holder(self) -> str | None:
         try:
@@ -77,16 +80,35 @@ class Lease:
         while True:
             await anyio.sleep(self.ttl_s / 3)
             try:
-                self.revision = await self.kv.update(
-                    self.role, self.holder.encode(), last=self.revision
-                )
-                self._renewed_at = time.monotonic()
+                await self._renew()
             except KeyWrongLastSequenceError:
                 raise LeaseLost(f"the {self.role} lease was taken over") from None
             except (nats.errors.Error, TimeoutError) as exc:  # NATS away: retry in time
                 if time.monotonic() - self._renewed_at >= self.ttl_s:
                     raise LeaseLost(f"could not renew the {self.role} lease: {exc}") from None
                 log.warning("lease_renew_failed", role=self.role, error=str(exc))
+
+    async def _renew(self) -> None:
+        async with self._renewing:
+            self.revision = await self.kv.update(
+                self.role, self.holder.encode(), last=self.revision
+            )
+            self._renewed_at = time.monotonic()
+
+    async def confirm(self) -> bool:
+        """Whether this process surely holds the lease right now, before an act only the
+        holder may do (a run's one terminal event). Renewed less than half a TTL ago,
+        the key cannot have expired; otherwise it is renewed now, by compare-and-set,
+        which fails if another process took it over meanwhile. NATS errors propagate."""
+        if self.revision is None:
+            return False
+        if time.monotonic() - self._renewed_at < self.ttl_s / 2:
+            return True
+        try:
+            await self._renew()
+        except KeyWrongLastSequenceError:
+            return False
+        return True
 
     async def release(self) -> None:
         """Let a standby take over now rather than after the TTL."""

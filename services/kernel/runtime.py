@@ -7,6 +7,7 @@ endpoints and consumers, calls `task_status.started()`, and runs until cancelled
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -77,6 +78,13 @@ def url_file(settings: Settings) -> Path:
     return Path(settings.data_dir) / URL_FILE
 
 
+def embedded_name(settings: Settings) -> str:
+    """The server_name of the embedded NATS of this data dir: after a crash its
+    recorded port may be another server's, and only this name tells them apart."""
+    where = str(Path(settings.data_dir).expanduser().resolve())
+    return "rote-" + hashlib.sha256(where.encode()).hexdigest()[:16]
+
+
 def running_embedded_url(settings: Settings) -> str | None:
     """The URL of an embedded server a `rote up` in this data dir is running, if any."""
     path = url_file(settings)
@@ -85,7 +93,10 @@ def running_embedded_url(settings: Settings) -> str | None:
     url = path.read_text().strip()
     host_port = url.removeprefix("nats://")
     host, _, port = host_port.rpartition(":")
-    if host and port.isdigit() and _server_info(host, int(port)) is not None:
+    if not (host and port.isdigit()):
+        return None
+    info = _server_info(host, int(port))
+    if info is not None and info.get("server_name") == embedded_name(settings):
         return url
     return None
 
@@ -111,7 +122,9 @@ async def open_stack(
                 f"rote is already running with an embedded NATS in {settings.data_dir}"
                 f" ({url_file(settings).read_text().strip()}); stop it or use `rote serve`"
             )
-        embedded = EmbeddedNats(Path(settings.data_dir) / "nats", port=embedded_port)
+        embedded = EmbeddedNats(
+            Path(settings.data_dir) / "nats", port=embedded_port, name=embedded_name(settings)
+        )
         embedded.spawn()  # on this (the loop's) thread: see EmbeddedNats.spawn
         await anyio.to_thread.run_sync(embedded.wait_ready)
         url = embedded.url

@@ -11,6 +11,9 @@ from typing import Literal
 LogFormat = Literal["auto", "json", "console"]
 
 
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
 class SettingsError(ValueError):
     """An environment variable holds a value rote cannot use."""
 
@@ -119,6 +122,11 @@ class Settings:
             raise SettingsError(
                 f"ROTE_LOG_FORMAT must be auto, json or console, got {log_format!r}"
             )
+        log_level = env.get("ROTE_LOG_LEVEL", "info").lower() or "info"
+        if log_level not in LOG_LEVELS:
+            raise SettingsError(
+                f"ROTE_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}"
+            )
         event_store = env.get("ROTE_EVENT_STORE", "sqlite") or "sqlite"
         if not (
             event_store in ("sqlite", "memory")
@@ -133,7 +141,7 @@ class Settings:
             else _default_data_dir(env),
             event_store=event_store,
             log_format=log_format,  # type: ignore[arg-type]
-            log_level=env.get("ROTE_LOG_LEVEL", "info").lower(),
+            log_level=log_level,
             max_concurrent=_int(env, "ROTE_MAX_CONCURRENT", 2, lo=1),
             daily_budget_usd=_float(env, "ROTE_DAILY_BUDGET_USD", None, at_least=0.0),
             runner_slots=_int(env, "ROTE_RUNNER_SLOTS", 2, lo=1),

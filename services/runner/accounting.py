@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from contracts.llm import CompleteReply
+from collections.abc import Iterable
+from datetime import datetime
+
+from contracts.llm import CompleteReply, Usage, UsageEvent
 from contracts.runs import ModelTokens
 
 
@@ -11,12 +14,15 @@ class Ledger:
         self.by_model: dict[str, ModelTokens] = {}
 
     def add(self, reply: CompleteReply) -> None:
-        tokens = self.by_model.setdefault(reply.model, ModelTokens())
-        tokens.input_tokens += reply.usage.input_tokens
-        tokens.output_tokens += reply.usage.output_tokens
-        tokens.cache_write_tokens += reply.usage.cache_write_tokens
-        tokens.cache_read_tokens += reply.usage.cache_read_tokens
-        tokens.cost_usd += reply.cost_usd
+        self.add_usage(reply.model, reply.usage, reply.cost_usd)
+
+    def add_usage(self, model: str, usage: Usage, cost_usd: float) -> None:
+        tokens = self.by_model.setdefault(model, ModelTokens())
+        tokens.input_tokens += usage.input_tokens
+        tokens.output_tokens += usage.output_tokens
+        tokens.cache_write_tokens += usage.cache_write_tokens
+        tokens.cache_read_tokens += usage.cache_read_tokens
+        tokens.cost_usd += cost_usd
         tokens.calls += 1
 
     def merge(self, other: Ledger) -> None:
@@ -45,3 +51,14 @@ class Ledger:
             )
             for model, t in self.by_model.items()
         }
+
+
+def spent_before(events: Iterable[UsageEvent], before: datetime) -> Ledger:
+    """What a run's model calls made before `before` cost, from the llm service's usage
+    events: an attempt whose runner died never reported its calls, yet they were billed,
+    and the run's cost (what the daily budget sums) must include them."""
+    ledger = Ledger()
+    for event in events:
+        if event.at < before:
+            ledger.add_usage(event.model, event.usage, event.cost_usd)
+    return ledger

@@ -4,7 +4,8 @@ The model gets the task prompt and the task's allowed tools; every tool call it 
 goes through the tools service; the loop ends at end_turn (the final text is the
 answer), at max_iterations, or when the run is stuck. Assistant turns go back to the
 model exactly as they came — current models reject a conversation whose thinking
-blocks were dropped or altered.
+blocks were dropped or altered. When the conversation outgrows one bus message, the
+oldest tool outputs are elided from the request (never an assistant turn).
 """
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from contracts.base import utc_now
 from contracts.llm import (
+    CompleteReply,
     CompleteRequest,
     ContentBlock,
     Message,
@@ -25,6 +29,8 @@ from contracts.llm import (
 )
 from contracts.runs import FailureReason
 from contracts.tools import ExecTool, ToolResult
+from services.kernel.codec import encode
+from services.kernel.logs import get_logger
 from services.runner.accounting import Ledger
 from services.runner.ports import PortError, RunScope
 from services.runner.stuck import StuckDetector
@@ -37,6 +43,15 @@ SYSTEM_PROMPT = (
 # that failed): the run cannot go on without it.
 FATAL_TOOL_CODES = {"unavailable", "timeout"}
 DEFAULT_TOOL_TIMEOUT_S = 60.0
+# The stop reasons of a finished answer. Any other reply without a tool call is not one:
+# "refusal", "max_tokens" (the answer was cut off), "pause_turn" (server tools rote
+# does not carry), "model_context_window_exceeded".
+ANSWER_STOPS = {"end_turn", "stop_sequence"}
+# Bytes kept free under the bus's max payload when fitting a model request: room for
+# headers, which NATS counts against the same limit.
+PAYLOAD_HEADROOM = 4096
+
+log = get_logger("rote.runner.agent")
 
 
 @dataclass
@@ -64,6 +79,61 @@ def tool_result_text(result: ToolResult) -> str:
 
 def final_text(content: list[ContentBlock]) -> str:
     return "\n".join(b.text for b in content if isinstance(b, TextBlock)).strip()
+
+
+def answer_problem(reply: CompleteReply, answer: str) -> str | None:
+    """Why a reply without a tool call is not the run's answer (None: it is)."""
+    stop = reply.stop_reason
+    if stop == "refusal":
+        return "the model refused the task (stop_reason refusal)"
+    if stop == "max_tokens":
+        return "the model's answer was cut off at max_tokens (stop_reason max_tokens)"
+    if stop not in ANSWER_STOPS:
+        return f"the model stopped without an answer or a tool call (stop_reason {stop})"
+    if not answer:
+        return f"the model's answer is empty (stop_reason {stop})"
+    return None
+
+
+def elided_note(chars: int) -> str:
+    return f"[output of an earlier call elided to fit the request: {chars} chars]"
+
+
+def _chars(content: str | list[TextBlock]) -> int:
+    return len(content) if isinstance(content, str) else sum(len(b.text) for b in content)
+
+
+def fit_request(request: CompleteRequest, max_bytes: int) -> tuple[CompleteRequest, int] | None:
+    """`request` with its oldest tool outputs replaced by a short note until it encodes
+    to at most `max_bytes`, and how many were elided; None when eliding every one is not
+    enough. Only tool_result contents change: assistant turns, the prompt and the newest
+    outputs (kept whole as long as possible) go as they are."""
+    size = len(encode(request))
+    if size <= max_bytes:
+        return request, 0
+    messages = list(request.messages)
+    elided = 0
+    for index, message in enumerate(messages):
+        if message.role != "user" or isinstance(message.content, str):
+            continue
+        blocks = list(message.content)
+        for position, block in enumerate(blocks):
+            if not isinstance(block, ToolResultBlock):
+                continue
+            note = elided_note(_chars(block.content))
+            # Exact: one JSON value is swapped for another inside the same encoding.
+            saved = len(encode(block.content)) - len(encode(note))
+            if saved <= 0:
+                continue
+            blocks[position] = msgspec.structs.replace(block, content=note)
+            size -= saved
+            elided += 1
+            if size <= max_bytes:
+                break
+        messages[index] = Message(role=message.role, content=blocks)
+        if size <= max_bytes:
+            return msgspec.structs.replace(request, messages=messages), elided
+    return None
 
 
 class AgentLoop:
@@ -103,20 +173,32 @@ class AgentLoop:
         self.transcript.message(messages[0])
         stuck = StuckDetector()
 
+        max_bytes = self.ports.max_payload - PAYLOAD_HEADROOM
         while self.iterations < self.spec.max_iterations:
             self.iterations += 1
-            try:
-                reply = await self.ports.complete(
-                    CompleteRequest(
-                        model=self.spec.model,
-                        system=SYSTEM_PROMPT,
-                        messages=messages,
-                        tools=tools,
-                        run_id=self.run_id,
-                        task_id=self.task_id,
-                        purpose="agent",
-                    )
+            request = CompleteRequest(
+                model=self.spec.model,
+                system=SYSTEM_PROMPT,
+                messages=messages,
+                tools=tools,
+                run_id=self.run_id,
+                task_id=self.task_id,
+                purpose="agent",
+            )
+            # `messages` stays whole (the record); only what is sent is fitted.
+            fitted = fit_request(request, max_bytes)
+            if fitted is None:
+                return self._outcome(
+                    False,
+                    reason="llm_error",
+                    error=f"the conversation does not fit one model request of {max_bytes}"
+                    " bytes, even with every earlier tool output elided",
                 )
+            request, elided = fitted
+            if elided:
+                log.info("llm_request_fitted", elided_outputs=elided, max_bytes=max_bytes)
+            try:
+                reply = await self.ports.complete(request)
             except PortError as exc:
                 if exc.billed is not None:
                     self.ledger.add(exc.billed)
@@ -127,23 +209,14 @@ class AgentLoop:
             self.transcript.message(assistant)
             for block in reply.content:
                 if isinstance(block, TextBlock) and block.text.strip():
-                    await self.ports.publish_text(
-                        TextEvent(
-                            run_id=self.run_id,
-                            task_id=self.task_id,
-                            text=block.text,
-                            turn=self.iterations,
-                            at=utc_now(),
-                        )
-                    )
+                    await self._publish_text(block.text)
 
             uses = [b for b in reply.content if isinstance(b, ToolUseBlock)]
             if not uses:
                 answer = final_text(reply.content)
-                if reply.stop_reason == "max_tokens" and not answer:
-                    return self._outcome(
-                        False, reason="llm_error", error="the model stopped at max_tokens"
-                    )
+                problem = answer_problem(reply, answer)
+                if problem is not None:
+                    return self._outcome(False, reason="llm_error", error=problem)
                 return self._outcome(True, result=answer)
 
             results: list[ContentBlock] = []
@@ -167,6 +240,25 @@ class AgentLoop:
             reason="max_iterations",
             error=f"no answer after {self.spec.max_iterations} model turns",
         )
+
+    async def _publish_text(self, text: str) -> None:
+        """Best effort: the text event is for watchers (the transcript keeps the text),
+        so a lost one (a JetStream ack timeout) must not cost the run."""
+        event = TextEvent(
+            run_id=self.run_id,
+            task_id=self.task_id,
+            text=text,
+            turn=self.iterations,
+            at=utc_now(),
+        )
+        try:
+            await self.ports.publish_text(event)
+        except Exception as exc:
+            log.warning(
+                "llm_text_unpublished",
+                turn=self.iterations,
+                error=f"{type(exc).__name__}: {exc}",
+            )
 
     async def _call_tool(self, use: ToolUseBlock) -> tuple[ToolResultBlock, str | None, bool]:
         """Run one tool_use; returns its tool_result, the error text (None on success)

@@ -16,6 +16,9 @@ from contracts.tasks import TaskSpec
 from contracts.tools import ExecTool, ToolResult
 from services.runner.transcript import TranscriptRecorder
 
+# NATS' default max_payload (1 MB), and what infra/nats configures.
+DEFAULT_MAX_PAYLOAD = 1024 * 1024
+
 
 class PortError(Exception):
     """A call to another service failed (it answered an error or did not answer)."""
@@ -39,6 +42,9 @@ class Ports:
     active_executor: Callable[[str], Awaitable[ActiveExecutor | None]]
     # Close a run's browser session (wherever it lives).
     close_session: Callable[[str], Awaitable[None]]
+    # The largest request, in bytes, `complete` can carry (the bus's max payload; NATS
+    # defaults to 1 MB): the agent loop fits its conversation under it.
+    max_payload: int = DEFAULT_MAX_PAYLOAD
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ def fold(events: Iterable[RunEvent]) -> RunView | None:
         if view is None:
             view = RunView(run_id=event.run_id, task_id=event.task_id, status=event.status)
         view.status = event.status
+        view.origin = event.origin or view.origin
         if event.event == "requested":
             view.requested_at = event.at
         elif event.event == "started":

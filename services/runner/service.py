@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 import zlib
 from dataclasses import dataclass
+from datetime import datetime
 
 import anyio
 import msgspec
@@ -21,7 +22,14 @@ from nats.js.kv import KeyValue
 from contracts import subjects as s
 from contracts.base import utc_now
 from contracts.executors import ActiveExecutor, ExecutorRef
-from contracts.llm import CompleteReply, CompleteRequest, TextEvent, ToolDefinition, Usage
+from contracts.llm import (
+    CompleteReply,
+    CompleteRequest,
+    TextEvent,
+    ToolDefinition,
+    Usage,
+    UsageEvent,
+)
 from contracts.runs import (
     ReplayOutcome,
     RunEvent,
@@ -36,17 +44,19 @@ from contracts.runs import (
 from contracts.tools import CloseSession, ExecTool, ListTools, SessionClosed, ToolList, ToolResult
 from services import __version__
 from services.kernel.bus import Bus
+from services.kernel.codec import decode
 from services.kernel.consumers import Reject, Retry, consume, durable_config
 from services.kernel.endpoints import Endpoint, start_service, stop_service
 from services.kernel.errors import RemoteError, ServiceError
 from services.kernel.ids import new_run_id, slug
 from services.kernel.lease import Lease, LeaseLost, run_key
 from services.kernel.logs import get_logger
+from services.kernel.replay_read import read_all
 from services.kernel.run_store import RunStore
 from services.kernel.runtime import ServiceContext
 from services.kernel.secrets import redact, redact_struct
 from services.kernel.streams import DUPLICATE_WINDOW_S, KV_TTL_S
-from services.runner.accounting import Ledger
+from services.runner.accounting import Ledger, spent_before
 from services.runner.agent_loop import AgentLoop, AgentOutcome
 from services.runner.ports import PortError, Ports, RunScope
 from services.runner.replay import Replayer, ReplayResult
@@ -206,6 +216,7 @@ def bus_ports(bus: Bus, executors: ExecutorCache | None = None) -> Ports:
         publish_text=publish_text,
         active_executor=executors.get,
         close_session=close_session,
+        max_payload=bus.nc.max_payload,
     )
 
 
@@ -256,6 +267,8 @@ class Runner:
             event.result = redact(event.result)
         if event.error:
             event.error = redact(event.error)
+        if event.replay is not None and event.replay.reason:
+            event.replay.reason = redact(event.replay.reason)  # it quotes tool errors
         await self.bus.publish_event(
             s.run_event(event.task_id, event.run_id, event.event), event, msg_id=msg_id
         )
@@ -269,7 +282,7 @@ class Runner:
                 event="requested",
                 at=request.requested_at,
                 status="requested",
-                spec=request.spec,
+                spec=redact_struct(request.spec),
                 origin=request.origin,
             ),
             msg_id=f"{request.run_id}:requested",
@@ -376,7 +389,7 @@ class Runner:
 
             tg.start_soon(keep)
             try:
-                await self.execute(request, attempt)
+                await self.execute(request, attempt, claim)
                 ran = True
             except Exception as exc:  # settled below, outside the task group
                 failure = exc
@@ -409,6 +422,7 @@ class Runner:
         except Exception as exc:
             log.warning("run_finished_unknown", error=str(exc))
         log.error("run_abandoned", error=error)
+        spent = await self._spent_before(request.run_id, utc_now())
         try:
             await self.publish(
                 RunEvent(
@@ -419,6 +433,8 @@ class Runner:
                     status="failed",
                     reason="abandoned",
                     error=f"unexpected error on the last of {MAX_DELIVERIES} deliveries: {error}",
+                    tokens=spent.snapshot(),
+                    cost_usd=round(spent.cost_usd, 8),
                     origin=request.origin,
                     attempt=attempt,
                 ),
@@ -427,15 +443,28 @@ class Runner:
         except Exception as exc:  # NATS gone too: the scheduler's recovery is what is left
             log.error("run_abandon_unpublished", error=str(exc))
 
-    async def execute(self, request: RunRequest, attempt: int) -> RunEvent:
+    async def _spent_before(self, run_id: str, before: datetime) -> Ledger:
+        """The run's model spend before `before`, as the llm service's usage events say
+        (empty if they cannot be read: the run's ending matters more)."""
+        try:
+            msgs = await read_all(self.bus.js, s.STREAM_ACTIVITY, s.llm_event(run_id, "usage"))
+            return spent_before((decode(m.data, UsageEvent) for m in msgs), before)
+        except Exception as exc:
+            log.warning("earlier_spend_unknown", error=str(exc))
+            return Ledger()
+
+    async def execute(
+        self, request: RunRequest, attempt: int, claim: Lease | None = None
+    ) -> RunEvent:
         spec = request.spec
         started = time.monotonic()
+        started_at = utc_now()
         await self.publish(
             RunEvent(
                 task_id=request.task_id,
                 run_id=request.run_id,
                 event="started",
-                at=utc_now(),
+                at=started_at,
                 status="running",
                 spec=redact_struct(spec),
                 origin=request.origin,
@@ -476,6 +505,8 @@ class Runner:
             error = f"the run passed its {spec.deadline_s:g} s deadline"
             attempt_.cut_off_replay(ledger, error)
             outcome = AgentOutcome(ok=False, reason="deadline", error=error, ledger=ledger)
+        if attempt > 1:  # what the earlier, broken attempts spent is this run's cost too
+            ledger.merge(await self._spent_before(request.run_id, started_at))
         replayed = attempt_.source == "executor" and outcome.ok
         cost = ledger.cost_usd
         saved = attempt_.full_run_cost_usd - cost if replayed else 0.0  # not floored: see RunEvent
@@ -512,10 +543,14 @@ class Runner:
             # deadline may meanwhile have been declared abandoned by the scheduler.
             late = (utc_now() - request.requested_at).total_seconds() > spec.deadline_s
             earlier = await self.store.finished(request.run_id) if late else None
-            if earlier is None:
-                await self.publish(finished, msg_id=f"{request.run_id}:finished")
-            else:
+            if earlier is not None:
                 log.warning("run_outcome_dropped", already=earlier.reason or earlier.status)
+            elif claim is not None and not await self._still_ours(claim):
+                # The claim expired unnoticed (NATS away) and another runner took the
+                # run over: that one publishes the run's ending.
+                log.warning("run_outcome_dropped", already="claimed by another runner")
+            else:
+                await self.publish(finished, msg_id=f"{request.run_id}:finished")
         log.info(
             "run_finished",
             status=finished.status,
@@ -526,6 +561,13 @@ class Runner:
             duration_ms=finished.duration_ms,
         )
         return finished
+
+    async def _still_ours(self, claim: Lease) -> bool:
+        try:
+            return await claim.confirm()
+        except Exception as exc:  # unknown: the publish that follows needs NATS anyway
+            log.warning("run_claim_unconfirmed", error=str(exc))
+            return True
 
     async def _path_a(
         self, scope: RunScope, request: RunRequest, ledger: Ledger, state: _Attempt

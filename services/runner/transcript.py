@@ -4,6 +4,7 @@ kept separately and verbatim; this is a copy for people and for the tracer."""
 
 from __future__ import annotations
 
+from collections import deque
 from datetime import datetime
 from typing import Any
 
@@ -22,10 +23,12 @@ MAX_BYTES = 900_000
 
 
 def _bound(text: str) -> tuple[str, bool]:
-    """Bounded and with secrets masked: a transcript is kept, and read by people."""
+    """Bounded and with secrets masked: a transcript is kept, and read by people. Masked
+    before it is cut: a secret cut in half would no longer be recognised as one."""
+    text = redact(text)
     if len(text) <= MAX_STRING:
-        return redact(text), False
-    return redact(text[:MAX_STRING]) + f"…[{len(text) - MAX_STRING} more characters]", True
+        return text, False
+    return text[:MAX_STRING] + f"…[{len(text) - MAX_STRING} more characters]", True
 
 
 def _bound_value(value: Any) -> tuple[Any, bool]:
@@ -77,17 +80,42 @@ def bounded_message(message: Message) -> tuple[Message, bool]:
 
 
 class TranscriptRecorder:
-    def __init__(self, run_id: str, task_id: str) -> None:
+    """Keeps both ends of a long run: the first entries (what was asked, how it began)
+    and the latest ones (how it ended: the answer, the failure note), with a note of how
+    many were left out between them."""
+
+    def __init__(self, run_id: str, task_id: str, max_entries: int = MAX_ENTRIES) -> None:
         self.run_id = run_id
         self.task_id = task_id
-        self.entries: list[TranscriptEntry] = []
         self.truncated = False
+        self._head: list[TranscriptEntry] = []
+        # One place is kept for the note that says how many were left out.
+        self._head_size = max_entries // 2
+        self._tail: deque[TranscriptEntry] = deque(maxlen=max(1, max_entries - self._head_size - 1))
+        self._dropped = 0
+        self._dropped_at: datetime | None = None
+
+    @property
+    def entries(self) -> list[TranscriptEntry]:
+        if not self._dropped:
+            return [*self._head, *self._tail]
+        marker = TranscriptEntry(
+            at=self._dropped_at or self._tail[0].at,
+            kind="note",
+            detail={"text": f"{self._dropped} entries left out to keep the transcript bounded"},
+        )
+        return [*self._head, marker, *self._tail]
 
     def _add(self, entry: TranscriptEntry) -> None:
-        if len(self.entries) >= MAX_ENTRIES:
-            self.truncated = True
+        if len(self._head) < self._head_size:
+            self._head.append(entry)
             return
-        self.entries.append(entry)
+        if len(self._tail) == self._tail.maxlen:
+            self.truncated = True
+            self._dropped += 1
+            if self._dropped_at is None:
+                self._dropped_at = self._tail[0].at
+        self._tail.append(entry)
 
     def message(self, message: Message, at: datetime | None = None) -> None:
         bounded, cut = bounded_message(message)
@@ -100,13 +128,17 @@ class TranscriptRecorder:
         self._add(TranscriptEntry(at=at or utc_now(), kind="replay_step", step=step, detail=value))
 
     def note(self, text: str, at: datetime | None = None, **detail: Any) -> None:
-        self._add(TranscriptEntry(at=at or utc_now(), kind="note", detail={"text": text, **detail}))
+        # Notes carry error texts (a URL with its password, an API key echoed back):
+        # bounded and masked like every other entry.
+        value, cut = _bound_value({"text": text, **detail})
+        self.truncated |= cut
+        self._add(TranscriptEntry(at=at or utc_now(), kind="note", detail=value))
 
     def build(self) -> Transcript:
         return Transcript(
             run_id=self.run_id,
             task_id=self.task_id,
-            entries=list(self.entries),
+            entries=self.entries,
             truncated=self.truncated,
         )
 

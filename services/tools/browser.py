@@ -103,6 +103,7 @@ class Session:
     context: BrowserContext
     page: Page
     generation: int
+    attempt: int = 1  # the delivery of the run that opened it
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     last_used: float = field(default_factory=time.monotonic)
     last_status: int | None = None
@@ -354,24 +355,29 @@ class BrowserPool:
                 return warm
         return None
 
-    async def acquire(self, run_id: str, *, use_pool: bool = True) -> Session:
+    async def acquire(self, run_id: str, *, attempt: int = 1, use_pool: bool = True) -> Session:
         """The run's session, creating it (from the pool when it can) on first use.
+        A later attempt at the run (its runner died mid-run) gets a fresh one: the dead
+        attempt's cookies, page and half-filled forms must not steer it.
         `use_pool=False` always builds a fresh context (to measure what the pool saves)."""
         session = self._live(run_id)
-        if session is not None:
+        if session is not None and session.attempt >= attempt:
             return session
         lock = self._creating.setdefault(run_id, anyio.Lock())
         try:
             async with lock:
                 session = self._live(run_id)
                 if session is not None:
-                    return session
+                    if session.attempt >= attempt:
+                        return session
+                    log.info("session_replaced", run_id=run_id, attempt=attempt)
+                    await self.close_session(run_id)
                 warm = self._pop_warm() if use_pool else None
                 pooled = warm is not None
                 if warm is None:
                     warm = await self._new_warm()
                 self._refill.set()
-                session = Session(run_id, warm.context, warm.page, warm.generation)
+                session = Session(run_id, warm.context, warm.page, warm.generation, attempt)
                 session.watch(warm.page)
                 warm.context.on("page", session.adopt)
                 self._sessions[run_id] = session

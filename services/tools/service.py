@@ -21,6 +21,7 @@ from contracts.tools import (
     SessionClosed,
     ToolEvent,
     ToolList,
+    ToolMetadata,
     ToolResult,
 )
 from services import __version__
@@ -29,7 +30,7 @@ from services.kernel.endpoints import Endpoint, start_service, stop_service
 from services.kernel.errors import ServiceError
 from services.kernel.logs import get_logger
 from services.kernel.runtime import ServiceContext
-from services.kernel.secrets import redact_value
+from services.kernel.secrets import redact, redact_struct, redact_value
 from services.tools.browser import BrowserPool
 from services.tools.specs import definitions
 from services.tools.toolbox import ToolBox, ToolsConfig, event_input
@@ -93,8 +94,20 @@ class ToolEvents:
             truncated=result.truncated,
             error=result.error,
             duration_ms=result.duration_ms,
-            metadata=result.metadata,
+            # The page's URL keeps a password it was opened with.
+            metadata=redact_struct(result.metadata) or ToolMetadata(),
         )
+
+
+def _masked_error(error: ErrorInfo | None) -> ErrorInfo | None:
+    """A tool failure's error with secrets masked: messages quote what the call was
+    given ("cannot open https://user:pw@host/")."""
+    if error is None:
+        return None
+    masked = redact_struct(error)
+    if masked is None:  # ErrorInfo has no constraints to break; never so, but typed
+        return ErrorInfo(code=error.code, message=redact(error.message))
+    return masked
 
 
 async def _redacted(output: Any) -> Any:
@@ -144,6 +157,9 @@ async def serve(
             refusal: ServiceError | None = None
             try:
                 result = await toolbox.run(toolbox.prepare(call))
+                # Masked for the event and the reply alike: the runner logs it, puts it
+                # in the run's failure reason and shows it to the model.
+                result.error = _masked_error(result.error)
             except ServiceError as exc:
                 refusal = exc
             except Exception as exc:

@@ -189,7 +189,7 @@ class ToolBox:
             raise ServiceError("unavailable", "this tools service runs without a browser")
         budget = Budget(call.timeout_s)
         try:
-            session = await self.browsers.acquire(call.run_id)
+            session = await self.browsers.acquire(call.run_id, attempt=call.attempt)
         except BrowserUnavailable as exc:
             raise ServiceError("unavailable", str(exc)) from None
         except PlaywrightError as exc:

@@ -15,7 +15,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from contracts.llm import RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolUseBlock
+from contracts.llm import (
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 from contracts.runs import RunEvent, Transcript
 from contracts.tasks import TaskSpec
 from contracts.tools import ToolEvent, ToolMetadata
@@ -90,6 +96,46 @@ def model_evidence(transcript: Transcript | None) -> dict[str, Evidence]:
     return evidence
 
 
+def call_results(transcript: Transcript | None) -> dict[str, bool]:
+    """Whether each call's tool_result, as the model saw it, was an error; by tool_use id."""
+    if transcript is None:
+        return {}
+    results: dict[str, bool] = {}
+    for entry in transcript.entries:
+        message = entry.message
+        if entry.kind != "message" or message is None or isinstance(message.content, str):
+            continue
+        for block in message.content:
+            if isinstance(block, ToolResultBlock):
+                results[block.tool_use_id] = block.is_error
+    return results
+
+
+@dataclass(frozen=True)
+class MissingCalls:
+    """Calls the transcript shows that have no finished event, by tool_use id."""
+
+    # The model was told the call failed: either it never reached a tools service
+    # (unavailable, timeout) or the tool failed. The compiler drops failed steps anyway,
+    # so a trace without them compiles the same.
+    failed: list[str]
+    # The call succeeded (or its result was cut from a bounded transcript, so it may
+    # have): it had an effect the run relied on, and a trace without it would lie.
+    effective: list[str]
+
+
+def missing_calls(transcript: Transcript | None, calls: Iterable[ToolEvent]) -> MissingCalls:
+    recorded = {call.tool_use_id for call in calls}
+    results = call_results(transcript)
+    failed: list[str] = []
+    effective: list[str] = []
+    for use_id in model_evidence(transcript):
+        if use_id in recorded:
+            continue
+        (failed if results.get(use_id) is True else effective).append(use_id)
+    return MissingCalls(failed=failed, effective=effective)
+
+
 def build_trace(
     *,
     run: RunEvent,
@@ -111,7 +157,7 @@ def build_trace(
                 output=call.output,
                 preview=preview(call.output)
                 if call.ok
-                else (call.error.message if call.error else ""),
+                else (call.error.message if call.error else "")[:PREVIEW_CHARS],
                 truncated=call.truncated,
                 status="ok" if call.ok else "error",
                 error=f"{call.error.code}: {call.error.message}" if call.error else None,

@@ -9,6 +9,7 @@ because the trace is read back from the streams when the run completes.
 from __future__ import annotations
 
 import anyio
+import msgspec
 import structlog
 from anyio.abc import TaskStatus
 from nats.aio.msg import Msg
@@ -18,7 +19,7 @@ from contracts import subjects as s
 from contracts.base import utc_now
 from contracts.runs import RunEvent
 from contracts.tools import ToolEvent
-from contracts.traces import Trace, TraceCaptured, TraceRef, TraceReply
+from contracts.traces import Trace, TraceCaptured, TraceRef, TraceReply, TraceStep
 from services import __version__
 from services.kernel import blobs
 from services.kernel.codec import decode, encode
@@ -29,14 +30,42 @@ from services.kernel.logs import get_logger
 from services.kernel.replay_read import read_all
 from services.kernel.run_store import RunStore
 from services.kernel.runtime import ServiceContext
-from services.tracer.build import build_trace, final_attempt_calls, model_evidence
+from services.tracer.build import build_trace, final_attempt_calls, missing_calls
 
 log = get_logger("rote.tracer")
 
 # Outputs above this (encoded) go to the blob store; the trace keeps a reference.
 INLINE_OUTPUT_BYTES = 32 * 1024
-# Deliveries of a completion to wait for late tool events before building without them.
+# Left free under the connection's max payload for headers (Nats-Msg-Id) and slack.
+PAYLOAD_HEADROOM_BYTES = 16 * 1024
+# What an output costs once stored: `null` plus `"sha256:<64 hex>"`, rounded up. Smaller
+# outputs are cheaper inline.
+REF_BYTES = 100
+# Deliveries of a completion to wait for late tool events before deciding without them.
 PATIENCE = 6
+
+
+class TraceTooLarge(Exception):
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(
+            f"the trace is {size} bytes even with its tool outputs stored apart, over the "
+            f"{limit} one message may carry (its inputs and model text are too long); "
+            "no trace"
+        )
+        self.size = size
+        self.limit = limit
+
+
+def undecodable_skipped(msgs: list[Msg]) -> list[ToolEvent]:
+    """The tool events that decode. One bad event must not hold up the whole trace: the
+    transcript check decides whether the call it stood for matters."""
+    events = []
+    for m in msgs:
+        try:
+            events.append(decode(m.data, ToolEvent))
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            log.warning("tool_event_undecodable", subject=m.subject, error=str(exc))
+    return events
 
 
 class Tracer:
@@ -58,19 +87,31 @@ class Tracer:
             tool_msgs = await read_all(
                 self.bus.js, s.STREAM_ACTIVITY, s.tool_event(event.run_id, "finished")
             )
-            tool_events = [decode(m.data, ToolEvent) for m in tool_msgs]
+            tool_events = undecodable_skipped(tool_msgs)
             transcript = await self.runs.transcript(event.run_id)
             # Tools services publish their events without waiting for JetStream, so the
             # last call's event can land just after the run's completion: wait for every
-            # call the transcript shows. A call whose request never reached a tools
-            # service has no event at all; after a few tries, build without it.
+            # call the transcript shows.
             calls = final_attempt_calls(tool_events, event.attempt)
-            missing = model_evidence(transcript).keys() - {c.tool_use_id for c in calls}
-            if missing:
+            missing = missing_calls(transcript, calls)
+            if missing.failed or missing.effective:
                 tries = msg.metadata.num_delivered if msg.metadata else 1
                 if tries < PATIENCE:
-                    raise Retry(f"waiting for the events of {len(missing)} calls", delay_s=0.5)
-                log.warning("trace_without_calls", missing=sorted(missing))
+                    count = len(missing.failed) + len(missing.effective)
+                    raise Retry(f"waiting for the events of {count} calls", delay_s=0.5)
+                if missing.effective:
+                    # Its finished event was lost: a trace without a call that did
+                    # something would compile into an executor that skips it.
+                    log.error("trace_call_lost", missing=missing.effective)
+                    count = len(missing.effective)
+                    raise Reject(
+                        f"no tool event for {count} successful call{'s' * (count != 1)} "
+                        f"({', '.join(missing.effective)}); the trace would leave out "
+                        "something the run did"
+                    )
+                # Failed calls without an event never reached a tools service (or their
+                # event was lost): they had no effect worth replaying.
+                log.warning("trace_without_calls", missing=missing.failed)
             trace = build_trace(
                 run=event,
                 spec=started.spec,
@@ -78,7 +119,11 @@ class Tracer:
                 transcript=transcript,
                 captured_at=utc_now(),
             )
-            trace = await self.offload_large_outputs(trace)
+            try:
+                trace = await self.offload_large_outputs(trace)
+            except TraceTooLarge as exc:
+                log.error("trace_too_large", size=exc.size, limit=exc.limit)
+                raise Reject(str(exc)) from None
             await self.bus.publish_event(
                 s.trace_captured(event.task_id, event.run_id),
                 TraceCaptured(trace=trace),
@@ -87,12 +132,41 @@ class Tracer:
             log.info("trace_captured", steps=len(trace.steps))
 
     async def offload_large_outputs(self, trace: Trace) -> Trace:
-        for step in trace.steps:
-            data = encode(step.output)
+        """Outputs over INLINE_OUTPUT_BYTES go to the blob store; then the largest of the
+        rest, until the captured event fits one message. Raises TraceTooLarge when even
+        with its outputs stored it does not (long inputs or model text)."""
+        encoded = {
+            i: encode(step.output) for i, step in enumerate(trace.steps) if step.output is not None
+        }
+        for i, data in encoded.items():
             if len(data) > INLINE_OUTPUT_BYTES:
-                step.output_ref = await blobs.put(self.bus.js, data)
-                step.output = None
+                await self._offload(trace.steps[i], data)
+        limit = self.bus.nc.max_payload - PAYLOAD_HEADROOM_BYTES
+        size = len(encode(TraceCaptured(trace=trace)))
+        inline = sorted(
+            (
+                i
+                for i in encoded
+                if trace.steps[i].output is not None and len(encoded[i]) > REF_BYTES
+            ),
+            key=lambda i: len(encoded[i]),
+            reverse=True,
+        )
+        for i in inline:
+            if size <= limit:
+                break
+            await self._offload(trace.steps[i], encoded[i])
+            # An estimate (the reference takes fewer than REF_BYTES): re-encoding the
+            # whole trace for every output would be quadratic.
+            size -= len(encoded[i]) - REF_BYTES
+        size = len(encode(TraceCaptured(trace=trace)))
+        if size > limit:
+            raise TraceTooLarge(size, limit)
         return trace
+
+    async def _offload(self, step: TraceStep, data: bytes) -> None:
+        step.output_ref = await blobs.put(self.bus.js, data)
+        step.output = None
 
     async def get(self, ref: TraceRef) -> TraceReply:
         try:

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -67,3 +68,16 @@ def test_demo_walks_the_whole_life_of_a_task() -> None:
 
     # Nothing left behind: no nats-server, Playwright driver or Chromium of the demo's.
     assert wait_gone(marker) == []
+
+
+def test_demo_refuses_a_data_dir_that_holds_an_earlier_story(tmp_path: Path) -> None:
+    (tmp_path / "events.sqlite").write_bytes(b"an earlier demo's store")
+    done = subprocess.run(
+        [sys.executable, "-m", "services.cli", "demo", "--data-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert f"--data-dir {tmp_path} is not empty" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -214,10 +214,12 @@ async def test_killed_runner_run_is_redelivered_and_completes_once(
         # Make the model slow, so the run is surely in flight when the runner dies.
         standin.inject(latency_ms=1500, latency_count=2)
         spec = TaskSpec(name="news", prompt=f"Open {site.url}/news and report the top 3 headlines")
+        asked = len(standin.received)
         run_id = await start(stack.bus, spec, "news")
         with anyio.fail_after(20):
-            while "started" not in [e.event for e in await run_events(stack.bus, run_id)]:
-                await anyio.sleep(0.1)
+            # Killed with its first model call in flight: the call is billed all the same.
+            while len(standin.received) == asked:
+                await anyio.sleep(0.05)
         first.send_signal(signal.SIGKILL)
         first.wait()
 
@@ -234,6 +236,20 @@ async def test_killed_runner_run_is_redelivered_and_completes_once(
             events = [e.event for e in await run_events(stack.bus, run_id)]
             assert events.count("completed") == 1 and "failed" not in events
             assert events.count("started") == 2
+            # The run's cost is all it spent: the dead attempt's model call included.
+            usage = [
+                decode(m.data, UsageEvent)
+                for m in await read_all(
+                    stack.bus.js, s.STREAM_ACTIVITY, s.llm_event(run_id, "usage")
+                )
+            ]
+            first_call = min(u.at for u in usage)
+            second_start = max(
+                e.at for e in await run_events(stack.bus, run_id) if e.event == "started"
+            )
+            assert first_call < second_start  # attempt 1 was billed
+            assert done.cost_usd == pytest.approx(sum(u.cost_usd for u in usage))
+            assert sum(t.calls for t in done.tokens.values()) == len(usage)
         finally:
             second.send_signal(signal.SIGTERM)
             second.wait(timeout=15)

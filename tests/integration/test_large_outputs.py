@@ -3,6 +3,8 @@ referenced; the compiler reads it back and compiles from the full data."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 import msgspec
 import pytest
@@ -14,13 +16,21 @@ from services.kernel.bus import Bus
 from services.kernel.runtime import ServiceContext
 from services.kernel.settings import Settings
 from services.kernel.streams import ensure_streams
-from services.tracer.service import INLINE_OUTPUT_BYTES, Tracer
+from services.tracer.service import INLINE_OUTPUT_BYTES, PAYLOAD_HEADROOM_BYTES, Tracer
 from tests.integration.test_compiler_service import (
     compiler,
     executor_events,
     publish_trace,
     trace,
     until,
+)
+from tests.integration.test_tracer_capture import (
+    Call,
+    captured,
+    news_calls,
+    publish_run,
+    rejected,
+    tracer,
 )
 
 pytestmark = pytest.mark.anyio
@@ -67,3 +77,63 @@ async def test_large_output_is_stored_once_and_the_compiler_reads_it_back(
     ]
     # The click's text came from the stored extract: only visible by reading the blob.
     assert len(clicks) == 1 and "{{step_1" in msgspec.json.encode(clicks[0].input).decode()
+
+
+async def test_a_trace_of_many_outputs_under_the_bound_still_fits_one_message(
+    settings: Settings, bus: Bus
+) -> None:
+    # Each output is under INLINE_OUTPUT_BYTES, together they are over NATS' 1 MB: a
+    # page read many times over, then the headlines the click comes from.
+    filler = "Weather, sport and markets in brief. " * 820
+    headlines = ["Bridge approved", "Team wins"] + [
+        f"Filler headline number {i}" for i in range(1100)
+    ]
+    calls = news_calls()
+    calls[1].output = headlines
+    calls[1:1] = [Call("browser_read_page", {}, filler) for _ in range(35)]
+    extract = 36
+    sizes = [len(msgspec.json.encode(c.output)) for c in calls]
+    assert max(sizes) == sizes[extract] < INLINE_OUTPUT_BYTES
+    assert sum(sizes) > bus.nc.max_payload
+
+    async with tracer(settings, bus), compiler(settings, bus):
+        await publish_run(bus, "r-many", calls, task_id="many")
+        got, size = await until(lambda: captured(bus, "r-many"))
+        compiled = (await until(lambda: executor_events(bus, "many", "compiled")))[0]
+
+    assert size <= bus.nc.max_payload - PAYLOAD_HEADROOM_BYTES
+    assert [step.tool for step in got.steps] == [c.tool for c in calls]
+    # The largest went first, though under the bound; its preview stays in the trace.
+    stored = got.steps[extract]
+    assert stored.output is None and stored.output_ref is not None
+    assert stored.preview.startswith('["Bridge approved"')
+    assert msgspec.json.decode(await blobs.get(bus.js, stored.output_ref)) == headlines
+    assert got.steps[0].output == calls[0].output  # small outputs stay inline
+    # The click's text came from the stored extract: only visible by reading the blob.
+    assert compiled.executor is not None
+    tools = [step for step in compiled.executor.steps if isinstance(step, ToolStep)]
+    clicks = [step for step in tools if step.tool == "browser_click"]
+    [extracted] = [step.index for step in tools if step.trace_step == extract]
+    assert len(clicks) == 1
+    assert f"{{{{step_{extracted}" in msgspec.json.encode(clicks[0].input).decode()
+
+
+async def test_a_trace_that_cannot_fit_is_rejected_once_with_a_reason(
+    settings: Settings, bus: Bus, written_logs: list[dict[str, Any]]
+) -> None:
+    # Eighteen long files written: the inputs alone are over 1 MB, no output to store.
+    calls = news_calls() + [
+        Call("file_write", {"path": f"notes/{i}.txt", "content": "n" * 60_000}, {"bytes": 60_000})
+        for i in range(18)
+    ]
+    async with tracer(settings, bus):
+        await publish_run(bus, "r-huge", calls, task_id="huge")
+        reason = await rejected(written_logs)
+        await anyio.sleep(1.5)  # time for a redelivery, if there were one
+        assert await captured(bus, "r-huge") is None
+        info = await bus.js.consumer_info(s.STREAM_RUNS, s.CONSUMER_TRACER)
+    assert "even with its tool outputs stored apart" in reason
+    assert f"over the {bus.nc.max_payload - PAYLOAD_HEADROOM_BYTES}" in reason
+    # Given up at once: delivered once, never retried, nothing left pending.
+    assert (info.num_redelivered, info.num_ack_pending, info.num_pending) == (0, 0, 0)
+    assert not [e for e in written_logs if e.get("event") == "handler_failed"]

@@ -55,6 +55,36 @@ async def test_a_holder_whose_lease_was_taken_over_gives_up(bus: Bus) -> None:
         await holder.keep()
 
 
+async def test_confirm_tells_a_holder_whether_it_still_holds_the_lease(bus: Bus) -> None:
+    kv = await bus.js.create_key_value(bucket="test_leases", ttl=1.0)
+    holder = Lease(kv, "role", 1.0, "holder")
+    assert await holder.try_acquire()
+    assert await holder.confirm()  # just taken: cannot have expired
+    # Past half a TTL, still the key's holder: confirming renews it.
+    await anyio.sleep(0.6)
+    revision = holder.revision
+    assert await holder.confirm() and holder.revision != revision
+    # Its renewals stopped (NATS away), the key expired and another runner took it.
+    await anyio.sleep(1.5)
+    assert await Lease(kv, "role", 1.0, "other").try_acquire()
+    assert not await holder.confirm()
+    assert await holder.current_holder() == "other"
+
+
+async def test_confirming_while_keeping_is_not_mistaken_for_a_takeover(bus: Bus) -> None:
+    kv = await bus.js.create_key_value(bucket="test_leases", ttl=1.0)
+    # Renewing every 10 ms and confirming (a renewal too) every 5 ms: their
+    # compare-and-sets overlap again and again.
+    holder = Lease(kv, "role", 0.03, "holder")
+    assert await holder.try_acquire()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(holder.keep)  # would raise LeaseLost on a lost compare-and-set
+        for _ in range(200):
+            await anyio.sleep(0.005)
+            assert await holder.confirm()
+        tg.cancel_scope.cancel()
+
+
 async def test_a_second_scheduler_waits_and_takes_over_when_the_first_stops(
     settings: Settings, bus: Bus, tmp_path: Path
 ) -> None:

@@ -20,6 +20,7 @@ from nats.js.errors import KeyNotFoundError
 
 from contracts import subjects as s
 from contracts.base import utc_now
+from contracts.llm import Usage, UsageEvent
 from contracts.runs import RunEvent, RunRef, RunRequest, RunStarted, RunView, StartRun
 from contracts.tasks import TaskSpec
 from services.kernel.bus import Bus
@@ -121,10 +122,19 @@ async def test_the_last_failed_delivery_ends_the_run_failed_abandoned(runner_bus
 
     await bus.nc.subscribe(s.TOOLS_LIST, cb=unreadable_tools)
     seen = await watch(bus, run_id)
+    # A model call one of the broken attempts made, as the llm service reports it.
+    billed = UsageEvent(
+        run_id=run_id, model="claude-sonnet-5-5", at=utc_now(), cost_usd=0.0123,
+        usage=Usage(input_tokens=1000, output_tokens=200),
+    )  # fmt: skip
+    await bus.publish_event(s.llm_event(run_id, "usage"), billed, msg_id="usage-1")
     await start(bus, run_id)
 
     done = await finished(bus, run_id)
     assert (done.event, done.status, done.reason) == ("failed", "failed", "abandoned")
+    # What it spent still counts (the daily budget sums run costs).
+    assert done.cost_usd == pytest.approx(0.0123)
+    assert done.tokens["claude-sonnet-5-5"].input_tokens == 1000
     assert done.error is not None
     assert f"{MAX_DELIVERIES} deliveries" in done.error and "Expected `array`" in done.error
     assert done.attempt == MAX_DELIVERIES and calls == MAX_DELIVERIES

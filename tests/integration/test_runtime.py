@@ -81,3 +81,19 @@ def test_embedded_server_takes_the_default_port_or_a_free_one_when_it_is_taken(
             # It is a real, reachable server on the port it says.
             with socket.create_connection(("127.0.0.1", server.port), timeout=2) as conn:
                 assert conn.recv(4096).startswith(b"INFO ")
+
+
+async def test_only_this_data_dirs_own_embedded_server_is_joined(
+    tmp_path: Path, settings: Settings
+) -> None:
+    from services.kernel.embedded_nats import free_port
+    from services.kernel.runtime import running_embedded_url, url_file
+
+    mine = Settings(data_dir=tmp_path / "mine", event_store="memory", log_format="json")
+    async with open_stack(mine, ["system"], join_running=False, embedded_port=free_port()):
+        assert running_embedded_url(mine) == url_file(mine).read_text().strip()
+    # After a crash the recorded port may be another server's (here, the tests' NATS):
+    # it is not taken for this data dir's own.
+    assert settings.nats_url is not None
+    url_file(mine).write_text(settings.nats_url + "\n")
+    assert running_embedded_url(mine) is None

@@ -57,6 +57,20 @@ async def test_each_run_gets_its_own_fresh_context() -> None:
         assert await c.context.cookies() == []
 
 
+async def test_a_later_attempt_at_a_run_starts_from_a_fresh_context() -> None:
+    async with BrowserPool(BrowserConfig(pool_size=1)) as pool:
+        first = await pool.acquire("run-a", attempt=1)
+        await first.context.add_cookies([{"name": "cart", "value": "1", "url": "http://x.test/"}])
+        # The runner running attempt 1 died; the run's redelivery is attempt 2.
+        second = await pool.acquire("run-a", attempt=2)
+        assert second.context is not first.context
+        assert await second.context.cookies() == []
+        assert first.page.is_closed()  # closed, not leaked
+        # Attempt 2 keeps its session; a straggling call of attempt 1 does not undo it.
+        assert await pool.acquire("run-a", attempt=2) is second
+        assert await pool.acquire("run-a", attempt=1) is second
+
+
 async def test_acquire_is_served_from_the_pool_when_warm() -> None:
     async with BrowserPool(BrowserConfig(pool_size=2)) as pool:
         await pool.wait_warm()

@@ -45,6 +45,7 @@ from services.kernel.codec import decode
 from services.kernel.embedded_nats import free_port
 from services.kernel.errors import RemoteError
 from services.kernel.runtime import ServiceContext
+from services.kernel.secrets import MASK, register_secret
 from services.kernel.settings import Settings
 from services.kernel.streams import ensure_streams
 from services.runner.ports import RunScope
@@ -802,6 +803,34 @@ async def test_long_keys_in_an_input_are_bounded_in_the_events(tools: Tools) -> 
     for _, event in events:
         assert len(msgspec.json.encode(event.input)) <= 64 * 1024
         assert event.input["selector"] == "li" and len(event.input["fields"]) == 2
+
+
+async def test_tool_errors_are_masked_in_reply_and_event(tools: Tools, site: str) -> None:
+    # Tool errors quote what the call was given: a URL with its password, a path with
+    # a registered secret in it.
+    secret = "rote-tools-events-secret-5521"
+    register_secret(secret)
+    port = free_port()  # nothing listens there
+    unreachable = f"http://scraper:hunter2pw@127.0.0.1:{port}/private"
+    opened = f"{site.replace('http://', 'http://scraper:hunter2pw@')}/"
+    nav = await tools.call("browser_navigate", {"url": unreachable}, run_id="run-mask", timeout_s=5)
+    read = await tools.call("file_read", {"path": f"{secret}.txt"}, run_id="run-mask")
+    ok = await tools.call("browser_navigate", {"url": opened}, run_id="run-mask")
+    assert nav.error is not None and nav.error.code == "navigation_failed"
+    assert f"cannot open http://scraper:{MASK}@127.0.0.1:{port}/private" in nav.error.message
+    assert read.error is not None and read.error.code == "not_found"
+    assert f"{MASK}.txt" in read.error.message
+    assert ok.ok
+    events = await _tool_events(tools.bus, "run-mask", 6)
+    stored = b"".join(msgspec.json.encode(event) for _, event in events)
+    assert b"hunter2pw" not in stored and secret.encode() not in stored
+    for error in (nav.error.message, read.error.message):
+        assert "hunter2pw" not in error and secret not in error
+    finished = [event for _, event in events if event.event == "finished"]
+    assert [e.error for e in finished[:2]] == [nav.error, read.error]
+    # The page opened keeps its password in its URL: masked in the event's metadata too.
+    assert finished[2].metadata is not None
+    assert finished[2].metadata.url == opened.replace("hunter2pw", MASK)
 
 
 # --- the browser dying ---------------------------------------------------------------------

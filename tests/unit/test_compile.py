@@ -607,3 +607,26 @@ def test_recorded_text_that_looks_like_a_reference_stays_literal() -> None:
     typed = executor.steps[1]
     assert isinstance(typed, ToolStep) and not typed.templated
     assert simulate(executor, trace) == trace.answer
+
+
+def test_a_trace_with_masked_secrets_is_not_compiled() -> None:
+    # The tools service masks a URL's password in its events (services/kernel/secrets.py):
+    # the run sent the password, the trace only holds the mask.
+    masked = "https://scraper:[redacted]@intranet.example/reports"
+    trace = load("news_top3")
+    trace.steps[0] = _navigated(0, masked, "Reports")
+    result = compile(trace.task, trace)
+    assert isinstance(result, Skip)
+    assert result.reason == (
+        "the trace holds masked secrets (input of step 0); replaying it would send the mask"
+    )
+    # A mask anywhere in an input counts (a form's fields), a mask in a failed call that
+    # replay drops does not hold the trace back.
+    trace = load("news_top3")
+    form = _step(
+        len(trace.steps), "browser_fill_form", {"fields": {"#token": "[redacted]"}}, {"url": SITE}
+    )
+    trace.steps.append(form)
+    assert isinstance(compile(trace.task, trace), Skip)
+    form.status = "error"
+    assert isinstance(compile(trace.task, trace), Executor)

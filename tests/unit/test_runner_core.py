@@ -82,13 +82,14 @@ def test_run_view_folds_lifecycle_in_any_order() -> None:
             source="full_llm", result="done", cost_usd=0.5, duration_ms=9000,
             tokens={"claude-sonnet-5-5": ModelTokens(input_tokens=10, output_tokens=2)},
         ),
-        RunEvent(**common, event="requested", at=t0, status="requested"),
+        RunEvent(**common, event="requested", at=t0, status="requested", origin="schedule"),
         RunEvent(**common, event="started", at=t0 + timedelta(seconds=1), status="running"),
     ]  # fmt: skip
     view = fold(events)
     assert view is not None
     assert view.status == "completed" and view.result == "done" and view.cost_usd == 0.5
     assert view.requested_at == t0 and view.finished_at == t0 + timedelta(seconds=9)
+    assert view.origin == "schedule"  # who asked for it, though only `requested` says
     assert fold([]) is None
 
 

@@ -49,6 +49,7 @@ def test_values_in_range_are_taken() -> None:
         ("ROTE_LLM_MAX_ATTEMPTS", "0"),
         ("ROTE_COMPILER_SNAPSHOT_EVERY", "-1"),
         ("ROTE_MAX_CONCURRENT", "two"),
+        ("ROTE_LOG_LEVEL", "verbose"),  # would have logged at info, silently
     ],
 )
 def test_out_of_range_values_are_refused_naming_the_variable(name: str, value: str) -> None:

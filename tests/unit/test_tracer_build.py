@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import msgspec
+
 from contracts.errors import ErrorInfo
 from contracts.llm import (
     Message,
@@ -16,7 +18,15 @@ from contracts.llm import (
 from contracts.runs import RunEvent, Transcript, TranscriptEntry
 from contracts.tasks import TaskSpec
 from contracts.tools import ToolEvent, ToolMetadata
-from services.tracer.build import Evidence, build_trace, final_attempt_calls, model_evidence
+from contracts.traces import PREVIEW_CHARS
+from services.tracer.build import (
+    Evidence,
+    MissingCalls,
+    build_trace,
+    final_attempt_calls,
+    missing_calls,
+    model_evidence,
+)
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -152,3 +162,51 @@ def test_build_trace_carries_outputs_previews_and_run_facts() -> None:
     assert trace.steps[2].status == "error" and trace.steps[2].error == "not_found: no such element"
     assert trace.answer == "Top 3 headlines:\n1. a" and trace.cost_usd == 0.03
     assert trace.task == spec
+
+
+def test_a_failed_steps_preview_is_bounded_like_any_other() -> None:
+    # Tool errors can quote whole pages or command output.
+    run = RunEvent(task_id="t", run_id="r", event="completed", at=AT, status="completed")
+    failed = msgspec.structs.replace(
+        finished(0, "shell_exec", None, ok=False),
+        error=ErrorInfo(code="command_failed", message="x" * 5000),
+    )
+    trace = build_trace(
+        run=run, spec=TaskSpec(name="n", prompt="p"), tool_events=[failed],
+        transcript=None, captured_at=AT,
+    )  # fmt: skip
+    step = trace.steps[0]
+    assert step.preview == "x" * PREVIEW_CHARS
+    assert step.error == "command_failed: " + "x" * 5000  # the full error stays
+
+
+def _results(*blocks: ToolResultBlock) -> TranscriptEntry:
+    return TranscriptEntry(
+        at=AT, kind="message", message=Message(role="user", content=list(blocks))
+    )
+
+
+def test_missing_calls_tell_failed_calls_from_calls_that_had_an_effect() -> None:
+    transcript = Transcript(
+        run_id="r",
+        task_id="t",
+        entries=[
+            _assistant(
+                ToolUseBlock(id="u1", name="browser_navigate", input={}),
+                ToolUseBlock(id="u2", name="browser_click", input={}),
+                ToolUseBlock(id="u3", name="browser_extract", input={}),
+                ToolUseBlock(id="u4", name="file_write", input={}),
+            ),
+            _results(
+                ToolResultBlock(tool_use_id="u1", content="{}"),
+                # Never reached a tools service: the model was told so.
+                ToolResultBlock(tool_use_id="u2", content="timeout: no reply", is_error=True),
+                ToolResultBlock(tool_use_id="u3", content='["a"]'),
+                # u4's result was cut from a bounded transcript: it may have succeeded.
+            ),
+        ],
+    )
+    recorded = [finished(0, "browser_navigate", {}, tool_use_id="u1")]
+    missing = missing_calls(transcript, recorded)
+    assert missing == MissingCalls(failed=["u2"], effective=["u3", "u4"])
+    assert missing_calls(None, recorded) == MissingCalls(failed=[], effective=[])

@@ -1,0 +1,132 @@
+"""The CLI against a NATS that is not what it hoped for: unreachable, password
+protected, without JetStream, or gone while a service runs. Each ends with a clear line
+and an exit code, never a traceback or a password on screen."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from services.kernel.embedded_nats import find_server_binary, free_port, port_is_free
+
+PASSWORD = "n4ts-s3cret-pw"
+
+
+def _rote(*args: str) -> list[str]:
+    return [sys.executable, "-m", "services.cli", *args]
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROTE_")}
+    env.update(ROTE_DATA_DIR=str(tmp_path / "data"), ROTE_LOG_FORMAT="json")
+    return env
+
+
+@contextmanager
+def nats_server(tmp_path: Path, *flags: str) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    port = free_port()
+    store = tmp_path / f"nats-{port}"
+    proc = subprocess.Popen(
+        [find_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-sd", str(store), *flags],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 15
+        while port_is_free(port):
+            assert time.monotonic() < deadline, "nats-server did not start"
+            time.sleep(0.05)
+        yield proc, port
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_status_gives_up_on_an_unreachable_nats_and_hides_its_password(tmp_path: Path) -> None:
+    url = f"nats://ops:{PASSWORD}@127.0.0.1:{free_port()}"
+    done = subprocess.run(
+        _rote("status", "--nats-url", url),
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert "rote: cannot reach NATS at nats://ops:[redacted]@127.0.0.1:" in done.stderr
+    assert PASSWORD not in done.stdout + done.stderr
+
+
+def test_serve_and_status_show_the_nats_url_without_its_password(tmp_path: Path) -> None:
+    with nats_server(tmp_path, "-js", "--user", "ops", "--pass", PASSWORD) as (_, port):
+        url = f"nats://ops:{PASSWORD}@127.0.0.1:{port}"
+        env = _env(tmp_path)
+        proc = subprocess.Popen(
+            _rote("serve", "system", "--nats-url", url),
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert proc.stdout is not None
+            ready = proc.stdout.readline()
+            assert ready.startswith(f"rote up: NATS nats://ops:[redacted]@127.0.0.1:{port} ")
+            status = subprocess.run(
+                _rote("status", "--nats-url", url),
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert status.returncode == 0, status.stderr
+            assert "rote-system" in status.stdout
+            assert PASSWORD not in ready + status.stdout + status.stderr
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, err
+        assert PASSWORD not in err
+
+
+def test_a_nats_without_jetstream_is_a_clear_error(tmp_path: Path) -> None:
+    with nats_server(tmp_path) as (_, port):
+        done = subprocess.run(
+            _rote("serve", "system", "--nats-url", f"nats://127.0.0.1:{port}"),
+            env=_env(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+    assert done.returncode == 1
+    assert f"rote: JetStream is not enabled (or not ready) on nats://127.0.0.1:{port}" in (
+        done.stderr
+    )
+    assert "Traceback" not in done.stderr
+
+
+def test_a_service_stopped_while_its_nats_is_gone_stops_cleanly(tmp_path: Path) -> None:
+    with nats_server(tmp_path, "-js") as (server, port):
+        proc = subprocess.Popen(
+            _rote("serve", "system", "--nats-url", f"nats://127.0.0.1:{port}"),
+            env=_env(tmp_path),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert proc.stdout is not None
+            assert proc.stdout.readline().startswith("rote up: NATS ")
+            server.kill()  # NATS restarts, say, just as the service is being stopped
+            server.wait()
+            time.sleep(1.0)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err[-3000:]
+    assert "Traceback" not in err

@@ -1,0 +1,238 @@
+"""The agent loop's own rules, against scripted ports (no NATS): the conversation sent
+to the model stays under the bus's max payload, only a finished answer counts as
+success, and a lost text event costs nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from contracts.llm import (
+    CompleteReply,
+    CompleteRequest,
+    ContentBlock,
+    Message,
+    TextBlock,
+    TextEvent,
+    ThinkingBlock,
+    ToolDefinition,
+    ToolResultBlock,
+    ToolUseBlock,
+    Usage,
+)
+from contracts.tasks import TaskSpec
+from contracts.tools import ExecTool, ToolResult
+from services.kernel.codec import encode
+from services.runner.accounting import Ledger
+from services.runner.agent_loop import AgentLoop, AgentOutcome, elided_note, fit_request
+from services.runner.ports import Ports, RunScope
+from services.runner.transcript import TranscriptRecorder
+
+pytestmark = pytest.mark.anyio
+
+TOOL = ToolDefinition(name="browser_read_page", description="read", input_schema={})
+
+
+def reply(content: list[ContentBlock], stop_reason: str | None) -> CompleteReply:
+    return CompleteReply(
+        id="m",
+        model="claude-sonnet-5-5",
+        content=content,
+        stop_reason=stop_reason,
+        usage=Usage(input_tokens=10, output_tokens=2),
+        cost_usd=0.001,
+    )
+
+
+def tool_turn(n: int) -> list[ContentBlock]:
+    """What current models send beside a tool call: a thinking block (empty text, a
+    signature) and a little text."""
+    return [
+        ThinkingBlock(thinking="", signature=f"sig-{n}=="),
+        TextBlock(text=f"Reading page {n}."),
+        ToolUseBlock(id=f"toolu_{n}", name="browser_read_page", input={"page": n}),
+    ]
+
+
+class Model:
+    """Answers each request with `decide(request)` and keeps what it was sent."""
+
+    def __init__(self, decide: Callable[[CompleteRequest], CompleteReply]) -> None:
+        self.decide = decide
+        self.requests: list[CompleteRequest] = []
+        # As sent: the loop's own conversation goes on growing after a call.
+        self.sizes: list[int] = []
+
+    async def complete(self, request: CompleteRequest) -> CompleteReply:
+        self.requests.append(request)
+        self.sizes.append(len(encode(request)))
+        return self.decide(request)
+
+
+def page_output(n: int, size: int) -> str:
+    return f"page {n}: " + "y" * size
+
+
+def scope_of(
+    model: Model,
+    *,
+    prompt: str = "Read every page",
+    output_size: int = 1000,
+    max_payload: int | None = None,
+    publish_text: Callable[[TextEvent], Any] | None = None,
+) -> RunScope:
+    async def exec_tool(request: ExecTool) -> ToolResult:
+        return ToolResult(
+            ok=True, output=page_output(request.input["page"], output_size), duration_ms=1
+        )
+
+    async def list_tools(names: list[str]) -> list[ToolDefinition]:
+        return [TOOL]
+
+    async def published(event: TextEvent) -> None:
+        pass
+
+    async def no_executor(task_id: str) -> None:
+        return None
+
+    async def close_session(run_id: str) -> None:
+        pass
+
+    extra = {} if max_payload is None else {"max_payload": max_payload}
+    ports = Ports(
+        complete=model.complete,
+        exec_tool=exec_tool,
+        list_tools=list_tools,
+        publish_text=publish_text or published,
+        active_executor=no_executor,
+        close_session=close_session,
+        **extra,
+    )
+    return RunScope(
+        spec=TaskSpec(name="t", prompt=prompt, max_iterations=30),
+        ports=ports,
+        run_id="r",
+        task_id="t",
+        attempt=1,
+        transcript=TranscriptRecorder("r", "t"),
+    )
+
+
+async def run(scope: RunScope) -> AgentOutcome:
+    return await AgentLoop(scope, ledger=Ledger()).run()
+
+
+# --- the request fits the bus ------------------------------------------------------------
+
+
+async def test_a_long_conversation_is_sent_under_the_max_payload_oldest_outputs_first() -> None:
+    max_payload, output_size, pages = 200_000, 60_000, 8
+    model = Model(
+        lambda r: (
+            reply(tool_turn(len(r.messages) // 2), "tool_use")
+            if len(r.messages) // 2 < pages
+            else reply([TextBlock(text="Read all 8 pages.")], "end_turn")
+        )
+    )
+    outcome = await run(scope_of(model, output_size=output_size, max_payload=max_payload))
+
+    assert outcome.ok and outcome.result == "Read all 8 pages."
+    # Eight outputs of 60 KB are 480 KB: without fitting, the later requests overflow.
+    assert len(model.sizes) == pages + 1 and max(model.sizes) <= max_payload
+    last = model.requests[-1]
+    # Assistant turns go back exactly as the model sent them, signatures included.
+    assistant = [m.content for m in last.messages if m.role == "assistant"]
+    assert assistant == [tool_turn(n) for n in range(pages)]
+    results = [
+        b
+        for m in last.messages
+        if m.role == "user" and isinstance(m.content, list)
+        for b in m.content
+        if isinstance(b, ToolResultBlock)
+    ]
+    assert [b.tool_use_id for b in results] == [f"toolu_{n}" for n in range(pages)]
+    whole = [b.content == page_output(n, output_size) for n, b in enumerate(results)]
+    # The oldest are elided, the newest kept whole: a run of notes, then whole outputs.
+    assert whole == sorted(whole) and whole[-1] and not whole[0]
+    assert results[0].content == elided_note(len(page_output(0, output_size)))
+    assert "elided to fit the request: 60008 chars" in str(results[0].content)
+    assert last.messages[0] == Message(role="user", content="Read every page")
+
+
+async def test_a_short_conversation_is_sent_untouched() -> None:
+    request = CompleteRequest(
+        messages=[
+            Message(role="user", content="task"),
+            Message(role="assistant", content=tool_turn(0)),
+            Message(role="user", content=[ToolResultBlock(tool_use_id="toolu_0", content="ok")]),
+        ]
+    )
+    assert fit_request(request, 100_000) == (request, 0)
+
+
+async def test_a_conversation_that_cannot_fit_ends_the_run_as_an_llm_error() -> None:
+    model = Model(lambda r: reply([TextBlock(text="never")], "end_turn"))
+    # The prompt alone is over the limit: no tool output to elide would help.
+    outcome = await run(scope_of(model, prompt="p" * 300_000, max_payload=200_000))
+    assert not outcome.ok and outcome.reason == "llm_error"
+    assert outcome.error is not None and "does not fit one model request" in outcome.error
+    assert model.requests == []  # nothing sent (and paid) that the bus would refuse
+
+
+# --- only a finished answer is a success ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content", "stop_reason", "expected"),
+    [
+        ([TextBlock(text="I can't help with that.")], "refusal", "refused"),
+        ([TextBlock(text="Top 5 stories:\n1. A\n2. B\n3")], "max_tokens", "cut off"),
+        ([], "max_tokens", "cut off"),
+        ([TextBlock(text="  ")], "end_turn", "empty"),
+        ([ThinkingBlock(thinking="", signature="s")], "end_turn", "empty"),
+        ([TextBlock(text="partial")], "pause_turn", "stop_reason pause_turn"),
+        ([TextBlock(text="an answer")], None, "stop_reason None"),
+    ],
+)
+async def test_a_refused_cut_off_or_empty_reply_fails_the_run(
+    content: list[ContentBlock], stop_reason: str, expected: str
+) -> None:
+    model = Model(lambda r: reply(content, stop_reason))
+    outcome = await run(scope_of(model))
+    assert not outcome.ok and outcome.reason == "llm_error" and outcome.result is None
+    assert outcome.error is not None and expected in outcome.error
+    if stop_reason is not None:
+        assert stop_reason in outcome.error  # the error names the stop reason
+    assert outcome.ledger.cost_usd == 0.001  # the reply was paid for all the same
+
+
+@pytest.mark.parametrize("stop_reason", ["end_turn", "stop_sequence"])
+async def test_a_finished_answer_is_the_runs_result(stop_reason: str) -> None:
+    model = Model(lambda r: reply([TextBlock(text="Title: Example")], stop_reason))
+    outcome = await run(scope_of(model))
+    assert outcome.ok and outcome.result == "Title: Example"
+
+
+# --- the text event is best effort -------------------------------------------------------
+
+
+async def test_a_text_event_that_cannot_be_published_does_not_stop_the_run(
+    written_logs: list[dict[str, Any]],
+) -> None:
+    async def ack_timeout(event: TextEvent) -> None:
+        raise TimeoutError("nats: timeout waiting for the stream's ack")
+
+    model = Model(
+        lambda r: (
+            reply(tool_turn(0), "tool_use")
+            if len(r.messages) == 1
+            else reply([TextBlock(text="Done.")], "end_turn")
+        )
+    )
+    outcome = await run(scope_of(model, publish_text=ack_timeout))
+    assert outcome.ok and outcome.result == "Done." and outcome.tool_calls == 1
+    warnings = [e for e in written_logs if e.get("event") == "llm_text_unpublished"]
+    assert len(warnings) == 2  # "Reading page 0." and "Done."
+    assert warnings[0]["level"] == "warning" and "ack" in warnings[0]["error"]

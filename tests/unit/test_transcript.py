@@ -1,0 +1,88 @@
+"""A run's transcript as people read it: every entry masked and bounded (notes too), and
+a long run keeps both ends — how it began, and how it ended."""
+
+from __future__ import annotations
+
+from contracts.llm import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from contracts.runs import Transcript
+from services.kernel.codec import decode
+from services.kernel.secrets import register_secret
+from services.runner.transcript import MAX_ENTRIES, MAX_STRING, TranscriptRecorder
+
+
+def test_a_note_masks_secrets_in_its_text_and_detail_and_is_bounded() -> None:
+    key = "rk-live-0123456789abcdef-notes"
+    register_secret(key)
+    recorder = TranscriptRecorder("r", "t")
+    recorder.note(
+        "llm_error: upstream: 401 for https://bot:hunter2-pw@api.example.com/v1 with key " + key,
+        reason="llm_error",
+        url="https://bot:hunter2-pw@api.example.com/v1",
+    )
+    recorder.note("stuck: " + "e" * (MAX_STRING + 100), reason="stuck")
+    transcript = recorder.build()
+    masked, long = transcript.entries
+    written = str(masked.detail)
+    assert "hunter2-pw" not in written and key not in written
+    assert masked.detail is not None and masked.detail["reason"] == "llm_error"
+    assert masked.detail["text"].startswith("llm_error: upstream: 401 for https://bot:")
+    assert long.detail is not None and len(long.detail["text"]) < MAX_STRING + 100
+    assert "more characters" in long.detail["text"] and transcript.truncated
+
+
+def test_a_secret_across_the_cut_of_a_long_string_is_still_masked() -> None:
+    key = "rk-live-fedcba9876543210-cut"
+    register_secret(key)
+    recorder = TranscriptRecorder("r", "t")
+    # The key starts 10 characters before the cut: cutting first would leave
+    # "rk-live-fe" readable and no longer recognisable as the key.
+    text = "x" * (MAX_STRING - 10) + key + " and more"
+    recorder.message(Message(role="user", content=[ToolResultBlock(tool_use_id="u", content=text)]))
+    recorder.note(text)
+    written = str(recorder.build().entries)
+    assert "rk-live-fe" not in written
+
+
+def test_a_long_run_keeps_its_beginning_its_answer_and_its_failure_note() -> None:
+    recorder = TranscriptRecorder("r", "t")
+    recorder.message(Message(role="user", content="Read every page"))
+    turns = 1000
+    for n in range(turns):
+        recorder.message(
+            Message(
+                role="assistant",
+                content=[ToolUseBlock(id=f"u{n}", name="browser_read_page", input={})],
+            )
+        )
+        recorder.message(
+            Message(role="user", content=[ToolResultBlock(tool_use_id=f"u{n}", content="page")])
+        )
+    recorder.message(Message(role="assistant", content=[TextBlock(text="The final answer")]))
+    recorder.note("the answer failed its quality check", reason="quality")
+
+    transcript = decode(recorder.encoded(), Transcript)
+    entries = transcript.entries
+    total = 1 + 2 * turns + 2
+    assert transcript.truncated and len(entries) <= MAX_ENTRIES
+    # How it began...
+    first = entries[0].message
+    assert first is not None and first.content == "Read every page"
+    # ...how it ended: the answer, then the failure note, as the last two entries.
+    answer = entries[-2].message
+    assert answer is not None and answer.content == [TextBlock(text="The final answer")]
+    assert entries[-1].detail == {
+        "text": "the answer failed its quality check",
+        "reason": "quality",
+    }
+    # ...and what went in between is counted, not silently lost.
+    markers = [e for e in entries if e.kind == "note" and "left out" in str(e.detail)]
+    assert len(markers) == 1
+    assert f"{total - (len(entries) - 1)} entries left out" in str(markers[0].detail)
+
+
+def test_a_short_run_is_kept_whole() -> None:
+    recorder = TranscriptRecorder("r", "t")
+    recorder.message(Message(role="user", content="task"))
+    recorder.note("done")
+    transcript = recorder.build()
+    assert not transcript.truncated and len(transcript.entries) == 2
