@@ -13,7 +13,8 @@ from contracts.base import Command, Event, PositiveInt, Reply, SubjectToken, Utc
 
 
 class MinItems(msgspec.Struct, kw_only=True, tag="min_items", tag_field="kind"):
-    """The step's output is a list of at least `count` items."""
+    """The step's output is a list of at least `count` items; for a text output (a page
+    read), at least `count` non-blank lines."""
 
     count: int
 
@@ -134,6 +135,10 @@ class Executor(msgspec.Struct, kw_only=True):
     small_model: str = "haiku"
     steps: list[ExecutorStep]
     stats: ExecutorStats
+    # What the task asked (prompt, tools, small model) when this was compiled: after
+    # the task is edited, the executor is not replayed (None: compiled before this
+    # was recorded, replayed as it is).
+    task_fingerprint: str | None = None
 
 
 class Skip(msgspec.Struct, kw_only=True):

@@ -77,8 +77,9 @@ class ReplayOutcome(msgspec.Struct, kw_only=True):
 class RunEvent(Event, kw_only=True):
     """Published on rote.evt.run.<task_id>.<run_id>.<event>."""
 
-    task_id: str
-    run_id: str
+    # Subject tokens: a consumer builds subjects from them (a "*" would match every run).
+    task_id: SubjectToken
+    run_id: SubjectToken
     event: Literal["requested", "started", "replay_failed", "completed", "failed"]
     at: UtcDatetime
     status: RunStatus

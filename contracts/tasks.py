@@ -99,15 +99,25 @@ TriggerKind = Literal["interval", "cron", "once", "manual", "condition"]
 # --- the task spec ---------------------------------------------------------------------
 
 
+# A spec travels whole in run requests and events (one NATS message each, 1 MB by
+# default), so its parts are bounded.
+TaskName = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+Prompt = Annotated[str, msgspec.Meta(min_length=1, max_length=100_000)]
+ToolNames = Annotated[list[str], msgspec.Meta(max_length=200)]
+# The whole spec, JSON-encoded (a condition trigger's input is free-form): well under the
+# NATS max payload, with room for the run request or event around it.
+MAX_SPEC_BYTES = 256 * 1024
+
+
 class TaskSpec(Command, kw_only=True):
     """Everything a runner needs to run a task, snapshotted into every run request."""
 
-    name: NonEmptyStr
-    prompt: NonEmptyStr
+    name: TaskName
+    prompt: Prompt
     trigger: Trigger = msgspec.field(default_factory=ManualTrigger)
     model: NonEmptyStr = "sonnet"
     small_model: NonEmptyStr = "haiku"
-    allowed_tools: list[str] = msgspec.field(default_factory=lambda: list(DEFAULT_ALLOWED_TOOLS))
+    allowed_tools: ToolNames = msgspec.field(default_factory=lambda: list(DEFAULT_ALLOWED_TOOLS))
     max_iterations: PositiveInt = 30
     deadline_s: PositiveFloat = 600.0
     # Have the small model check each replayed answer against the form of the answer
@@ -129,12 +139,12 @@ class UpdateTask(Command, kw_only=True):
     """Change some fields of a task; fields left out keep their value."""
 
     task_id: SubjectToken
-    name: NonEmptyStr | msgspec.UnsetType = msgspec.UNSET
-    prompt: NonEmptyStr | msgspec.UnsetType = msgspec.UNSET
+    name: TaskName | msgspec.UnsetType = msgspec.UNSET
+    prompt: Prompt | msgspec.UnsetType = msgspec.UNSET
     trigger: Trigger | msgspec.UnsetType = msgspec.UNSET
     model: NonEmptyStr | msgspec.UnsetType = msgspec.UNSET
     small_model: NonEmptyStr | msgspec.UnsetType = msgspec.UNSET
-    allowed_tools: list[str] | msgspec.UnsetType = msgspec.UNSET
+    allowed_tools: ToolNames | msgspec.UnsetType = msgspec.UNSET
     max_iterations: PositiveInt | msgspec.UnsetType = msgspec.UNSET
     deadline_s: PositiveFloat | msgspec.UnsetType = msgspec.UNSET
     quality_check: bool | msgspec.UnsetType = msgspec.UNSET

@@ -12,13 +12,16 @@ What becomes of each successful trace step (the data flow is in dataflow.py):
   dropped    a failed call, a read whose result nothing used (a probe: an extract that
              found nothing before one that did, a page read before choosing a
              selector), or a navigation that answered an HTTP error before another.
-Then: expectations the replay checks (items extracted, HTTP status, and a page title
-only where one trace can justify it: a page reached the same way every time, and only
-the parts of its title that are not content the run used, such as today's headline),
-a condition step after an extract that later steps pick from (abort when it is empty),
-and a result step producing the answer in the original run's form: a template when the
-answer is a plain function of the extracted data (picks included), else the small
-model given the fresh data and the original answer as the example of the form.
+Then: expectations the replay checks (items extracted, lines a page read has, HTTP
+status, and a page title only where one trace can justify it: a page reached the same
+way every time, and only the parts of its title that are not content the run used, such
+as today's headline), a condition step after an extract that later steps pick from
+(abort when it is empty), and a result step producing the answer in the original run's
+form: a template when the answer is a plain function of the extracted data (picks
+included), a constant only when the task fixes it (never a verdict on what the run read,
+dataflow.answer_provenance), else the small model given the fresh data (what the run
+read, a command's output included) and the original answer as the example of the form.
+A small-model answer with no data to write it from is not compiled.
 """
 
 from __future__ import annotations
@@ -58,17 +61,24 @@ from services.compiler.dataflow import (
     Provenance,
     Source,
     Template,
+    answer_provenance,
     apply_verdicts,
     judge_lists,
     list_position,
     provenance,
 )
+from services.compiler.expectations import text_items
+from services.compiler.fingerprint import task_fingerprint
 from services.compiler.references import Path, Ref, escape
-from services.compiler.toolkinds import is_read, navigates, value_kind
+from services.compiler.toolkinds import is_content, is_read, navigates, value_kind
 from services.llm.pricing import PriceTable
 
-# An extract on replay must find at least this share of what the first run found.
+# An extract on replay must find at least this share of what the first run found; a page
+# read, this share of its lines, up to READ_LINES_CAP: enough to tell a page from an empty
+# one or a placeholder ("Loading...", an error stub), not so many that a page with less
+# content today (an emptier inbox, a shorter list) fails.
 MIN_ITEMS_FRACTION = 0.5
+READ_LINES_CAP = 5
 MIN_TOOL_STEPS = 2
 
 StepKind = Literal["tool", "templated", "llm"]
@@ -132,6 +142,9 @@ def compile(
         return Skip(reason=reason)
     ok = [(pos, step) for pos, step in enumerate(trace.steps) if step.status == "ok"]
     plans, answer, verdicts = _analyse(task, ok, trace.answer)
+    if answer.kind == "judgement" and not answer.sources:
+        # A small model asked to write the answer again with no data could only echo it.
+        return Skip(reason="the answer needs the small model, but no step's output gives it data")
     kept, needed_by_steps = _prune(plans, answer)
     if not kept:
         return Skip(reason="no tool step is needed to produce the answer")
@@ -146,6 +159,7 @@ def compile(
         small_model=task.small_model,
         steps=steps,
         stats=_stats(steps, trace, task, prices),
+        task_fingerprint=task_fingerprint(task),
     )
 
 
@@ -158,7 +172,7 @@ def _analyse(
     ctx = Context(task.prompt)
     sources: list[Source] = []
     plans: list[_Planned] = []
-    last_read: int | None = None
+    last_read: int | None = None  # the last step whose output is content
     for position, step in ok:
         plan = _Planned(position, step)
         leaves = list(references.leaves(step.input))
@@ -170,10 +184,11 @@ def _analyse(
                 ctx.add_constant(value)
         plans.append(plan)
         if step.output is not None:
-            sources.append(Source.of(position, step.tool, step.output, reads=is_read(step.tool)))
-        if is_read(step.tool) and _non_empty(step.output):
+            sources.append(Source.of(position, step.tool, step.output, reads=is_content(step.tool)))
+        if is_content(step.tool) and _non_empty(step.output):
             last_read = position
-    answer = provenance(answer_text, "data", sources, ctx, context_step=last_read)
+    content = [p.position for p in plans if is_content(p.step.tool) and _non_empty(p.step.output)]
+    answer = answer_provenance(answer_text, sources, ctx, content)
 
     # Whether list picks follow a rule is decided over every consumer at once.
     uses = [
@@ -202,9 +217,15 @@ def _analyse(
         plan.sources = {s for v in plan.values.values() for s in v.sources}
     answer = apply_verdicts(answer, verdicts)
     if answer.kind == "judgement" and not answer.sources:
+        # Written from nowhere: give the small model the last content the run saw, else
+        # every output there is (where a navigation or a click landed).
         fallback = _last_read(plans)
-        if fallback is not None:
-            answer = Provenance("judgement", answer.why, sources=(fallback,))
+        steps = (
+            (fallback,)
+            if fallback is not None
+            else tuple(p.position for p in plans if _non_empty(p.step.output))
+        )
+        answer = Provenance("judgement", answer.why, sources=steps)
     return plans, answer, verdicts
 
 
@@ -230,8 +251,9 @@ def _pick_container(
 
 
 def _last_read(plans: list[_Planned]) -> int | None:
-    """The last read with content, else the last read at all (it was the last word)."""
-    reads = [p for p in plans if is_read(p.step.tool)]
+    """The last step with content (a read, a command...), else the last such step at all
+    (it was the last word)."""
+    reads = [p for p in plans if is_content(p.step.tool)]
     with_content = [p for p in reads if _non_empty(p.step.output)]
     chosen = with_content or reads
     return chosen[-1].position if chosen else None
@@ -460,6 +482,9 @@ class _Assembler:
                 index=len(self.steps), mode="template", template=escape(original), example=original
             )
         sources = tuple(p for p in sorted(answer.sources) if p in self.index_of)
+        if not sources:
+            # Never an answer from no data: every kept step's output is better than none.
+            sources = tuple(p for p in sorted(self.index_of) if _non_empty(self._output(p)))
         refs = self._refs(sources)
         prompt = (
             f"Task (for context): {task_context(self.task.prompt)}\n\n"
@@ -625,6 +650,12 @@ def expectations_for(
             count = max(1, math.floor(len(step.output) * MIN_ITEMS_FRACTION))
             expect.append(MinItems(count=count))
     elif step.tool == "browser_read_page":
+        # The page must have text: an empty page or a placeholder would pass for it, and
+        # a small model would answer from nothing ("no service is down").
+        lines = text_items(step.output) if isinstance(step.output, str) else 0
+        if lines:
+            count = max(1, min(READ_LINES_CAP, math.floor(lines * MIN_ITEMS_FRACTION)))
+            expect.append(MinItems(count=count))
         title = title_to_expect(_title(step), content) if page_fixed else None
         if isinstance(step.output, str) and title is not None and title in step.output:
             expect.append(ContainsText(text=title))

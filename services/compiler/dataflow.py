@@ -10,7 +10,10 @@ For a string in a step's input (or the run's answer) the question is what produc
              expresses: the small model decides again on replay.
 
 What the model wrote before a call (`model_text`, thinking) is never consulted: "Let me
-open the page" is not reasoning about data.
+open the page" is not reasoning about data. The run's answer is a data value with one
+more rule: once the run read content (a page, a file, a command's output), an answer
+made of the prompt's words may still be the run's verdict on it ("No service is down."),
+and is then a judgement (`answer_provenance`).
 
 Picking items from a list is a rule only when the positions explain themselves: the
 first, the last, an ordinal the prompt names, or the first k in order (top-k); a task
@@ -41,6 +44,12 @@ def tokens(text: str) -> set[str]:
     return {t for t in _TOKEN.findall(text.lower()) if len(t) >= 3 or t.isdigit()}
 
 
+def words(text: str) -> set[str]:
+    """Every word and number, lowercased, short ones too: "no", "up" and "ok" are what a
+    verdict is made of."""
+    return set(_TOKEN.findall(text.lower()))
+
+
 # --- sources: earlier outputs a value may come from -------------------------------------
 
 
@@ -51,7 +60,7 @@ class Source:
     output: Any
     leaves: tuple[tuple[Path, str], ...]
     tokens: frozenset[str]
-    reads: bool  # a read tool: its output is page/file content
+    reads: bool  # its output is content: a page, a file, a command's output
 
     @classmethod
     def of(cls, step: int, tool: str, output: Any, *, reads: bool) -> Source:
@@ -113,18 +122,25 @@ class Context:
     prompt: str
     constants: set[str] = field(default_factory=set)
     constant_tokens: set[str] = field(default_factory=set)
+    constant_words: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.prompt_lower = self.prompt.lower()
         self.prompt_tokens = tokens(self.prompt)
+        self.prompt_words = words(self.prompt)
 
     def add_constant(self, value: str) -> None:
         self.constants.add(value)
         self.constant_tokens |= tokens(value)
+        self.constant_words |= words(value)
 
     @property
     def allowed_tokens(self) -> set[str]:
         return self.prompt_tokens | self.constant_tokens
+
+    @property
+    def allowed_words(self) -> set[str]:
+        return self.prompt_words | self.constant_words
 
 
 def _bounded(text: str, start: int, end: int) -> bool:
@@ -475,6 +491,79 @@ def provenance(
     return Provenance(
         "judgement", "appears in no earlier output nor in the task prompt", sources=steps
     )
+
+
+# --- the answer: a verdict on what the run read ----------------------------------------
+
+# A task that asks for a verdict on what the run reads: a condition ("alert me if any
+# service is down", "whether"), a check, or a question.
+_ASKS_VERDICT = re.compile(
+    r"\?|\b(?:if|whether|unless|when|whenever|alert|notify|warn|check|verify|monitor|ensure|"
+    r"make sure)\b",
+    re.IGNORECASE,
+)
+# Text the task quotes is a value to use, not a question to the run: the message to type
+# ("Is the pool open on Sunday?"), the command to run (`df -h /`).
+_QUOTED = re.compile(r"`[^`]*`|\"[^\"]*\"|\u201c[^\u201d]*\u201d")
+# Words that state a verdict: the polarity and the state of what was checked.
+_VERDICT_WORDS = frozenset(
+    {
+        *("yes", "no", "not", "none", "nothing", "nobody", "never", "neither", "nor"),
+        *("isn", "aren", "wasn", "weren", "doesn", "don", "didn", "hasn", "haven", "cannot"),
+        *("ok", "okay", "fine", "good", "bad", "all", "any", "every", "some", "still"),
+        *("up", "down", "open", "closed", "above", "below", "over", "under", "within"),
+        *("true", "false", "pass", "passed", "passing", "fail", "failed", "failing"),
+        *("operational", "available", "unavailable", "online", "offline", "running"),
+        *("stopped", "healthy", "unhealthy", "degraded", "outage", "outages", "normal"),
+        *("alert", "warning", "error", "errors", "problem", "problems", "issue", "issues"),
+    }
+)
+
+
+def asks_verdict(prompt: str) -> str | None:
+    """The word by which the task asks for a verdict on what the run reads, or None."""
+    match = _ASKS_VERDICT.search(_QUOTED.sub(" ", _PROMPT_URL.sub(" ", prompt)))
+    return match.group(0).lower() if match else None
+
+
+def answer_provenance(
+    value: str, sources: Sequence[Source], ctx: Context, content: Sequence[int]
+) -> Provenance:
+    """Classify the run's answer: a data value (`provenance`), except that once the run
+    read content (`content`: the positions of steps whose output is content), an answer
+    that looks fixed may be the run's verdict on it. "No service is down." is made of the
+    prompt's words ("alert me if any service is down"), yet the page decided it: replayed
+    as recorded, every replay would say all is well. So, with content read, an answer is
+    constant only when the task asks for no verdict (a condition, a check, a question)
+    and every word of it, the short ones too ("no", "up", "ok"), is the task's; a
+    template whose own text states a verdict ("Nothing is down: {{...}}") is written
+    again; and a verdict is written again from everything the run read (a check of two
+    pages is about both)."""
+    context_step = content[-1] if content else None
+    prov = provenance(value, "data", sources, ctx, context_step=context_step)
+    if not content:
+        return prov  # nothing read: a fixed confirmation stays fixed
+    asked = asks_verdict(ctx.prompt)
+    if prov.kind == "constant" and value.strip():
+        extra = sorted(words(value) - ctx.allowed_words)
+        if asked is not None:
+            why = f"a verdict on what the run read (the task asks {asked!r})"
+        elif extra:
+            why = f"the run's own words ({extra[0]!r}) on what it read"
+        else:
+            return prov
+        return Provenance("judgement", why, sources=tuple(content))
+    if asked is None:
+        return prov
+    if prov.kind == "template" and prov.template is not None:
+        said = sorted(words(prov.template.literal) & _VERDICT_WORDS)
+        if not said:
+            return prov
+        why = f"its text states a verdict ({said[0]!r}) on what the run read"
+        return Provenance("judgement", why, sources=tuple(sorted({*prov.sources, *content})))
+    if prov.kind == "judgement":
+        return replace(prov, sources=tuple(sorted({*prov.sources, *content})))
+    return prov
 
 
 # --- picking items from lists -----------------------------------------------------------

@@ -20,6 +20,12 @@ from contracts.tools import ToolMetadata
 from services.compiler import references
 
 
+def text_items(text: str) -> int:
+    """The items of a text a MinItems expectation counts: its non-blank lines (a page's
+    headings, paragraphs, list entries)."""
+    return sum(1 for line in text.splitlines() if line.strip())
+
+
 def output_text(output: Any) -> str:
     """The text a ContainsText expectation searches: strings as they are, else JSON."""
     return references.stringify(output)
@@ -35,6 +41,12 @@ def check(
     `outputs` (earlier steps' outputs by index) is needed by InList."""
     meta = metadata or ToolMetadata()
     match expectation:
+        case MinItems(count=count) if isinstance(output, str):
+            # A page read is a list of lines: an empty page or a one-line placeholder
+            # ("Loading...") is not the page the executor was compiled from.
+            got = text_items(output)
+            if got < count:
+                return f"expected a text of at least {count} non-blank lines, got {got}"
         case MinItems(count=count):
             if not isinstance(output, list):
                 return f"expected a list of at least {count} items, got {type(output).__name__}"

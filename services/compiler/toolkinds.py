@@ -22,6 +22,11 @@ Kind = Literal["structure", "url", "label", "data", "generic"]
 # Tools that only read: a call whose result nothing uses can be dropped.
 READ_TOOLS = frozenset({"browser_extract", "browser_read_page", "file_read"})
 
+# Tools whose output is content the run decides from, beside the reads: a command's
+# output (an ops check's `df -h`) is what its answer is about. Kept even when nothing
+# uses them (they may act), but their output is data like a page's.
+CONTENT_TOOLS = READ_TOOLS | {"shell_exec"}
+
 # Tools that may take the browser to another page: where they go depends on their input.
 NAVIGATION_TOOLS = frozenset(
     {"browser_navigate", "browser_click", "browser_type", "browser_fill_form"}
@@ -54,6 +59,13 @@ def value_kind(tool: str, path: Path) -> Kind:
 
 def is_read(tool: str) -> bool:
     return tool in READ_TOOLS
+
+
+def is_content(tool: str) -> bool:
+    """Is this tool's output content the answer or a judgement may depend on? The reads,
+    a command, and any tool the compiler does not know (a plugin's lookup answers with
+    data; what else would it be for)."""
+    return tool in CONTENT_TOOLS or tool not in _KINDS
 
 
 def navigates(tool: str) -> bool:

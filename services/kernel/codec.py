@@ -18,9 +18,9 @@ def encode(value: Any) -> bytes:
 
 
 class Decoder:
-    """A msgspec decoder that turns JSON nested deeper than Python's stack allows (a
-    RecursionError, which callers would not expect) into a ValidationError, so every
-    caller's handling of bad input covers it too."""
+    """A msgspec decoder whose every bad input is a msgspec error, so each caller's
+    handling of bad input covers it: JSON nested deeper than Python's stack allows (a
+    RecursionError) and bytes that are not UTF-8 (a UnicodeDecodeError) included."""
 
     __slots__ = ("_decode",)
 
@@ -32,6 +32,8 @@ class Decoder:
             return self._decode(data)
         except RecursionError:
             raise msgspec.ValidationError("the JSON is nested too deeply") from None
+        except UnicodeDecodeError:
+            raise msgspec.DecodeError("the message is not valid UTF-8") from None
 
 
 @cache

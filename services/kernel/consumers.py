@@ -19,7 +19,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import anyio
-import msgspec
 import nats.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
@@ -93,8 +92,13 @@ async def handle_one(
     """Decode, handle, settle; returns the outcome ("ack", "nak", "term")."""
     try:
         payload = decoder(type_).decode(msg.data)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        log.error("poison_message", consumer=consumer, subject=msg.subject, error=str(exc))
+    except Exception as exc:  # whatever the bytes are, asking again will not change them
+        log.error(
+            "poison_message",
+            consumer=consumer,
+            subject=msg.subject,
+            error=f"{type(exc).__name__}: {exc}"[:500],
+        )
         await msg.term()
         return "term"
     outcome = "ack"

@@ -21,6 +21,7 @@ from typing import Any
 
 import anyio
 import msgspec
+import nats.errors
 import structlog
 from anyio.abc import TaskGroup
 from nats.micro import add_service
@@ -61,6 +62,16 @@ def error_reply(error: ServiceError) -> tuple[bytes, dict[str, str]]:
 async def _respond(request: Request, data: bytes, headers: dict[str, str] | None = None) -> None:
     try:
         await request.respond(data, headers=headers)
+    except nats.errors.MaxPayloadError:
+        # Too big for one message: the caller gets a structured error, not a timeout.
+        body, error_headers = error_reply(
+            ServiceError(
+                "too_large",
+                f"the reply is {len(data)} bytes, over the NATS max payload; ask for less"
+                " (a lower limit, one item at a time)",
+            )
+        )
+        await _respond(request, body, error_headers)
     except Exception as exc:  # the caller went away, or the connection is closing
         log.warning("reply_failed", subject=request.subject, error=redact(str(exc)))
 

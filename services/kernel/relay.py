@@ -1,11 +1,12 @@
 """Publishes recorded events from an event store's notification log to NATS.
 
 The store is the source of truth: an event reaches the bus only after it was recorded,
-and every recorded event reaches the bus eventually. The relay remembers how far it
-got in the `rote_relay` key-value bucket, after each event; if it dies after
-publishing but before saving its position, the republished event carries the same
-Nats-Msg-Id and the stream drops it as a duplicate (within the stream's duplicate
-window, set in services/kernel/streams.py).
+and every recorded event reaches the bus eventually, unless it is over the server's max
+payload: that one is logged and left out rather than retried forever. The relay
+remembers how far it got in the `rote_relay` key-value bucket, after each event; if it
+dies after publishing but before saving its position, the republished event carries
+the same Nats-Msg-Id and the stream drops it as a duplicate (within the stream's
+duplicate window, set in services/kernel/streams.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 import anyio
 import msgspec
+import nats.errors
 from anyio.abc import TaskStatus
 from eventsourcing.application import Application
 from eventsourcing.persistence import Notification
@@ -120,12 +122,38 @@ class EventRelay:
             return
         if outgoing is None:
             return
-        await self.bus.publish_event(
+        await self.send(
+            notification,
             outgoing.subject,
             outgoing.event,
             msg_id=f"{self.name}:{notification.originator_id}:{notification.originator_version}",
-            headers={s.HEADER_NOTIFICATION_ID: str(notification.id)},
         )
+
+    async def send(
+        self, notification: Notification, subject: str, event: msgspec.Struct, *, msg_id: str
+    ) -> None:
+        """Publish one message for a recorded event. One over the server's max payload
+        can never be sent: retrying it would hold back every later event for good, so it
+        is logged and left out (the store still has the event)."""
+        try:
+            await self.bus.publish_event(
+                subject,
+                event,
+                msg_id=msg_id,
+                headers={s.HEADER_NOTIFICATION_ID: str(notification.id)},
+            )
+        except nats.errors.MaxPayloadError:
+            log.error(
+                "relay_event_too_large",
+                relay=self.name,
+                notification_id=notification.id,
+                originator_id=str(notification.originator_id),
+                originator_version=notification.originator_version,
+                topic=notification.topic,
+                subject=subject,
+                msg_id=msg_id,
+                max_payload=self.bus.nc.max_payload,
+            )
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         await self.load_position()

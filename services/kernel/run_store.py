@@ -4,6 +4,7 @@ can answer for any run."""
 
 from __future__ import annotations
 
+import msgspec
 from nats.js.errors import KeyNotFoundError, NotFoundError
 from nats.js.kv import KeyValue
 
@@ -11,6 +12,9 @@ from contracts import subjects as s
 from contracts.runs import RunEvent, Transcript
 from services.kernel.bus import Bus
 from services.kernel.codec import decode
+from services.kernel.logs import get_logger
+
+log = get_logger("rote.runs")
 
 TERMINAL = ("completed", "failed")
 
@@ -33,7 +37,13 @@ class RunStore:
             )
         except NotFoundError:
             return None
-        return decode(msg.data or b"", RunEvent)
+        try:
+            return decode(msg.data or b"", RunEvent)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            # Not a run event rote wrote (a hand-published test message, another
+            # version's): the run's other events still answer for it.
+            log.warning("run_event_unreadable", subject=msg.subject, error=str(exc)[:300])
+            return None
 
     async def events(self, run_id: str) -> list[RunEvent]:
         found = []

@@ -11,6 +11,7 @@ full run and the task heals like after any other break.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 
@@ -33,10 +34,16 @@ def quality_prompt(task_prompt: str, earlier: str, answer: str) -> str:
     )
 
 
+# The verdict word first, as small models write it: "PASS: …", "**PASS**: …", "Fail." …
+_VERDICT = re.compile(
+    r"^[\s*_`#>\"']*(PASS|FAIL)\b[\s*_`\"'.!]*[:\-\u2013\u2014]?\s*(.*)$", re.I | re.S
+)
+
+
 def parse_verdict(text: str) -> Verdict:
     """PASS/FAIL first; anything else cannot vouch for the answer, so it fails."""
-    head, _, why = text.strip().partition(":")
-    word = head.strip().upper()
-    if word in ("PASS", "FAIL"):
-        return Verdict(word == "PASS", why.strip() or word.lower())
-    return Verdict(False, f"unreadable verdict: {text.strip()[:120]!r}")
+    found = _VERDICT.match(text.strip())
+    if found is None:
+        return Verdict(False, f"unreadable verdict: {text.strip()[:120]!r}")
+    word = found.group(1).upper()
+    return Verdict(word == "PASS", found.group(2).strip() or word.lower())

@@ -23,10 +23,27 @@ from services.compiler import references
 from services.compiler.expectations import check_all, condition_holds
 from services.runner import quality
 from services.runner.accounting import Ledger
-from services.runner.agent_loop import final_text
+from services.runner.agent_loop import answer_problem, final_text
 from services.runner.ports import PortError, RunScope
 
-LLM_STEP_MAX_TOKENS = 1024
+# Room for a small-model step's reply; current models spend their thinking out of it.
+LLM_STEP_MAX_TOKENS = 2048
+# A result step writes an answer like the original one: room for a few times its length.
+RESULT_MAX_TOKENS_CAP = 16_000
+
+
+# Tools that act (submit, click, run a command): one that ran but did not give what the
+# executor expects is not tried again, which would act twice (a second order, a second
+# submission); the fallback run takes it from there.
+ACTION_TOOLS = frozenset(
+    {"browser_click", "browser_type", "browser_fill_form", "shell_exec", "file_write"}
+)
+
+
+def result_max_tokens(example: str) -> int:
+    """max_tokens for a result step: a cut-off answer fails the replay, so an answer
+    longer than the original (more items today) must still fit."""
+    return min(RESULT_MAX_TOKENS_CAP, max(LLM_STEP_MAX_TOKENS, len(example)))  # ~4 chars/token
 
 
 @dataclass
@@ -177,7 +194,7 @@ class Replayer:
             output, metadata = await self._tool(step.index, step.tool, tool_input)
             reason = check_all(step.expect, output, metadata, self.outputs)
             if reason is not None:
-                raise StepFailed(step.index, reason)
+                raise StepFailed(step.index, reason, retryable=step.tool not in ACTION_TOOLS)
             return output
         text = await self._small_model(
             step.index, references.render_text(step.prompt, self.outputs)
@@ -195,14 +212,16 @@ class Replayer:
             output, metadata = await self._tool(step.index, step.tool, tool_input)
         reason = check_all(step.expect, output, metadata, self.outputs)
         if reason is not None:
-            raise StepFailed(step.index, reason)
+            raise StepFailed(step.index, reason, retryable=step.tool not in ACTION_TOOLS)
         return output
 
     async def _result(self, step: ResultStep) -> str:
         if step.mode == "template":
             return references.render_text(step.template or "", self.outputs)
         return await self._small_model(
-            step.index, references.render_text(step.prompt or "", self.outputs)
+            step.index,
+            references.render_text(step.prompt or "", self.outputs),
+            max_tokens=result_max_tokens(step.example),
         )
 
     async def _tool(
@@ -246,13 +265,19 @@ class Replayer:
         if not verdict.ok:
             raise StepFailed(step.index, f"quality check: {verdict.reason}")
 
-    async def _small_model(self, index: int, prompt: str, purpose: str = "replay_step") -> str:
+    async def _small_model(
+        self,
+        index: int,
+        prompt: str,
+        purpose: str = "replay_step",
+        max_tokens: int = LLM_STEP_MAX_TOKENS,
+    ) -> str:
         try:
             reply = await self.ports.complete(
                 CompleteRequest(
                     model=self.executor.small_model or self.spec.small_model,
                     messages=[Message(role="user", content=prompt)],
-                    max_tokens=LLM_STEP_MAX_TOKENS,
+                    max_tokens=max_tokens,
                     effort="low",
                     run_id=self.run_id,
                     task_id=self.task_id,
@@ -266,6 +291,10 @@ class Replayer:
         self.ledger.add(reply)
         text = final_text(reply.content)
         self.transcript.replay_step(index, {"prompt": prompt, "reply": text})
-        if not text:
-            raise StepFailed(index, "the small model gave no answer")
+        problem = answer_problem(reply, text)
+        if problem is not None:
+            # A refusal or a cut-off answer would come back the same way if asked again;
+            # an empty or odd stop might not.
+            again = reply.stop_reason not in ("refusal", "max_tokens")
+            raise StepFailed(index, f"small model: {problem}", retryable=again)
         return text

@@ -41,10 +41,12 @@ from contracts.runs import (
     StartRun,
     Transcript,
 )
+from contracts.tasks import MAX_SPEC_BYTES
 from contracts.tools import CloseSession, ExecTool, ListTools, SessionClosed, ToolList, ToolResult
 from services import __version__
+from services.compiler.fingerprint import task_fingerprint
 from services.kernel.bus import Bus
-from services.kernel.codec import decode
+from services.kernel.codec import decode, encode
 from services.kernel.consumers import Reject, Retry, consume, durable_config
 from services.kernel.endpoints import Endpoint, start_service, stop_service
 from services.kernel.errors import RemoteError, ServiceError
@@ -578,6 +580,13 @@ class Runner:
         if active is None or active.executor is None:
             return
         executor = active.executor
+        # Runs see the spec as events show it (secrets masked), and so did the compiler.
+        asked = task_fingerprint(redact_struct(request.spec) or request.spec)
+        if executor.task_fingerprint not in (None, asked):
+            # The task was edited since this version was compiled: its answer would be
+            # the old task's. The full run's trace compiles one for the task as it is.
+            log.info("replay_skipped", version=executor.version, reason="task changed")
+            return
         state.version = executor.version
         state.full_run_cost_usd = active.health.full_run_cost_usd
         log.info("replay_started", version=executor.version, steps=len(executor.steps))
@@ -637,6 +646,13 @@ class Runner:
     # --- endpoints ---------------------------------------------------------------------
 
     async def start(self, command: StartRun) -> RunStarted:
+        size = len(encode(command.spec))
+        if size > MAX_SPEC_BYTES:
+            raise ServiceError(
+                "too_large",
+                f"the task spec is {size} bytes encoded; at most {MAX_SPEC_BYTES} fit a run",
+                field="spec",
+            )
         task_id = command.task_id or slug(command.spec.name)
         run_id = command.run_id or new_run_id()
         if await self.store.last_event(run_id) is not None:

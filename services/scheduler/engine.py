@@ -80,6 +80,13 @@ COMMANDS: dict[str, type[msgspec.Struct]] = {
 }
 
 
+def _trigger_error(exc: TriggerError | OverflowError) -> str:
+    # OverflowError: date arithmetic next_due did not foresee; still this task's alone.
+    if isinstance(exc, TriggerError):
+        return exc.message
+    return f"its next time is out of the datetime range ({exc})"
+
+
 async def _in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     return await anyio.to_thread.run_sync(partial(fn, *args, **kwargs))
 
@@ -295,9 +302,9 @@ class Scheduler:
                 if due is not None and due <= now:
                     origin = recovery.scheduled_origin(missed_slots(trigger, state, now))
                     found.append(Candidate(task.task_id, due, origin))
-            except TriggerError as exc:
+            except (TriggerError, OverflowError) as exc:
                 # One task's schedule must not stop every other task's.
-                broken.append((task.task_id, exc.message))
+                broken.append((task.task_id, _trigger_error(exc)))
         return found
 
     async def tick(self) -> TickReport:
@@ -337,7 +344,11 @@ class Scheduler:
         with structlog.contextvars.bound_contextvars(task_id=task_id):
             log.error("trigger_broken", error=error)
             reason = f"trigger can no longer be scheduled: {error}"
-            await _in_thread(self.app.pause, task_id, reason, now)
+            try:
+                await _in_thread(self.app.pause, task_id, reason, now)
+            except ServiceError as exc:  # deleted meanwhile: nothing left to pause
+                log.info("trigger_broken_not_paused", error=exc.message)
+                return
             self.on_saved()
 
     async def _skip(self, candidate: Candidate, reason: str, now: datetime) -> None:
@@ -361,7 +372,11 @@ class Scheduler:
 
     # --- conditions ------------------------------------------------------------------
 
-    def _checks_due(self, now: datetime) -> list[tuple[str, ConditionTrigger]]:
+    def _checks_due(
+        self, now: datetime, broken: list[tuple[str, str]]
+    ) -> list[tuple[str, ConditionTrigger]]:
+        """Conditions whose check is due; tasks whose trigger cannot be computed go to
+        `broken`."""
         due = []
         for task in self.app.catalog.snapshot():
             trigger = task.spec.trigger
@@ -375,8 +390,8 @@ class Scheduler:
                 continue
             try:
                 when = next_due(trigger, task.trigger_state(self.last_checked.get(task.task_id)))
-            except TriggerError as exc:
-                log.error("trigger_broken", task_id=task.task_id, error=exc.message)
+            except (TriggerError, OverflowError) as exc:
+                broken.append((task.task_id, _trigger_error(exc)))
                 continue
             if when is not None and when <= now:
                 due.append((task.task_id, trigger))
@@ -396,8 +411,12 @@ class Scheduler:
             async with limiter:
                 results[task_id] = await self._check(task_id, trigger, now)
 
+        broken: list[tuple[str, str]] = []
+        due = self._checks_due(now, broken)
+        for task_id, error in broken:
+            await self._pause_broken(task_id, error, now)
         async with anyio.create_task_group() as tg:
-            for task_id, trigger in self._checks_due(now):
+            for task_id, trigger in due:
                 tg.start_soon(one, task_id, trigger)
         if any(results.values()):
             self.wake()

@@ -8,7 +8,7 @@ missed the run's origin says `catch_up`.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Literal
 
 # Time a runner gets past the task's deadline to report before the run is abandoned.
@@ -17,7 +17,9 @@ DEFAULT_GRACE_S = 60.0
 
 def is_abandoned(since: datetime, deadline_s: float, now: datetime, grace_s: float) -> bool:
     """`since`: when the run was last heard of (dispatched, or started)."""
-    return now > since + timedelta(seconds=deadline_s + grace_s)
+    # Compared as seconds: `since + timedelta(deadline_s)` overflows for a huge deadline_s
+    # (the contract bounds it only below), which would fail every tick.
+    return (now - since).total_seconds() > deadline_s + grace_s
 
 
 def abandoned_error(since: datetime, deadline_s: float, grace_s: float) -> str:

@@ -93,12 +93,8 @@ class SchedulerRelay(EventRelay):
             log.exception("relay_convert_failed", notification_id=notification.id)
             return
         for message in messages:
-            await self.bus.publish_event(
-                message.subject,
-                message.event,
-                msg_id=message.msg_id,
-                headers={s.HEADER_NOTIFICATION_ID: str(notification.id)},
-            )
+            # One message too large for the bus is left out, not retried forever.
+            await self.send(notification, message.subject, message.event, msg_id=message.msg_id)
 
 
 def condition_checker(bus: Bus) -> Any:

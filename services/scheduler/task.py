@@ -16,7 +16,8 @@ import msgspec
 from eventsourcing.domain import Aggregate, event
 
 from contracts.runs import RunOrigin
-from contracts.tasks import TaskSpec, UpdateTask
+from contracts.tasks import MAX_SPEC_BYTES, TaskSpec, UpdateTask
+from services.kernel.codec import encode
 from services.kernel.errors import ServiceError
 from services.scheduler import failures
 from services.scheduler.ids import task_uuid, untracked_uuid
@@ -33,13 +34,27 @@ _SPEC_FIELDS = tuple(f for f in TaskSpec.__struct_fields__)
 
 
 def checked_spec(spec: TaskSpec) -> TaskSpec:
-    """A plain TaskSpec (not a subclass such as CreateTask) with a validated trigger."""
+    """A plain TaskSpec (not a subclass such as CreateTask) with a validated trigger,
+    small enough to travel on the bus."""
     values = {name: getattr(spec, name) for name in _SPEC_FIELDS}
     try:
         values["trigger"] = validate(values["trigger"])
     except TriggerError as exc:
         raise ServiceError("invalid_request", exc.message, field=exc.field) from None
-    return TaskSpec(**values)
+    checked = TaskSpec(**values)
+    # Checked before anything is recorded: every spec event, run-requested event and run
+    # request carries the whole spec in one NATS message, and a recorded event the bus
+    # cannot carry is an event no one ever sees.
+    size = len(encode(checked))
+    if size > MAX_SPEC_BYTES:
+        raise ServiceError(
+            "too_large",
+            f"the task spec is {size} bytes as JSON, over the limit of {MAX_SPEC_BYTES}"
+            " (shorten the prompt, the condition input or allowed_tools)",
+            field="spec",
+            details={"size": size, "limit": MAX_SPEC_BYTES},
+        )
+    return checked
 
 
 class Task(Aggregate):

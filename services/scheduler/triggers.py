@@ -31,6 +31,10 @@ from contracts.tasks import (
 
 # Anything faster is a busy loop, not a schedule.
 MIN_EVERY_S = 1.0
+# The longest every_s / cooldown_s: anything slower is a typo, not a schedule (a yearly
+# job, leap year included, fits; cron suits calendar schedules). It also keeps
+# `last_fired + every_s` far from year 9999, where datetime arithmetic overflows.
+MAX_EVERY_S = 366 * 86_400.0
 _CRON_MACROS = {"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"}
 
 
@@ -61,7 +65,37 @@ class TriggerState:
 
 def _utc(when: datetime) -> datetime:
     # A time without an offset is read as UTC, the only zone rote stores.
-    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+    if when.tzinfo is None:
+        return when.replace(tzinfo=UTC)
+    try:
+        return when.astimezone(UTC)
+    except OverflowError:
+        # 0001-01-01T00:00+14:00 is still year 0 in UTC; 9999-12-31T23:59-14:00, 10000.
+        raise TriggerError(
+            "trigger.at", f"{when.isoformat()} is outside the years 1 to 9999 once read as UTC"
+        ) from None
+
+
+def _after(when: datetime, seconds: float, field: str) -> datetime:
+    """`when` plus `seconds`, or TriggerError when that leaves the datetime range (a
+    task stored before the upper bounds existed can carry any number)."""
+    try:
+        return when + timedelta(seconds=seconds)
+    except OverflowError:
+        name = field.rsplit(".", 1)[-1]
+        raise TriggerError(
+            field, f"{name}={seconds:g} after {when.isoformat()} is past the year 9999"
+        ) from None
+
+
+def _check_seconds(field: str, seconds: float, low: float, high: float = MAX_EVERY_S) -> None:
+    # Written so that NaN fails too.
+    if not low <= seconds <= high:
+        raise TriggerError(
+            field,
+            f"{field.rsplit('.', 1)[-1]} must be between {low:g} and {high:.0f} seconds"
+            f" ({high / 86_400:g} days), not {seconds:g}",
+        )
 
 
 def zone(name: str) -> ZoneInfo:
@@ -94,10 +128,11 @@ def validate(trigger: Trigger) -> Trigger:
             # Valid syntax can still name a date that never comes ("0 0 31 2 *").
             cron_after(text, tz, _VALIDATION_START)
             return msgspec.structs.replace(trigger, expr=text)
-        case IntervalTrigger(every_s=every) if every < MIN_EVERY_S:
-            raise TriggerError("trigger.every_s", f"every_s must be at least {MIN_EVERY_S:g}")
-        case ConditionTrigger(every_s=every) if every < MIN_EVERY_S:
-            raise TriggerError("trigger.every_s", f"every_s must be at least {MIN_EVERY_S:g}")
+        case IntervalTrigger(every_s=every):
+            _check_seconds("trigger.every_s", every, MIN_EVERY_S)
+        case ConditionTrigger(every_s=every, cooldown_s=cooldown):
+            _check_seconds("trigger.every_s", every, MIN_EVERY_S)
+            _check_seconds("trigger.cooldown_s", cooldown, 0.0)
         case OnceTrigger(at=at):
             return msgspec.structs.replace(trigger, at=_utc(at))
     return trigger
@@ -127,7 +162,7 @@ def cron_after(expr: str, tz: str, after: datetime) -> datetime:
             # that already fired. Go on from the second time the clock shows `wall`.
             second = local.replace(fold=1).astimezone(UTC).astimezone(local.tzinfo)
             candidate = croniter(expr, max(second, local)).get_next(datetime)
-    except (CroniterError, ValueError) as exc:
+    except (CroniterError, ValueError, OverflowError) as exc:
         # croniter gives up on dates that never come ("0 0 31 2 *") after a search.
         raise TriggerError("trigger.expr", f"cron expression {expr!r} never fires: {exc}") from None
     if candidate.replace(tzinfo=None) <= wall:
@@ -151,15 +186,19 @@ def next_due(trigger: Trigger, state: TriggerState) -> datetime | None:
         case IntervalTrigger(every_s=every):
             if state.last_fired is None:
                 return _latest(state.set_at, state.resumed_at)
-            return state.last_fired + timedelta(seconds=every)
+            return _after(state.last_fired, every, "trigger.every_s")
         case CronTrigger(expr=expr, tz=tz):
             return cron_after(expr, tz, _latest(state.set_at, state.resumed_at, state.last_fired))
         case ConditionTrigger(every_s=every, cooldown_s=cooldown):
             return _latest(
                 state.set_at,
                 state.resumed_at,
-                state.last_checked + timedelta(seconds=every) if state.last_checked else None,
-                state.last_fired + timedelta(seconds=cooldown) if state.last_fired else None,
+                _after(state.last_checked, every, "trigger.every_s")
+                if state.last_checked
+                else None,
+                _after(state.last_fired, cooldown, "trigger.cooldown_s")
+                if state.last_fired
+                else None,
             )
     raise TypeError(f"unknown trigger {trigger!r}")
 

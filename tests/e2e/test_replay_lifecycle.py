@@ -137,3 +137,25 @@ async def test_compile_replay_break_heal_replay(rig: Rig) -> None:
     events = [e.event for e in await executor_events(bus, "news")]
     assert events.count("compiled") == 2
     assert "replay_failed" in events and "superseded" in events
+
+
+async def test_an_edited_task_is_not_answered_by_its_old_executor(rig: Rig) -> None:
+    """v1 reports the top 3; the task now asks for the top 5. Replaying v1 would answer
+    the old question with no expectation to notice: the run goes full instead (not a
+    replay failure, v1 did nothing wrong) and compiles v2 for the task as it is."""
+    top3 = TaskSpec(name="news", prompt=f"Open {rig.site.url}/news and report the top 3 headlines")
+    first = await run(rig, top3)
+    assert first.source == "full_llm", first.error
+    await wait_compiled(rig.stack.bus, "news", 1)
+
+    top5 = TaskSpec(name="news", prompt=f"Open {rig.site.url}/news and report the top 5 headlines")
+    edited = await run(rig, top5)
+    assert edited.status == "completed", edited.error
+    assert (edited.source, edited.fell_back, edited.replay) == ("full_llm", False, None)
+    assert (edited.result or "").startswith("Top 5 headlines:\n")
+    await wait_compiled(rig.stack.bus, "news", 2)
+    assert (await health(rig.stack.bus, "news")).failure_count == 0
+
+    again = await run(rig, top5)
+    assert (again.source, again.executor_version) == ("executor", 2), again.error
+    assert again.result == edited.result

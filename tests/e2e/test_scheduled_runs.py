@@ -59,7 +59,9 @@ async def test_a_raw_nats_req_task_runs_on_its_schedule_through_the_runner(
                     break
                 await anyio.sleep(0.2)
             assert one is not None and two is not None  # for the type checker
-            assert (one.origin, two.origin) == ("schedule", "schedule")
+            # The second is `catch_up` when the first run outlasted its interval (a
+            # busy machine): its slot came while the task had a run in flight.
+            assert one.origin == "schedule" and two.origin in ("schedule", "catch_up")
             assert one.source == "full_llm"  # the first run ever has no executor yet
             assert one.requested_at is not None and two.requested_at is not None
             # The second slot is EVERY_S after the first went out (one tick of slack).

@@ -41,7 +41,8 @@ async def test_poison_and_retry_do_not_block_the_queue(bus: Bus) -> None:
         if len(seen) == 3:
             done.set()
 
-    for body in (b'{"n":1}', b"garbage", b'{"n":"two"}', TOO_DEEP, b'{"n":2}', b'{"n":3}'):
+    poison = (b"garbage", b'{"n":"two"}', TOO_DEEP, b'{"n":1,"data":"\xff"}')  # last: not UTF-8
+    for body in (b'{"n":1}', *poison, b'{"n":2}', b'{"n":3}'):
         await bus.js.publish(s.WORK_RUNS, body)
     config = durable_config("test-workers", filter_subjects=[s.WORK_RUNS], ack_wait_s=5)
     async with anyio.create_task_group() as tg:

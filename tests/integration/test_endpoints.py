@@ -76,6 +76,9 @@ async def test_errors_are_adr32_and_the_service_keeps_serving(bus: Bus) -> None:
         )
         cases = [
             ("t.echo", b"{not json", "400", "malformed", None),
+            ("t.echo", b'{"text":"\xff"}', "400", "malformed", None),  # not UTF-8
+            # An answer too big for one NATS message: an error instead of silence.
+            ("t.echo", b'{"text":"x","times":2000000}', "413", "too_large", None),
             ("t.echo", b'{"text":"a","colour":1}', "400", "invalid_request", "colour"),
             ("t.echo", b'{"text":5}', "400", "invalid_request", "text"),
             ("t.echo", b"", "400", "invalid_request", None),  # missing required field

@@ -130,3 +130,43 @@ async def test_a_relay_that_dies_mid_batch_has_saved_every_published_event(
     assert await EventRelay(app, bus, convert, name="mid").publish_pending() == 3
     assert await _stream_messages(bus) == 5
     app.close()
+
+
+class Note(Aggregate):
+    @event("Written")
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+class Written(msgspec.Struct):
+    text: str
+
+
+def convert_note(domain_event: Any) -> Outgoing | None:
+    return Outgoing(subject=s.executor_event("notes", "written"), event=Written(domain_event.text))
+
+
+async def test_an_event_over_the_max_payload_is_logged_and_passed_over(
+    bus: Bus, tmp_path: Path, written_logs: list[dict[str, Any]]
+) -> None:
+    # Retried, it would fail forever and hold back every event recorded after it.
+    await ensure_streams(bus.js)
+    app = Counters(env=application_env(Settings(data_dir=tmp_path, event_store="memory"), "big"))
+    app.save(Note("before"))
+    huge = Note("x" * (bus.nc.max_payload + 1))
+    app.save(huge)
+    app.save(Note("after"))
+    relay = EventRelay(app, bus, convert_note, name="notes")
+    assert await relay.publish_pending() == 3
+    assert await _stream_messages(bus) == 2
+    last = await bus.js.get_last_msg(s.STREAM_EXECUTORS, s.executor_event("notes", "written"))
+    assert msgspec.json.decode(last.data, type=Written).text == "after"
+    kv = await bus.js.key_value(s.BUCKET_RELAY)
+    assert (await kv.get("notes")).value == b"3"  # a restart does not try it again
+    (logged,) = [e for e in written_logs if e["event"] == "relay_event_too_large"]
+    assert logged["level"] == "error" and logged["notification_id"] == 2
+    assert logged["originator_id"] == str(huge.id)
+    assert logged["topic"].endswith("Note.Written")
+    # The store still has it.
+    assert app.repository.get(huge.id).text == huge.text
+    app.close()

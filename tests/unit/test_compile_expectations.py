@@ -27,6 +27,10 @@ PRODUCTS = [{"name": "Widget", "price": "$12"}, {"name": "Gizmo", "price": "$3"}
         (MinItems(count=2), ["a", "b", "c"], None, None),
         (MinItems(count=2), ["a"], None, "expected at least 2 items, got 1"),
         (MinItems(count=1), {"a": 1}, None, "expected a list of at least 1 items, got dict"),
+        # A page read: its non-blank lines are its items.
+        (MinItems(count=2), "Status\n\nWater: up\n", None, None),
+        (MinItems(count=2), "Loading...\n  \n", None, "at least 2 non-blank lines, got 1"),
+        (MinItems(count=1), "", None, "at least 1 non-blank lines, got 0"),
         (ContainsText(text="Gazette"), {"title": "Daily Gazette"}, None, None),
         (ContainsText(text="Gazette"), "Daily Gazette\nHome", None, None),
         (ContainsText(text="Gazette"), {"url": "x"}, ToolMetadata(title="The Gazette"), None),

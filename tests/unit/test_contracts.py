@@ -62,6 +62,13 @@ def _rejection(raw: bytes, cls: type) -> tuple[str, str | None, str]:
         (b'{"name":"a","prompt":"b","trigger":{"kind":"weekly"}}', "trigger.kind"),
         (b'{"name":"a","prompt":"b","task_id":"has.dot"}', "task_id"),
         (b'{"prompt":"b"}', None),
+        # A spec travels whole in one NATS message: its parts are bounded.
+        (b'{"name":"a","prompt":"%s"}' % (b"p" * 100_001), "prompt"),
+        (b'{"name":"%s","prompt":"b"}' % (b"n" * 201), "name"),
+        (
+            b'{"name":"a","prompt":"b","allowed_tools":[%s]}' % b",".join([b'"t"'] * 201),
+            "allowed_tools",
+        ),
     ],
 )
 def test_bad_commands_are_rejected_naming_the_field(raw: bytes, field: str | None) -> None:
@@ -81,6 +88,20 @@ def test_an_event_time_without_an_offset_is_rejected_on_decode() -> None:
     code, field, _ = _rejection(raw % b"2025-01-06T08:00:01", RunEvent)
     assert (code, field) == ("invalid_request", "at")
     assert decode(raw % b"2025-01-06T08:00:01+01:00", RunEvent).at.utcoffset() is not None
+
+
+@pytest.mark.parametrize("run_id", ["*", ">", "a.b", "has space", ""])
+def test_a_run_event_whose_ids_are_not_subject_tokens_is_rejected(run_id: str) -> None:
+    # Consumers build subjects from a run's ids: "*" would read every run's events.
+    raw = b'{"task_id":"t","run_id":"%s","event":"completed","status":"completed",'
+    raw += b'"at":"2026-01-01T00:00:00Z"}'
+    code, field, _ = _rejection(raw % run_id.encode(), RunEvent)
+    assert (code, field) == ("invalid_request", "run_id")
+
+
+def test_bytes_that_are_not_utf8_are_malformed_not_a_crash() -> None:
+    code, field, _ = _rejection(b'{"name":"\xff","prompt":"b"}', CreateTask)
+    assert (code, field) == ("malformed", None)
 
 
 def test_malformed_json_is_its_own_code() -> None:

@@ -9,8 +9,9 @@ import anyio
 import pytest
 
 from contracts.errors import ErrorInfo
-from contracts.executors import ResultStep, ToolStep
-from contracts.tools import ToolResult
+from contracts.executors import ContainsText, ResultStep, ToolStep
+from contracts.llm import CompleteReply, CompleteRequest, TextBlock, Usage
+from contracts.tools import ExecTool, ToolResult
 from services.runner.ports import PortError
 from services.runner.replay import Replayer, ReplayResult, StepFailed
 from tests.hand_built_replay import hand_built_executor, offline_scope
@@ -119,3 +120,105 @@ def test_a_tool_that_failed_on_the_page_is_the_executors_failure() -> None:
 
     result = _replay_one_tool_step(exec_tool)
     assert not result.ok and not result.infrastructure
+
+
+def _replay_two_tool_steps(exec_tool: object) -> ReplayResult:
+    """A search form submitted, then its results read: the submit expects text the
+    page no longer shows."""
+    executor = hand_built_executor(
+        "t",
+        [
+            ToolStep(
+                index=0,
+                tool="browser_fill_form",
+                input={"fields": {"#q": "rote"}, "submit": True},
+                expect=[ContainsText(text="Results")],
+            ),
+            ResultStep(index=1, mode="template", template="done"),
+        ],
+    )
+    scope = offline_scope()
+    scope = dataclasses.replace(scope, ports=dataclasses.replace(scope.ports, exec_tool=exec_tool))
+    return anyio.run(Replayer(executor, scope, retries=2, backoff_s=0.0).run)
+
+
+def test_an_action_that_ran_but_missed_its_expectation_is_not_done_twice() -> None:
+    calls: list[str] = []
+
+    async def exec_tool(request: ExecTool) -> ToolResult:
+        calls.append(request.tool)
+        return ToolResult(ok=True, output="Sign in to search", duration_ms=3)
+
+    result = _replay_two_tool_steps(exec_tool)
+    assert not result.ok and result.failed_step == 0
+    assert calls == ["browser_fill_form"]  # submitted once; the fallback takes over
+
+
+def test_a_read_that_missed_its_expectation_is_tried_again() -> None:
+    calls: list[str] = []
+
+    async def exec_tool(request: ExecTool) -> ToolResult:
+        calls.append(request.tool)
+        return ToolResult(ok=True, output="Loading…", duration_ms=3)
+
+    executor = hand_built_executor(
+        "t",
+        [
+            ToolStep(
+                index=0, tool="browser_read_page", input={}, expect=[ContainsText(text="News")]
+            ),
+            ResultStep(index=1, mode="template", template="done"),
+        ],
+    )
+    scope = offline_scope()
+    scope = dataclasses.replace(scope, ports=dataclasses.replace(scope.ports, exec_tool=exec_tool))
+    result = anyio.run(Replayer(executor, scope, retries=2, backoff_s=0.0).run)
+    assert not result.ok and calls == ["browser_read_page"] * 3
+
+
+def _small_model_answer(stop_reason: str, text: str) -> tuple[ReplayResult, list[int]]:
+    """A replay whose result step the small model writes; returns the result and the
+    max_tokens of each request."""
+    asked: list[int] = []
+
+    async def complete(request: CompleteRequest) -> CompleteReply:
+        asked.append(request.max_tokens)
+        return CompleteReply(
+            id="m1",
+            model="claude-haiku-5-5",
+            content=[TextBlock(text=text)],
+            stop_reason=stop_reason,
+            usage=Usage(input_tokens=100, output_tokens=50),
+            cost_usd=0.0001,
+        )
+
+    example = "Top stories:\n" + "\n".join(f"{i}. A headline of some length" for i in range(200))
+    executor = hand_built_executor(
+        "t", [ResultStep(index=0, mode="llm", prompt="Write it", example=example)]
+    )
+    scope = offline_scope()
+    scope = dataclasses.replace(scope, ports=dataclasses.replace(scope.ports, complete=complete))
+    return anyio.run(Replayer(executor, scope, retries=1, backoff_s=0.0).run), asked
+
+
+@pytest.mark.parametrize(
+    ("stop_reason", "text", "tries"),
+    [
+        ("max_tokens", "Top stories:\n1. Council appro", 1),  # cut off: the same again
+        ("refusal", "I can't help with that.", 1),
+        ("end_turn", "", 2),  # empty: perhaps not next time
+    ],
+)
+def test_a_cut_off_refused_or_empty_small_model_answer_fails_the_replay(
+    stop_reason: str, text: str, tries: int
+) -> None:
+    result, asked = _small_model_answer(stop_reason, text)
+    assert not result.ok and result.answer is None
+    assert f"stop_reason {stop_reason}" in (result.reason or "")
+    assert len(asked) == tries
+
+
+def test_a_result_step_has_room_for_an_answer_longer_than_its_example() -> None:
+    result, asked = _small_model_answer("end_turn", "Top stories:\n1. Today's headline")
+    assert result.ok and result.answer == "Top stories:\n1. Today's headline"
+    assert asked[0] >= 2048 and asked[0] * 4 >= 2 * 6000  # twice the ~6,000-char example

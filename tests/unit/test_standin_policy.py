@@ -496,3 +496,19 @@ def test_verdicts_that_do_not_say_pass_or_fail_fail() -> None:
     assert parse_verdict("fail: items repeat") == Verdict(False, "items repeat")
     unclear = parse_verdict("The answer looks mostly fine to me.")
     assert not unclear.ok and "unreadable verdict" in unclear.reason
+    assert not parse_verdict("PASSING grade, mostly").ok
+
+
+@pytest.mark.parametrize(
+    ("said", "verdict"),
+    [
+        ("**PASS**: same list of headlines", Verdict(True, "same list of headlines")),
+        ("PASS.", Verdict(True, "pass")),
+        ("Fail - the items are placeholders", Verdict(False, "the items are placeholders")),
+        ("## FAIL\nthe list is empty", Verdict(False, "the list is empty")),
+    ],
+)
+def test_verdicts_dressed_in_markdown_or_punctuation_are_read(said: str, verdict: Verdict) -> None:
+    # Small models decorate their verdicts; a readable PASS must not fail a good replay
+    # (and supersede its executor after three).
+    assert parse_verdict(said) == verdict

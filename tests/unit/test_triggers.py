@@ -20,6 +20,7 @@ from contracts.tasks import (
 )
 from services.scheduler.clock import ManualClock
 from services.scheduler.triggers import (
+    MAX_EVERY_S,
     TriggerError,
     TriggerState,
     is_due,
@@ -172,11 +173,69 @@ def test_condition_checks_every_interval_and_waits_out_the_cooldown() -> None:
             ConditionTrigger(tool="x", predicate=Above(value=1), every_s=0.5),
             "trigger.every_s",
         ),
+        # So long that `last_fired + every_s` leaves the datetime range.
+        (IntervalTrigger(every_s=1e12), "trigger.every_s"),
+        (IntervalTrigger(every_s=1e308), "trigger.every_s"),
+        (IntervalTrigger(every_s=MAX_EVERY_S + 1), "trigger.every_s"),
+        (
+            ConditionTrigger(tool="x", predicate=Above(value=1), every_s=1e12),
+            "trigger.every_s",
+        ),
+        (
+            ConditionTrigger(tool="x", predicate=Above(value=1), every_s=60, cooldown_s=1e308),
+            "trigger.cooldown_s",
+        ),
+        # Fine as written, outside the years 1..9999 once read as UTC.
+        (OnceTrigger(at=datetime.fromisoformat("0001-01-01T00:00:00+14:00")), "trigger.at"),
+        (OnceTrigger(at=datetime.fromisoformat("9999-12-31T23:59:59-14:00")), "trigger.at"),
     ],
 )
 def test_unschedulable_triggers_name_the_field(trigger: object, field: str) -> None:
     with pytest.raises(TriggerError) as caught:
         validate(trigger)  # type: ignore[arg-type]
+    assert caught.value.field == field
+
+
+def test_a_yearly_interval_and_cooldown_are_accepted() -> None:
+    assert validate(IntervalTrigger(every_s=MAX_EVERY_S)) == IntervalTrigger(every_s=MAX_EVERY_S)
+    condition = ConditionTrigger(
+        tool="x", predicate=Above(value=1), every_s=MAX_EVERY_S, cooldown_s=MAX_EVERY_S
+    )
+    assert validate(condition) == condition
+
+
+@pytest.mark.parametrize(
+    ("trigger", "state", "field"),
+    [
+        (
+            IntervalTrigger(every_s=1e12),
+            TriggerState(set_at=T0, last_fired=T0),
+            "trigger.every_s",
+        ),
+        (
+            IntervalTrigger(every_s=1e308),
+            TriggerState(set_at=T0, last_fired=T0),
+            "trigger.every_s",
+        ),
+        (
+            ConditionTrigger(tool="x", predicate=Above(value=1), every_s=1e12),
+            TriggerState(set_at=T0, last_checked=T0),
+            "trigger.every_s",
+        ),
+        (
+            ConditionTrigger(tool="x", predicate=Above(value=1), every_s=60, cooldown_s=1e308),
+            TriggerState(set_at=T0, last_checked=T0, last_fired=T0),
+            "trigger.cooldown_s",
+        ),
+    ],
+)
+def test_a_stored_trigger_past_the_bounds_is_a_trigger_error_not_an_overflow(
+    trigger: object, state: TriggerState, field: str
+) -> None:
+    # Tasks saved before the bounds existed: their next time is an error naming the
+    # field (the engine pauses such a task), never an OverflowError.
+    with pytest.raises(TriggerError) as caught:
+        next_due(trigger, state)  # type: ignore[arg-type]
     assert caught.value.field == field
 
 

@@ -1,0 +1,223 @@
+"""rote-scheduler over real NATS, against what one task can do to everyone else's: a
+spec too large for the bus, and a trigger whose next time is past the year 9999.
+
+Either used to be recorded and then stop the scheduler for every task: the relay
+retried the unpublishable event forever (nothing recorded after it reached the bus, no
+run went out), or every tick and every list failed on the overflow."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import pytest
+
+from contracts import subjects as s
+from contracts.runs import RunEvent
+from contracts.tasks import (
+    MAX_SPEC_BYTES,
+    Above,
+    ConditionTrigger,
+    IntervalTrigger,
+    TaskEvent,
+    TaskList,
+    TaskRejected,
+    TaskSpec,
+)
+from services.kernel.bus import Bus
+from services.kernel.codec import decode
+from services.kernel.event_store import application_env
+from services.kernel.settings import Settings
+from services.kernel.streams import ensure_streams
+from services.scheduler.application import Tasks
+from services.scheduler.task import Task
+from tests.integration.test_scheduler_intake import events, scheduler
+
+pytestmark = pytest.mark.anyio
+T = TypeVar("T")
+T0 = datetime(2025, 1, 6, 8, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def sqlite_settings(settings: Settings) -> Settings:
+    # A store that outlives the scheduler: tasks recorded by an older version are
+    # put in first.
+    return Settings(
+        nats_url=settings.nats_url,
+        data_dir=settings.data_dir,
+        event_store="sqlite",
+        log_format="json",
+    )
+
+
+def store_tasks(settings: Settings, *tasks: Task) -> None:
+    app = Tasks(env=application_env(settings, "scheduler"))
+    try:
+        app.save(*tasks)
+    finally:
+        app.close()
+
+
+async def call(bus: Bus, subject: str, body: dict[str, Any]) -> tuple[dict[str, str], Any]:
+    msg = await bus.nc.request(subject, json.dumps(body).encode(), timeout=10)
+    return dict(msg.headers or {}), json.loads(msg.data)
+
+
+async def runs_requested(bus: Bus, task_id: str, count: int) -> int:
+    """How many of `task_id`'s runs were requested (up to `count`); each went out on the
+    work queue too."""
+    subject = s.run_events_of(task_id, event="requested")
+    requested = await events(bus, subject, RunEvent, count)
+    work = await bus.js.stream_info(s.STREAM_WORK)
+    assert work.state.messages >= len(requested)
+    return len(requested)
+
+
+FINE = {"name": "Fine", "prompt": "p", "trigger": {"kind": "interval", "every_s": 1}}
+
+
+# --- specs too large for the bus ---------------------------------------------------------
+
+
+async def test_a_spec_too_large_for_the_bus_is_refused_and_later_tasks_run(
+    settings: Settings, bus: Bus
+) -> None:
+    big_input = {"selector": "x" * (MAX_SPEC_BYTES + 1)}
+    too_large = [
+        {"name": "Big", "prompt": "€" * 90_000},
+        {
+            "name": "Big input",
+            "prompt": "p",
+            "trigger": {
+                "kind": "condition",
+                "tool": "browser_extract",
+                "input": big_input,
+                "predicate": {"op": "contains", "text": "in stock"},
+                "every_s": 60,
+            },
+        },
+    ]
+    async with scheduler(settings, bus):
+        for body in too_large:
+            headers, reply = await call(bus, s.TASKS_CREATE, body)
+            assert headers["Nats-Service-Error-Code"] == "413", reply
+            error = reply["error"]
+            assert (error["code"], error["field"]) == ("too_large", "spec")
+            assert error["details"]["limit"] == MAX_SPEC_BYTES
+            assert error["details"]["size"] > MAX_SPEC_BYTES
+        headers, reply = await call(bus, s.TASKS_LIST, {})
+        assert "Nats-Service-Error" not in headers and reply["tasks"] == []
+
+        headers, reply = await call(bus, s.TASKS_CREATE, FINE)
+        assert "Nats-Service-Error" not in headers, reply
+        assert [e.event for e in await events(bus, s.task_event("fine", "*"), TaskEvent, 1)] == [
+            "defined"
+        ]
+        assert await runs_requested(bus, "fine", 1) == 1
+
+
+async def test_a_spec_too_large_on_the_intake_is_rejected_and_the_next_command_applies(
+    settings: Settings, bus: Bus
+) -> None:
+    await ensure_streams(bus.js)
+    big = json.dumps({"name": "Big", "prompt": "\x01" * 50_000}).encode()
+    await bus.js.publish(s.intake_task("create"), big)
+    await bus.js.publish(s.intake_task("create"), json.dumps(FINE).encode())
+    async with scheduler(settings, bus):
+        (rejected,) = await events(bus, s.TASK_REJECTED, TaskRejected, 1)
+        assert (rejected.verb, rejected.error.code, rejected.error.field) == (
+            "create",
+            "too_large",
+            "spec",
+        )
+        assert str(MAX_SPEC_BYTES) in rejected.error.message
+        assert rejected.payload_truncated
+        defined = await events(bus, s.task_event("fine", "*"), TaskEvent, 1)
+        assert [e.event for e in defined] == ["defined"]
+
+
+async def test_a_stored_event_too_large_for_the_bus_does_not_hold_back_the_rest(
+    sqlite_settings: Settings, bus: Bus, written_logs: list[dict[str, Any]]
+) -> None:
+    # Recorded by a version without the spec limit: its Task.Defined can never be
+    # published. It is logged and passed over; what follows reaches the bus.
+    huge = TaskSpec(
+        name="Huge",
+        prompt="p",
+        trigger=ConditionTrigger(
+            tool="browser_extract",
+            input={"selector": "x" * (bus.nc.max_payload + 1)},
+            predicate=Above(value=1),
+            every_s=3600,
+        ),
+    )
+    store_tasks(sqlite_settings, Task("huge", huge, T0))
+    async with scheduler(sqlite_settings, bus):
+        headers, reply = await call(bus, s.TASKS_CREATE, FINE)
+        assert "Nats-Service-Error" not in headers, reply
+        defined = await events(bus, s.task_event("*", "defined"), TaskEvent, 2, wait=5)
+        assert [e.task_id for e in defined] == ["fine"]
+        assert await runs_requested(bus, "fine", 1) == 1
+    too_large = [e for e in written_logs if e["event"] == "relay_event_too_large"]
+    assert too_large and too_large[0]["level"] == "error"
+    assert too_large[0]["topic"].endswith("Task.Defined")
+    assert too_large[0]["notification_id"] == 1
+
+
+# --- triggers past the year 9999 ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("trigger", "field"),
+    [
+        ({"kind": "interval", "every_s": 1e12}, "trigger.every_s"),
+        ({"kind": "interval", "every_s": 1e308}, "trigger.every_s"),
+        (
+            {
+                "kind": "condition",
+                "tool": "shell_exec",
+                "predicate": {"op": "above", "value": 90},
+                "every_s": 60,
+                "cooldown_s": 1e12,
+            },
+            "trigger.cooldown_s",
+        ),
+        ({"kind": "once", "at": "0001-01-01T00:00:00+14:00"}, "trigger.at"),
+        ({"kind": "once", "at": "9999-12-31T23:59:59-14:00"}, "trigger.at"),
+    ],
+)
+async def test_a_trigger_past_the_datetime_range_is_a_400_naming_the_field(
+    settings: Settings, bus: Bus, trigger: dict[str, Any], field: str
+) -> None:
+    async with scheduler(settings, bus):
+        body = {"name": "Far", "prompt": "p", "trigger": trigger}
+        headers, reply = await call(bus, s.TASKS_CREATE, body)
+        assert headers["Nats-Service-Error-Code"] == "400", reply
+        assert (reply["error"]["code"], reply["error"]["field"]) == ("invalid_request", field)
+
+
+async def test_a_stored_interval_past_the_datetime_range_pauses_that_task_only(
+    sqlite_settings: Settings, bus: Bus
+) -> None:
+    # Recorded by a version without the bound, and run once: its next time, a
+    # trillion seconds after that run, is past the year 9999.
+    far = Task("far", TaskSpec(name="Far", prompt="p", trigger=IntervalTrigger(every_s=1e12)), T0)
+    far.dispatch_run("r-far-1", "schedule", T0)
+    far.finish_run("r-far-1", status="completed", at=T0)
+    store_tasks(sqlite_settings, far)
+    async with scheduler(sqlite_settings, bus):
+        headers, reply = await call(bus, s.TASKS_CREATE, FINE)
+        assert "Nats-Service-Error" not in headers, reply
+        assert await runs_requested(bus, "fine", 1) == 1  # the tick goes on
+
+        headers, reply = await call(bus, s.TASKS_LIST, {"status": "paused"})
+        assert "Nats-Service-Error" not in headers, reply
+        (paused,) = decode(json.dumps(reply).encode(), TaskList).tasks
+        assert paused.task_id == "far" and paused.next_due_at is None
+        assert "every_s" in (paused.status_reason or "")
+        headers, reply = await call(bus, s.TASKS_LIST, {})
+        assert "Nats-Service-Error" not in headers, reply
+        assert sorted(t["task_id"] for t in reply["tasks"]) == ["far", "fine"]
+        headers, reply = await call(bus, s.TASKS_GET, {"task_id": "far"})
+        assert "Nats-Service-Error" not in headers and reply["status"] == "paused"
