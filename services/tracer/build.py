@@ -136,6 +136,13 @@ def missing_calls(transcript: Transcript | None, calls: Iterable[ToolEvent]) -> 
     return MissingCalls(failed=failed, effective=effective)
 
 
+def full_loop_cost(run: RunEvent) -> float:
+    """What the run's full LLM loop cost: a fallback run's cost also holds the replay
+    that broke, which is no part of what an executor compiled from it replaces."""
+    replay = run.replay.cost_usd if run.replay is not None else 0.0
+    return max(0.0, round(run.cost_usd - replay, 9))
+
+
 def build_trace(
     *,
     run: RunEvent,
@@ -175,7 +182,7 @@ def build_trace(
         answer=run.result or "",
         model=spec.model,
         tokens=run.tokens,
-        cost_usd=run.cost_usd,
+        cost_usd=full_loop_cost(run),
         duration_ms=run.duration_ms or 0,
         captured_at=captured_at,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import msgspec
+import pytest
 
 from contracts.errors import ErrorInfo
 from contracts.llm import (
@@ -15,7 +16,7 @@ from contracts.llm import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from contracts.runs import RunEvent, Transcript, TranscriptEntry
+from contracts.runs import ReplayOutcome, RunEvent, Transcript, TranscriptEntry
 from contracts.tasks import TaskSpec
 from contracts.tools import ToolEvent, ToolMetadata
 from contracts.traces import PREVIEW_CHARS
@@ -162,6 +163,18 @@ def test_build_trace_carries_outputs_previews_and_run_facts() -> None:
     assert trace.steps[2].status == "error" and trace.steps[2].error == "not_found: no such element"
     assert trace.answer == "Top 3 headlines:\n1. a" and trace.cost_usd == 0.03
     assert trace.task == spec
+
+
+def test_a_fallback_runs_trace_costs_its_full_loop_not_the_replay_that_broke() -> None:
+    # What an executor compiled from this run saves is measured against this cost.
+    run = RunEvent(
+        task_id="t", run_id="r", event="completed", at=AT, status="completed",
+        source="full_llm", fell_back=True, result="done", cost_usd=0.012,
+        replay=ReplayOutcome(version=1, ok=False, step=2, reason="no items", cost_usd=0.002),
+    )  # fmt: skip
+    spec = TaskSpec(name="news", prompt="report the top 3 headlines")
+    trace = build_trace(run=run, spec=spec, tool_events=[], transcript=None, captured_at=AT)
+    assert trace.cost_usd == pytest.approx(0.010)
 
 
 def test_a_failed_steps_preview_is_bounded_like_any_other() -> None:
