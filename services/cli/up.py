@@ -8,6 +8,7 @@ import sys
 
 import anyio
 import nats.js.errors
+from anyio.abc import TaskStatus
 
 from services.cli.common import load_settings
 from services.kernel.logs import get_logger
@@ -61,16 +62,19 @@ def run(args: argparse.Namespace, names: list[str], *, join: bool) -> int:
 async def _serve_until_signal(settings: Settings, names: list[str], join: bool) -> None:
     async with anyio.create_task_group() as tg:
 
-        async def stop_on_signal() -> None:
+        async def stop_on_signal(*, task_status: TaskStatus[None]) -> None:
             # Listening from the very start: a signal that arrives while services are
             # still starting stops them too, instead of waiting for start-up to finish.
             with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                task_status.started()
                 async for signum in signals:
                     log.info("rote_stopping", signal=signal.Signals(signum).name)
                     tg.cancel_scope.cancel()
                     return
 
-        tg.start_soon(stop_on_signal)
+        # Started (its handlers installed) before anything else: a signal in the first
+        # moments of start-up would otherwise kill the process with the default action.
+        await tg.start(stop_on_signal)
         async with open_stack(settings, names, join_running=join) as stack:
             where = "embedded" if stack.embedded else "external"
             # One plain line for people and scripts; the structured log has the rest.

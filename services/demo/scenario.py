@@ -105,6 +105,17 @@ async def _finished(bus: Bus, run_id: str, timeout: float) -> RunEvent:
             await anyio.sleep(0.2)
 
 
+async def _executor_event(bus: Bus, name: str, run_id: str, timeout: float) -> None:
+    """Until the task has executor event `name` for `run_id` (or `timeout` passes: the
+    summary then shows what the compiler has recorded so far)."""
+    with anyio.move_on_after(timeout):
+        while True:
+            for msg in await read_all(bus.js, s.STREAM_EXECUTORS, s.executor_event(TASK_ID, name)):
+                if decode(msg.data, ExecutorEvent).run_id == run_id:
+                    return
+            await anyio.sleep(0.2)
+
+
 async def _compiled(bus: Bus, version: int, timeout: float) -> ExecutorEvent | None:
     """The `compiled` event of `version` (None if the compiler skipped the trace)."""
     with anyio.fail_after(timeout):
@@ -206,6 +217,11 @@ async def run_demo(
                     f"({health.deterministic_steps} deterministic, {health.templated_steps} "
                     f"templated, {health.llm_steps} small-model)"
                 )
+        last = report.rows[-1]
+        if last.source == "executor":
+            # The compiler records a replay from its run event, a moment after the run
+            # ends: the summary's counts must include the last one.
+            await _executor_event(bus, "replay_succeeded", last.run_id, 30)
         health = await bus.request(s.EXECUTORS_GET, ExecutorRef(task_id=TASK_ID), ExecutorHealth)
     out("")
     out(f"answer of the last run:\n{report.rows[-1].result}")
