@@ -27,6 +27,12 @@ READ_TOOLS = frozenset({"browser_extract", "browser_read_page", "file_read"})
 # uses them (they may act), but their output is data like a page's.
 CONTENT_TOOLS = READ_TOOLS | {"shell_exec"}
 
+# Tools that act (submit, click, type, run a command, write): doing one twice may do
+# its effect twice.
+ACTION_TOOLS = frozenset(
+    {"browser_click", "browser_type", "browser_fill_form", "shell_exec", "file_write"}
+)
+
 # Tools that may take the browser to another page: where they go depends on their input.
 NAVIGATION_TOOLS = frozenset(
     {"browser_navigate", "browser_click", "browser_type", "browser_fill_form"}
@@ -70,3 +76,7 @@ def is_content(tool: str) -> bool:
 
 def navigates(tool: str) -> bool:
     return tool in NAVIGATION_TOOLS
+
+
+def acts(tool: str) -> bool:
+    return tool in ACTION_TOOLS

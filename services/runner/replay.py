@@ -21,6 +21,7 @@ from contracts.llm import CompleteRequest, Message
 from contracts.tools import ExecTool, ToolMetadata
 from services.compiler import references
 from services.compiler.expectations import check_all, condition_holds
+from services.compiler.toolkinds import acts
 from services.runner import quality
 from services.runner.accounting import Ledger
 from services.runner.agent_loop import answer_problem, final_text
@@ -30,14 +31,6 @@ from services.runner.ports import PortError, RunScope
 LLM_STEP_MAX_TOKENS = 2048
 # A result step writes an answer like the original one: room for a few times its length.
 RESULT_MAX_TOKENS_CAP = 16_000
-
-
-# Tools that act (submit, click, run a command): one that ran but did not give what the
-# executor expects is not tried again, which would act twice (a second order, a second
-# submission); the fallback run takes it from there.
-ACTION_TOOLS = frozenset(
-    {"browser_click", "browser_type", "browser_fill_form", "shell_exec", "file_write"}
-)
 
 
 def result_max_tokens(example: str) -> int:
@@ -194,7 +187,9 @@ class Replayer:
             output, metadata = await self._tool(step.index, step.tool, tool_input)
             reason = check_all(step.expect, output, metadata, self.outputs)
             if reason is not None:
-                raise StepFailed(step.index, reason, retryable=step.tool not in ACTION_TOOLS)
+                # An action that ran but missed its expectation is not tried again: that
+                # would act twice (a second order); the fallback run takes it from there.
+                raise StepFailed(step.index, reason, retryable=not acts(step.tool))
             return output
         text = await self._small_model(
             step.index, references.render_text(step.prompt, self.outputs)
@@ -212,7 +207,7 @@ class Replayer:
             output, metadata = await self._tool(step.index, step.tool, tool_input)
         reason = check_all(step.expect, output, metadata, self.outputs)
         if reason is not None:
-            raise StepFailed(step.index, reason, retryable=step.tool not in ACTION_TOOLS)
+            raise StepFailed(step.index, reason, retryable=not acts(step.tool))
         return output
 
     async def _result(self, step: ResultStep) -> str:

@@ -54,7 +54,7 @@ def to_view(task: Task, last_checked: datetime | None = None) -> TaskView:
     if task.status == "active" and task.in_flight is None:
         try:
             due = next_due(task.spec.trigger, task.trigger_state(last_checked))
-        except (TriggerError, OverflowError):
+        except TriggerError:
             due = None  # the scheduler pauses such a task, saying why
     if task.pending is not None and task.in_flight is None:
         due = task.pending["at"] if due is None else min(due, task.pending["at"])

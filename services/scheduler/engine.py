@@ -80,13 +80,6 @@ COMMANDS: dict[str, type[msgspec.Struct]] = {
 }
 
 
-def _trigger_error(exc: TriggerError | OverflowError) -> str:
-    # OverflowError: date arithmetic next_due did not foresee; still this task's alone.
-    if isinstance(exc, TriggerError):
-        return exc.message
-    return f"its next time is out of the datetime range ({exc})"
-
-
 async def _in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     return await anyio.to_thread.run_sync(partial(fn, *args, **kwargs))
 
@@ -302,9 +295,9 @@ class Scheduler:
                 if due is not None and due <= now:
                     origin = recovery.scheduled_origin(missed_slots(trigger, state, now))
                     found.append(Candidate(task.task_id, due, origin))
-            except (TriggerError, OverflowError) as exc:
+            except TriggerError as exc:
                 # One task's schedule must not stop every other task's.
-                broken.append((task.task_id, _trigger_error(exc)))
+                broken.append((task.task_id, exc.message))
         return found
 
     async def tick(self) -> TickReport:
@@ -390,8 +383,8 @@ class Scheduler:
                 continue
             try:
                 when = next_due(trigger, task.trigger_state(self.last_checked.get(task.task_id)))
-            except (TriggerError, OverflowError) as exc:
-                broken.append((task.task_id, _trigger_error(exc)))
+            except TriggerError as exc:
+                broken.append((task.task_id, exc.message))
                 continue
             if when is not None and when <= now:
                 due.append((task.task_id, trigger))

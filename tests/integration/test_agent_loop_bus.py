@@ -19,12 +19,8 @@ from contracts import subjects as s
 from contracts.llm import (
     CompleteReply,
     CompleteRequest,
-    ContentBlock,
     TextBlock,
-    ThinkingBlock,
-    ToolDefinition,
     ToolResultBlock,
-    ToolUseBlock,
     Usage,
 )
 from contracts.runs import RunEvent, RunStarted, StartRun
@@ -38,6 +34,7 @@ from services.kernel.run_store import RunStore
 from services.kernel.runtime import open_stack
 from services.kernel.settings import Settings
 from tests.e2e.helpers import work_queue_settled
+from tests.unit.test_agent_loop import TOOL, tool_turn
 
 pytestmark = pytest.mark.anyio
 
@@ -78,14 +75,6 @@ async def test_a_request_on_a_closed_connection_is_an_unavailable_remote_error(
 # --- runs ----------------------------------------------------------------------------------
 
 
-def tool_turn(n: int) -> list[ContentBlock]:
-    return [
-        ThinkingBlock(thinking="", signature=f"sig-{n}=="),
-        TextBlock(text=f"Reading page {n}."),
-        ToolUseBlock(id=f"toolu_{n}", name="read_page", input={"page": n}),
-    ]
-
-
 def page_output(n: int) -> str:
     return (f"page {n}: " + "y" * OUTPUT_CHARS)[:OUTPUT_CHARS]
 
@@ -122,8 +111,7 @@ class Stand:
         await msg.respond(encode(reply))
 
     async def list_tools(self, msg: Msg) -> None:
-        tool = ToolDefinition(name="read_page", description="read a page", input_schema={})
-        await msg.respond(encode(ToolList(tools=[tool])))
+        await msg.respond(encode(ToolList(tools=[TOOL])))
 
     async def exec_tool(self, msg: Msg) -> None:
         call = decode(msg.data, ExecTool)
@@ -152,7 +140,7 @@ async def run_once(bus: Bus, run_id: str, stand: Stand) -> tuple[RunEvent, list[
         published.append(msg.subject.rsplit(".", 1)[-1])
 
     await bus.nc.subscribe(s.run_events_of(run_id=run_id), cb=on)
-    spec = TaskSpec(name="pages", prompt="Read every page", allowed_tools=["read_page"])
+    spec = TaskSpec(name="pages", prompt="Read every page", allowed_tools=["browser_read_page"])
     await bus.request(s.RUNS_START, StartRun(spec=spec, task_id="pages", run_id=run_id), RunStarted)
     store = RunStore(bus)
     with anyio.fail_after(30):
