@@ -6,9 +6,7 @@ that task alone) instead of failing every tick and every list."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from datetime import UTC, datetime
-from pathlib import Path
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -26,28 +24,13 @@ from contracts.tasks import (
     TaskSpec,
 )
 from services.kernel.errors import ServiceError
-from services.kernel.event_store import application_env
-from services.kernel.settings import Settings
 from services.scheduler.application import Tasks
 from services.scheduler.clock import ManualClock
 from services.scheduler.engine import Scheduler, SchedulerConfig
 from services.scheduler.task import Task
+from tests.unit.conftest import T0
 
 pytestmark = pytest.mark.anyio
-
-T0 = datetime(2025, 1, 6, 8, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-def app(tmp_path: Path) -> Iterator[Tasks]:
-    tasks = Tasks(env=application_env(Settings(data_dir=tmp_path, event_store="memory"), "bounds"))
-    yield tasks
-    tasks.close()
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock(T0)
 
 
 def completed(task_id: str, run_id: str, at: datetime) -> RunEvent:

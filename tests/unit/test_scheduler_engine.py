@@ -6,9 +6,7 @@ tests/integration/test_scheduler_rules_stores.py."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,28 +26,13 @@ from contracts.tasks import (
     UpdateTask,
 )
 from services.kernel.errors import ServiceError
-from services.kernel.event_store import application_env
-from services.kernel.settings import Settings
 from services.scheduler.application import Tasks
 from services.scheduler.clock import ManualClock
 from services.scheduler.engine import Scheduler, SchedulerConfig
 from services.scheduler.task import Task
+from tests.unit.conftest import T0
 
 pytestmark = pytest.mark.anyio
-
-T0 = datetime(2025, 1, 6, 8, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-def app(tmp_path: Path) -> Iterator[Tasks]:
-    tasks = Tasks(env=application_env(Settings(data_dir=tmp_path, event_store="memory"), "sched"))
-    yield tasks
-    tasks.close()
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock(T0)
 
 
 def scheduler(app: Tasks, clock: ManualClock, **config: Any) -> Scheduler:

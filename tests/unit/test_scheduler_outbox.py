@@ -4,15 +4,13 @@ needs it)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from contracts.runs import RunEvent, RunRequest
 from contracts.tasks import TaskEvent, TaskSpec
 from services.kernel.secrets import register_secret
 from services.scheduler.outbox import messages_for
 from services.scheduler.task import Task
+from tests.unit.conftest import T0
 
-T0 = datetime(2025, 1, 6, 8, 0, tzinfo=UTC)
 SECRET = "tok-outbox-9f8e7d6c5b4a"
 
 

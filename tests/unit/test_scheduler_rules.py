@@ -20,8 +20,8 @@ from services.scheduler.conditions import ConditionError, as_number, holds
 from services.scheduler.dispatch import Candidate, plan
 from services.scheduler.ids import run_id_for_key
 from services.scheduler.ledger import RunLedger
+from tests.unit.conftest import T0
 
-T0 = datetime(2025, 1, 6, 8, 0, tzinfo=UTC)
 DF = {
     "exit_code": 0,
     "stdout": "Filesystem 1K-blocks Used Available Use% Mounted on\n/dev/sda1 100 91 9 91% /\n",

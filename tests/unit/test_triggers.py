@@ -28,8 +28,7 @@ from services.scheduler.triggers import (
     next_due,
     validate,
 )
-
-T0 = datetime(2025, 1, 6, 8, 0, tzinfo=UTC)  # a Monday
+from tests.unit.conftest import T0
 
 
 def at(hours: float = 0, minutes: float = 0, seconds: float = 0) -> datetime:
