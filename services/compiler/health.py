@@ -36,6 +36,7 @@ from typing import Any
 import msgspec
 
 from contracts.executors import Executor, ExecutorEvent, ExecutorHealth, VersionView
+from services.kernel.codec import decode_stored, encode
 
 # Run ids remembered for idempotency (a redelivery comes within minutes, not 1000 runs).
 REMEMBERED_RUNS = 1000
@@ -128,12 +129,13 @@ HealthEvent = (
 )
 
 
-def event_to_data(event: HealthEvent) -> dict[str, Any]:
-    return msgspec.to_builtins(event)  # type: ignore[no-any-return]
+def event_to_data(event: HealthEvent) -> str:
+    # JSON text, not plain data: see services/kernel/transcoding.py.
+    return encode(event).decode()
 
 
-def event_from_data(data: Any) -> HealthEvent:
-    return msgspec.convert(data, HealthEvent)  # type: ignore[arg-type]
+def event_from_data(data: str | dict[str, Any]) -> HealthEvent:
+    return decode_stored(data, HealthEvent)  # type: ignore[arg-type]
 
 
 # --- state ------------------------------------------------------------------------------

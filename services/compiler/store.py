@@ -17,16 +17,16 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-import msgspec
 from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.domain import Aggregate, event
-from eventsourcing.persistence import JSONTranscoder, RecordConflictError, Transcoding
+from eventsourcing.persistence import JSONTranscoder, RecordConflictError
 from eventsourcing.utils import get_topic
 
 from contracts.base import utc_now
 from contracts.executors import Executor
 from services.compiler import health as h
 from services.kernel.logs import get_logger
+from services.kernel.transcoding import StructAsText
 
 log = get_logger("rote.compiler.store")
 
@@ -54,10 +54,12 @@ class ExecutorAggregate(Aggregate):
         return aggregate_id(task_id)
 
     class Recorded(Aggregate.Event):
-        """One health event (health.HealthEvent as plain data)."""
+        """One health event, as JSON text (health.event_to_data): a compiled executor
+        holds recorded tool inputs, user data the library must not read into (see
+        kernel.transcoding). Events recorded before hold plain data, still read."""
 
         task_id: str
-        data: dict[str, Any]
+        data: str | dict[str, Any]
 
         def apply(self, aggregate: Any) -> None:
             h.apply(aggregate.health, h.event_from_data(self.data))
@@ -65,19 +67,6 @@ class ExecutorAggregate(Aggregate):
     def record(self, events: list[h.HealthEvent]) -> None:
         for item in events:
             self.trigger_event(self.Recorded, task_id=self.task_id, data=h.event_to_data(item))
-
-
-class _HealthAsDict(Transcoding):
-    """Snapshots hold the folded Health; stored as its plain-data form."""
-
-    type = h.Health
-    name = "rote_executor_health"
-
-    def encode(self, obj: h.Health) -> dict[str, Any]:
-        return msgspec.to_builtins(obj)  # type: ignore[no-any-return]
-
-    def decode(self, data: dict[str, Any]) -> h.Health:
-        return msgspec.convert(data, h.Health)
 
 
 CREATED_TOPIC = get_topic(ExecutorAggregate.Created)
@@ -117,7 +106,8 @@ class ExecutorStore(Application[uuid.UUID]):
 
     def register_transcodings(self, transcoder: JSONTranscoder) -> None:
         super().register_transcodings(transcoder)
-        transcoder.register(_HealthAsDict())
+        # Snapshots hold the folded Health, as JSON text: it holds recorded tool inputs.
+        transcoder.register(StructAsText(h.Health, "rote_executor_health"))
 
     # --- the command loop ---------------------------------------------------------------
 

@@ -43,3 +43,11 @@ def decoder(type_: Any) -> Decoder:
 
 def decode(data: bytes | str, type_: type[T]) -> T:
     return decoder(type_).decode(data)  # type: ignore[no-any-return]
+
+
+def decode_stored(data: str | Any, type_: type[T]) -> T:
+    """A value stored as JSON text; plain data (what earlier versions stored) is
+    converted instead."""
+    if isinstance(data, str):
+        return decode(data, type_)
+    return msgspec.convert(data, type_)

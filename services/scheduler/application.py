@@ -15,15 +15,15 @@ from datetime import datetime
 from typing import Any, TypeVar
 from uuid import UUID
 
-import msgspec
 from eventsourcing.application import AggregateNotFoundError, Application
-from eventsourcing.persistence import JSONTranscoder, RecordConflictError, Transcoding
+from eventsourcing.persistence import JSONTranscoder, RecordConflictError
 
 from contracts.runs import RunOrigin, RunView
 from contracts.tasks import CreateTask, TaskSpec, TaskView, UpdateTask
 from services.kernel.errors import ServiceError
 from services.kernel.ids import slug
 from services.kernel.logs import get_logger
+from services.kernel.transcoding import StructAsText
 from services.scheduler.budget import DailySpend, utc_day
 from services.scheduler.ids import task_uuid, untracked_uuid
 from services.scheduler.ledger import RunLedger
@@ -34,19 +34,6 @@ log = get_logger("rote.scheduler")
 
 T = TypeVar("T")
 MAX_ATTEMPTS = 20
-
-
-class TaskSpecAsDict(Transcoding):
-    """Stores a TaskSpec as the same JSON its contract uses on the wire."""
-
-    type = TaskSpec
-    name = "rote_task_spec"
-
-    def encode(self, obj: TaskSpec) -> Any:
-        return msgspec.to_builtins(obj)
-
-    def decode(self, data: Any) -> TaskSpec:
-        return msgspec.convert(data, TaskSpec)
 
 
 def to_view(task: Task, last_checked: datetime | None = None) -> TaskView:
@@ -176,7 +163,8 @@ class Tasks(Application[UUID]):
 
     def register_transcodings(self, transcoder: JSONTranscoder) -> None:
         super().register_transcodings(transcoder)
-        transcoder.register(TaskSpecAsDict())
+        # The wire's JSON, as text: a condition's input is user data (kernel.transcoding).
+        transcoder.register(StructAsText(TaskSpec, "rote_task_spec"))
 
     # --- plumbing ----------------------------------------------------------------------
 

@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from contracts.tasks import CreateTask, CronTrigger, IntervalTrigger, UpdateTask
+from contracts.tasks import (
+    Above,
+    ConditionTrigger,
+    CreateTask,
+    CronTrigger,
+    IntervalTrigger,
+    UpdateTask,
+)
 from services.kernel.errors import ServiceError
 from services.kernel.event_store import application_env
 from services.kernel.settings import Settings
@@ -127,6 +134,27 @@ def test_snapshots_rebuild_a_long_lived_task(open_app: type[Tasks]) -> None:
     rebuilt = open_app().get("busy")
     assert to_view(rebuilt) == to_view(task)
     assert rebuilt.total_cost_usd == pytest.approx(0.06)
+
+
+def test_a_condition_input_shaped_like_library_values_reads_back(
+    open_app: type[Tasks],
+) -> None:
+    # eventsourcing's decoder takes {"_type_", "_data_"} objects for its own values.
+    lookalike = {"_type_": "note", "_data_": {"_type_": "datetime_iso", "_data_": "x"}}
+    trigger = ConditionTrigger(
+        tool="browser_extract",
+        input={"selector": ".price", "fields": lookalike},
+        predicate=Above(value=10),
+        every_s=60,
+    )
+    app = open_app()
+    app.create(CreateTask(name="odd", prompt="p", trigger=trigger), at(0))
+    for i in range(60):  # past a snapshot (every 100 events)
+        app.dispatch("odd", f"r{i}", "condition", at(60 * i + 1))
+        app.finish("odd", f"r{i}", at(60 * i + 30), status="completed", cost_usd=0.001)
+    rebuilt = open_app().get("odd")
+    assert rebuilt.spec.trigger == trigger
+    assert rebuilt.runs_dispatched == 60
 
 
 def test_concurrent_writers_lose_nothing(open_app: type[Tasks]) -> None:

@@ -10,11 +10,11 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from contracts.executors import Executor
+from contracts.executors import Executor, ToolStep
 from contracts.traces import Trace
 from services.compiler import health as h
 from services.compiler.compile import compile
-from services.compiler.store import ExecutorStore
+from services.compiler.store import ExecutorAggregate, ExecutorStore
 from services.kernel.event_store import application_env
 from services.kernel.settings import Settings
 
@@ -278,3 +278,55 @@ def test_listing_finds_every_task(store: ExecutorStore) -> None:
     # An outcome for a task nobody compiled does not create one.
     store.record_replay("ghost", run_id="x", version=1, ok=True)
     assert "ghost" not in store.task_ids()
+
+
+# Objects eventsourcing's JSON decoder would take for its own encoded values.
+LOOKALIKES = {
+    "unknown": {"_type_": "note", "_data_": 1},
+    "registered": {"_type_": "datetime_iso", "_data_": "2025-01-01T00:00:00"},
+}
+
+
+def test_tool_inputs_shaped_like_library_values_read_back_as_recorded(
+    store: ExecutorStore, settings: Settings, clock: Clock
+) -> None:
+    recorded = executor()
+    first = recorded.steps[0]
+    assert isinstance(first, ToolStep)
+    steps = [msgspec.structs.replace(first, input={**first.input, **LOOKALIKES})]
+    store.record_trace("t", "r1", msgspec.structs.replace(recorded, steps=steps))
+    for i in range(5):  # past a snapshot (every 4 events)
+        succeed(store, f"x{i}")
+    other = ExecutorStore(application_env(settings, "compiler"), snapshot_every=4, clock=clock)
+    try:
+        found, state = other.lookup_active("t")
+        assert found is not None and state is not None and state.replays == 5
+        assert isinstance(found.steps[0], ToolStep)
+        assert {k: found.steps[0].input[k] for k in LOOKALIKES} == LOOKALIKES
+        assert len(other.history("t")) == 6
+    finally:
+        other.close()
+
+
+def test_events_stored_as_plain_data_by_earlier_versions_still_read(
+    store: ExecutorStore, settings: Settings, clock: Clock
+) -> None:
+    aggregate = ExecutorAggregate("t")
+    compiled = h.Compiled(
+        at=T0,
+        version=1,
+        executor=msgspec.to_builtins(msgspec.structs.replace(executor(), version=1)),
+        source_run_id="r1",
+    )
+    aggregate.trigger_event(
+        ExecutorAggregate.Recorded, task_id="t", data=msgspec.to_builtins(compiled)
+    )
+    store.save(aggregate)
+    succeed(store, "x1")  # recorded the current way, after the old one
+    other = ExecutorStore(application_env(settings, "compiler"), snapshot_every=4, clock=clock)
+    try:
+        found, state = other.lookup_active("t")
+        assert found is not None and found.version == 1
+        assert state is not None and state.versions[0].success_count == 1
+    finally:
+        other.close()
