@@ -9,13 +9,49 @@ from typing import Any
 
 import msgspec
 
+from contracts.tools import ToolMetadata
+from services.kernel.secrets import redact
+
 TRUNCATION_MARK = "\n[... truncated]"
+
+# Metadata strings the page chooses (its title, its URL) ride in every reply and
+# finished event beside the bounded output, and become replay expectations: held to
+# what a person would still read, far under NATS' 1 MB payload.
+MAX_TITLE_CHARS = 1024
+MAX_URL_CHARS = 8 * 1024
+# A URL quoted in an error message: enough to recognise it.
+MAX_QUOTED_URL_CHARS = 300
+# A tool failure's message (it quotes what the call was given).
+MAX_MESSAGE_CHARS = 2000
+ELLIPSIS = "\u2026"
 
 
 def bound_text(text: str, max_chars: int) -> tuple[str, bool]:
     if len(text) <= max_chars:
         return text, False
     return text[:max_chars] + TRUNCATION_MARK, True
+
+
+def cut_text(text: str, max_chars: int) -> str:
+    """`text` at most `max_chars` long, ending in an ellipsis when it was cut: for a
+    string read as one piece (a title, a URL, a message), where the mark would not fit.
+    Secrets are masked before a cut: half a password (a URL's, cut inside its userinfo)
+    no longer looks like one to the redaction that runs later."""
+    if len(text) <= max_chars:
+        return text
+    text = redact(text)
+    if len(text) <= max_chars:
+        return text
+    return text[: max_chars - 1] + ELLIPSIS
+
+
+def bound_metadata(metadata: ToolMetadata) -> ToolMetadata:
+    """The metadata with its page-chosen strings cut (the same object if none was)."""
+    url = None if metadata.url is None else cut_text(metadata.url, MAX_URL_CHARS)
+    title = None if metadata.title is None else cut_text(metadata.title, MAX_TITLE_CHARS)
+    if url == metadata.url and title == metadata.title:
+        return metadata
+    return msgspec.structs.replace(metadata, url=url, title=title)
 
 
 def encoded_size(value: Any) -> int:

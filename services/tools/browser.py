@@ -58,6 +58,11 @@ CHROMIUM_ARGS: tuple[str, ...] = (
 )
 
 
+# Opening a context and its page takes well under a second; a browser that takes this
+# long is treated as unusable.
+CREATE_TIMEOUT_S = 10.0
+
+
 class BrowserUnavailable(Exception):
     """No Chromium could be launched."""
 
@@ -305,6 +310,24 @@ class BrowserPool:
     async def _new_warm(self) -> _Warm:
         browser = await self._ensure_browser()
         generation = self._generation
+        # Shielded: a newContext cut short (a call's deadline) is still carried out by
+        # Chromium, and the context it makes would belong to nobody, never closed. So
+        # it runs to the end, bounded, and is closed if our caller was cancelled meanwhile.
+        warm: _Warm | None = None
+        with anyio.move_on_after(CREATE_TIMEOUT_S, shield=True):
+            warm = await self._create(browser, generation)
+        if warm is None:
+            raise BrowserUnavailable(
+                f"Chromium did not open a browser context within {CREATE_TIMEOUT_S:g}s"
+            )
+        try:
+            await anyio.lowlevel.checkpoint_if_cancelled()
+        except BaseException:
+            await self._close_context(warm.context)
+            raise
+        return warm
+
+    async def _create(self, browser: Browser, generation: int) -> _Warm:
         width, height = self.config.viewport
         context = await browser.new_context(
             viewport={"width": width, "height": height},
@@ -315,8 +338,7 @@ class BrowserPool:
         try:
             page = await context.new_page()
         except BaseException:
-            with anyio.CancelScope(shield=True):
-                await self._close_context(context)
+            await self._close_context(context)
             raise
         return _Warm(context, page, generation)
 
@@ -384,8 +406,12 @@ class BrowserPool:
                 log.debug("session_opened", run_id=run_id, pooled=pooled)
                 return session
         finally:
-            if not lock.statistics().tasks_waiting:
-                self._creating.pop(run_id, None)
+            # A released lock passes straight to its next waiter, which then no longer
+            # counts as waiting: forgetting the lock while it is held would let the
+            # next caller make a second lock, and a second session for the run.
+            idle = not lock.locked() and not lock.statistics().tasks_waiting
+            if idle and self._creating.get(run_id) is lock:
+                del self._creating[run_id]
 
     def _live(self, run_id: str) -> Session | None:
         session = self._sessions.get(run_id)
@@ -435,6 +461,19 @@ class BrowserPool:
     @property
     def warm_count(self) -> int:
         return len(self._warm)
+
+    async def open_contexts(self) -> int:
+        """How many browser contexts Chromium holds, as Chromium counts them: Playwright's
+        own list misses one whose creation it stopped waiting for."""
+        browser = self._browser
+        if browser is None or not browser.is_connected():
+            return 0
+        cdp = await browser.new_browser_cdp_session()
+        try:
+            reply = await cdp.send("Target.getBrowserContexts")
+        finally:
+            await cdp.detach()
+        return len(reply["browserContextIds"])
 
     async def wait_warm(self, count: int | None = None, timeout: float = 30.0) -> None:
         """Wait until the pool holds `count` (default: pool_size) warm contexts."""

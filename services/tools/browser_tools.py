@@ -18,7 +18,7 @@ from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 from contracts import tools as t
 from contracts.tools import ToolMetadata
-from services.tools.bounds import bound_text
+from services.tools.bounds import MAX_QUOTED_URL_CHARS, bound_text, cut_text
 from services.tools.browser import Session
 from services.tools.extraction import EXTRACT_JS, parse_field_spec, readable_text
 from services.tools.outcome import Outcome, ToolFailure
@@ -65,6 +65,11 @@ class Budget:
 def _first_line(exc: PlaywrightError) -> str:
     text = (exc.message or str(exc)).strip()
     return text.splitlines()[0][:500] if text else type(exc).__name__
+
+
+def _quoted(url: str) -> str:
+    """A URL as an error message quotes it: the call's input may be up to a megabyte."""
+    return cut_text(url, MAX_QUOTED_URL_CHARS)
 
 
 def _is_selector_syntax(exc: PlaywrightError) -> bool:
@@ -164,7 +169,7 @@ async def navigate(
             await stop_loading(page)  # or it would interrupt the run's next call
             raise ToolFailure(
                 "timeout",
-                f"{args.url} did not load in time",
+                f"{_quoted(args.url)} did not load in time",
                 metadata=ToolMetadata(url=page.url),
             ) from None
         except PlaywrightError as exc:
@@ -178,7 +183,7 @@ async def navigate(
             await _settle(page, budget, limits)
             raise ToolFailure(
                 "navigation_failed",
-                f"cannot open {args.url}: {_first_line(exc)}",
+                f"cannot open {_quoted(args.url)}: {_first_line(exc)}",
                 metadata=ToolMetadata(url=page.url),
             ) from None
     await _settle(page, budget, limits)

@@ -35,6 +35,9 @@ def check_allowed(tool: str, allowed_tools: Iterable[str]) -> None:
 def split_command(command: str) -> list[str]:
     """POSIX-shell word splitting; the command then runs without a shell, so `;`, `|`,
     `$(...)` and redirections are plain characters, never operators."""
+    if "\x00" in command:
+        # exec cannot pass it in an argument: refused here, not failing at spawn.
+        raise ServiceError("invalid_request", "the command contains NUL", field="input.command")
     try:
         argv = shlex.split(command)
     except ValueError as exc:

@@ -32,7 +32,7 @@ from services.kernel.logs import get_logger
 from services.kernel.runtime import ServiceContext
 from services.kernel.secrets import redact, redact_struct, redact_value
 from services.tools.browser import BrowserPool
-from services.tools.specs import definitions
+from services.tools.specs import check_nesting, definitions
 from services.tools.toolbox import ToolBox, ToolsConfig, event_input
 
 log = get_logger("rote.tools")
@@ -144,12 +144,14 @@ async def serve(
                 structlog.contextvars.reset_contextvars(**tokens)
 
         async def run_call(call: ExecTool, call_id: str) -> ToolResult:
+            # Before the started event: recording the input walks it recursively.
+            check_nesting(call.input)
             started = events.started(call, call_id)
             try:
                 await events.publish(call, call_id, started)
             except Exception as exc:
                 # A call whose start cannot even be sent must not run: its trace would lie.
-                log.error("tool_event_unpublished", event="started", error=str(exc))
+                log.error("tool_event_unpublished", which="started", error=str(exc))
                 raise ServiceError(
                     "unavailable", f"cannot record the tool call on JetStream: {exc}"
                 ) from None
@@ -188,7 +190,7 @@ async def serve(
                         await events.publish(call, call_id, finished)
                     except Exception as exc:
                         # The tool ran: its result matters more than the event.
-                        log.error("tool_event_unpublished", event="finished", error=str(exc))
+                        log.error("tool_event_unpublished", which="finished", error=str(exc))
             if refusal is not None:
                 if refusal.code != "internal":  # already logged, with its traceback
                     log.info("tool_refused", code=refusal.code, error=refusal.message)

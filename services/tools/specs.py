@@ -12,6 +12,7 @@ import msgspec
 from contracts import tools as t
 from contracts.llm import ToolDefinition
 from services.kernel.errors import ServiceError, validation_error
+from services.llm.messages import MAX_NESTING, nesting_depth
 
 Kind = Literal["browser", "local"]
 
@@ -181,12 +182,27 @@ def _invalid(message: str, field: str) -> ServiceError:
     return ServiceError("invalid_request", message, field=f"input.{field}")
 
 
+def check_nesting(raw: dict[str, Any]) -> None:
+    """A call's input nested deeper than any tool's input (or any model's tool_use)
+    would exhaust Python's stack wherever it is walked: `invalid_request`."""
+    if nesting_depth(raw) > MAX_NESTING:
+        raise ServiceError(
+            "invalid_request",
+            f"the input is nested more than {MAX_NESTING} levels deep",
+            field="input",
+        )
+
+
 def validate_input(tool: str, raw: dict[str, Any]) -> t.ToolInput:
     """Decode a call's input into its tool's Struct; a mismatch is `invalid_request`
     naming the field as `input.<name>`."""
     spec = spec_for(tool)
     try:
         value = msgspec.convert(raw, spec.input_type)
+    except RecursionError:  # check_nesting runs first; kept should a caller skip it
+        raise ServiceError(
+            "invalid_request", f"{tool}: the input is nested too deeply", field="input"
+        ) from None
     except msgspec.ValidationError as exc:
         err = validation_error(exc)
         # msgspec writes a dict value's path as `fields[...]`: name the dict.

@@ -19,7 +19,7 @@ from contracts.tools import ExecTool, ToolResult
 from services.kernel.errors import ServiceError
 from services.kernel.settings import Settings, SettingsError
 from services.tools import local, policy
-from services.tools.bounds import bound_value
+from services.tools.bounds import MAX_MESSAGE_CHARS, bound_metadata, bound_value, cut_text
 from services.tools.browser import BrowserConfig, BrowserPool, BrowserUnavailable
 from services.tools.browser_tools import (
     BROWSER_TOOLS,
@@ -110,7 +110,8 @@ class ToolBox:
 
     async def run(self, prepared: Prepared) -> ToolResult:
         """Run a prepared call under its timeout. A tool failure is ok=false; only an
-        unusable browser is raised (ServiceError `unavailable`)."""
+        unusable browser is raised (ServiceError `unavailable`). Output, metadata and
+        error message are bounded here, so reply and finished event fit a NATS payload."""
         call = prepared.call
         started = time.perf_counter()
         outcome: Outcome | None = None
@@ -134,7 +135,7 @@ class ToolBox:
             output=output,
             truncated=outcome.truncated or cut,
             duration_ms=_ms_since(started),
-            metadata=outcome.metadata,
+            metadata=bound_metadata(outcome.metadata),
         )
 
     async def execute(self, call: ExecTool) -> ToolResult:
@@ -147,8 +148,10 @@ class ToolBox:
             output=output,
             truncated=failure.truncated or cut,
             duration_ms=_ms_since(started),
-            metadata=failure.metadata,
-            error=ErrorInfo(code=failure.code, message=failure.message),
+            metadata=bound_metadata(failure.metadata),
+            error=ErrorInfo(
+                code=failure.code, message=cut_text(failure.message, MAX_MESSAGE_CHARS)
+            ),
         )
 
     async def _dispatch(self, prepared: Prepared) -> Outcome:

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from services.tools.browser import BrowserConfig, BrowserPool, BrowserUnavailable
@@ -93,6 +94,50 @@ async def test_concurrent_first_calls_of_one_run_share_one_context() -> None:
                 tg.start_soon(grab)
         assert len({id(s) for s in sessions}) == 1
         assert list(pool.sessions) == ["run-x"]
+
+
+async def test_calls_cut_short_while_acquiring_leave_no_context_behind() -> None:
+    async with BrowserPool(BrowserConfig(pool_size=0)) as pool:
+        await pool.acquire("run-warm-up")  # launches Chromium
+        await pool.close_session("run-warm-up")
+        cut = 0
+        for i in range(30):
+            # A call's deadline expiring while its run's context is being opened.
+            with anyio.move_on_after(0.002 + 0.003 * (i % 10)) as scope:
+                await pool.acquire(f"run-{i}")
+            cut += scope.cancelled_caught
+            await pool.close_session(f"run-{i}")  # what the runner does at the run's end
+        assert cut >= 10
+        assert pool.sessions == {}
+        assert await pool.open_contexts() == 0
+        assert pool._browser is not None and pool._browser.contexts == []
+
+
+async def test_a_caller_cut_short_does_not_let_its_run_get_two_contexts() -> None:
+    async with BrowserPool(BrowserConfig(pool_size=0)) as pool:
+        await pool.acquire("run-warm-up")
+        await pool.close_session("run-warm-up")
+        sessions = []
+        gave_up = anyio.Event()
+
+        async def grab() -> None:
+            sessions.append(await pool.acquire("run-x"))
+
+        async def cut_short() -> None:
+            with anyio.move_on_after(0.005):
+                await pool.acquire("run-x")
+            gave_up.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(cut_short)
+            await anyio.lowlevel.checkpoint()  # it opens the run's context...
+            tg.start_soon(grab)  # ...while this one waits for it
+            await gave_up.wait()
+            # The waiter is opening the context now; a third call arrives meanwhile.
+            tg.start_soon(grab)
+        assert len(sessions) == 2 and sessions[0] is sessions[1]
+        assert list(pool.sessions) == ["run-x"]
+        assert await pool.open_contexts() == 1
 
 
 async def test_idle_sessions_are_reaped_but_busy_ones_are_not() -> None:

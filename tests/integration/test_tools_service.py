@@ -141,6 +141,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send("<title>Tall</title><div style='height:5000px'>top</div>")
             case "/missing":
                 self._send("<title>Nope</title>not here", status=404)
+            case "/bigtitle":  # alone bigger than a NATS payload
+                self._send(f"<title>{'T' * 1_100_000}</title><p>big</p>")
             case _:
                 self._send("<title>?</title>", status=404)
 
@@ -524,6 +526,11 @@ async def test_refusals_are_structured_errors_and_nothing_runs(tools: Tools, sit
         ("browser_navigate", {"url": "file:///etc/passwd"}, {}, "invalid_request", "input.url"),
         ("browser_extract", {"selector": "li", "limit": "ten"}, {}, "invalid_request",
          "input.limit"),
+        # exec cannot pass a NUL: refused, not a failed spawn answered `internal`.
+        ("shell_exec", {"command": f"echo a\x00b; touch {marker}"}, {}, "invalid_request",
+         "input.command"),
+        # Deeper than Python's stack would let the input be walked.
+        ("noop", {"echo": _nested(600)}, {}, "invalid_request", "input"),
     ]  # fmt: skip
     for tool, input, kw, code, field in cases:
         err = await tools.refused(tool, input, **kw)
@@ -532,6 +539,13 @@ async def test_refusals_are_structured_errors_and_nothing_runs(tools: Tools, sit
         await _still_serving(tools, site)
     assert not marker.exists()
     assert not (tools.root.parent / "escape.txt").exists()
+
+
+def _nested(depth: int) -> Any:
+    value: Any = "x"
+    for _ in range(depth):
+        value = {"a": value}
+    return value
 
 
 async def test_symlink_escape_is_refused(tools: Tools, site: str) -> None:
@@ -741,6 +755,59 @@ async def test_a_retried_step_is_not_deduplicated(tools: Tools, site: str) -> No
         f"{run_id}:a2-b0:started",
         f"{run_id}:a2-b0:finished",
     ]
+
+
+async def test_a_call_whose_events_cannot_be_recorded(
+    tools: Tools, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_publish = tools_service.ToolEvents.publish
+    failing: set[str] = set()
+
+    async def publish(self: Any, call: ExecTool, call_id: str, event: ToolEvent) -> None:
+        if event.event in failing:
+            raise ConnectionError("JetStream is unreachable")
+        await real_publish(self, call, call_id, event)
+
+    monkeypatch.setattr(tools_service.ToolEvents, "publish", publish)
+    written = tools.root / "written.txt"
+    write = {"path": "written.txt", "content": "x"}
+    # Its start cannot be recorded: the call does not run (its trace would lie).
+    failing.add("started")
+    err = await tools.refused("file_write", write, run_id="run-nojs")
+    assert (err.code, err.status) == ("unavailable", 503)
+    assert "JetStream is unreachable" in err.message
+    assert not written.exists()
+    # Its end cannot be recorded: the tool ran, and its result still comes back.
+    failing.clear()
+    failing.add("finished")
+    result = await tools.call("file_write", write, run_id="run-nojs")
+    assert result.ok and result.output == {"path": str(written), "bytes": 1}
+    assert written.read_text() == "x"
+    failing.clear()
+    [(_, started)] = await _tool_events(tools.bus, "run-nojs", 1)
+    assert started.event == "started" and started.tool == "file_write"
+    assert (await tools.call("shell_exec", {"command": "echo still here"})).ok
+
+
+async def test_a_huge_page_title_is_cut_in_reply_and_event(tools: Tools, site: str) -> None:
+    nav = await tools.call("browser_navigate", {"url": site + "/bigtitle"}, run_id="run-title")
+    assert nav.ok and nav.metadata.http_status == 200
+    title = nav.metadata.title
+    assert title is not None and len(title) <= 1024
+    assert title.startswith("TTTT") and title.endswith("\u2026")
+    events = await _tool_events(tools.bus, "run-title", 2)
+    finished = events[1][1]
+    assert finished.event == "finished" and finished.ok
+    assert finished.metadata is not None and finished.metadata.title == title
+    await _still_serving(tools, site)
+
+
+async def test_an_error_quotes_only_the_start_of_a_long_url(tools: Tools) -> None:
+    url = f"http://127.0.0.1:{free_port()}/" + "a" * 200_000  # nothing listens there
+    nav = await tools.call("browser_navigate", {"url": url}, run_id="run-long-url")
+    assert nav.error is not None and nav.error.code == "navigation_failed"
+    assert nav.error.message.startswith(f"cannot open {url[:100]}")
+    assert len(nav.error.message) < 1000
 
 
 async def test_large_outputs_are_bounded_in_reply_and_event(tools: Tools) -> None:

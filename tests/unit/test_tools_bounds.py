@@ -6,7 +6,17 @@ import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.tools.bounds import bound_text, bound_value, encoded_size
+from contracts.tools import ToolMetadata
+from services.kernel.secrets import MASK
+from services.tools.bounds import (
+    MAX_TITLE_CHARS,
+    MAX_URL_CHARS,
+    bound_metadata,
+    bound_text,
+    bound_value,
+    cut_text,
+    encoded_size,
+)
 from services.tools.extraction import FieldSpec, parse_field_spec, readable_text
 from services.tools.toolbox import event_input
 from tests.strategies import json_values
@@ -83,6 +93,24 @@ def test_bounded_values_fit_and_stay_json(value: object, limit: int) -> None:
     assert encoded_size(bounded) <= limit
     if not cut:
         assert bounded == value
+
+
+def test_page_chosen_metadata_is_cut_to_a_readable_size() -> None:
+    small = ToolMetadata(url="http://x.test/", title="Shop", http_status=200)
+    assert bound_metadata(small) is small
+    huge = ToolMetadata(url="http://x.test/?" + "q" * 2_000_000, title="T" * 1_100_000)
+    bounded = bound_metadata(huge)
+    assert bounded.url is not None and bounded.title is not None
+    assert len(bounded.url) == MAX_URL_CHARS and bounded.url.startswith("http://x.test/?qq")
+    assert len(bounded.title) == MAX_TITLE_CHARS and bounded.title.endswith("\u2026")
+
+
+def test_a_password_is_masked_before_a_cut_could_split_it() -> None:
+    # Cut inside its userinfo, the password would no longer look like one to redact().
+    url = "http://user:" + "p" * 50 + "@x.test/"
+    cut = cut_text(url, 30)
+    assert "ppp" not in cut and cut.startswith(f"http://user:{MASK}")
+    assert len(cut) <= 30
 
 
 def test_field_specs() -> None:

@@ -84,6 +84,9 @@ def test_unsplittable_command_is_invalid() -> None:
     err = _refusal(split_command, "echo 'unterminated")
     assert (err.code, err.field) == ("invalid_request", "input.command")
     assert _refusal(split_command, "   ").code == "invalid_request"
+    # exec cannot pass a NUL in an argument.
+    err = _refusal(split_command, "echo a\x00b")
+    assert (err.code, err.field) == ("invalid_request", "input.command")
 
 
 def test_an_unreadable_pattern_stops_the_tools_service_at_start(tmp_path: Path) -> None:

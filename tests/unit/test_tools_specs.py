@@ -12,7 +12,13 @@ from contracts import tools as t
 from contracts.llm import ToolDefinition
 from services.kernel.codec import decode, encode
 from services.kernel.errors import ServiceError
-from services.tools.specs import SPECS, definitions, input_schema, validate_input
+from services.tools.specs import (
+    SPECS,
+    check_nesting,
+    definitions,
+    input_schema,
+    validate_input,
+)
 
 TOOL_IO_NAMES = [
     "browser_navigate",
@@ -100,6 +106,19 @@ def test_bad_input_is_invalid_request_naming_the_field(
     err = _invalid(tool, raw)
     assert (err.code, err.field) == ("invalid_request", field)
     assert err.message
+
+
+def test_an_input_nested_past_any_tools_is_refused() -> None:
+    def nested(depth: int) -> dict[str, Any]:
+        value: Any = "x"
+        for _ in range(depth - 1):
+            value = {"a": value}
+        return {"echo": value}
+
+    check_nesting(nested(100))
+    with pytest.raises(ServiceError) as caught:
+        check_nesting(nested(100_000))  # far past Python's stack, walked without it
+    assert (caught.value.code, caught.value.field) == ("invalid_request", "input")
 
 
 def test_unknown_tool_is_not_found() -> None:
