@@ -251,20 +251,42 @@ class PinExecutor(Command, kw_only=True):
     version: PositiveInt | None
 
 
+class HistoryQuery(Command, kw_only=True):
+    """A page of a task's executor history: the `limit` newest events before event
+    number `before` (all of them when null), oldest first. The reply's `next_before`
+    asks for the page before it."""
+
+    task_id: SubjectToken
+    limit: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 100
+    before: PositiveInt | None = None
+
+
 class ListExecutors(Command, kw_only=True):
+    """Tasks in the order their executors were first recorded; `after` (a task_id from
+    the previous page) continues a listing."""
+
     status: ExecutorStatus | None = None
     limit: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 100
+    after: SubjectToken | None = None
 
 
 class ExecutorList(Reply, kw_only=True):
     executors: list[ExecutorHealth]
+    next_after: str | None = None  # more tasks follow: pass as `after`
 
 
 class ExecutorHistory(Reply, kw_only=True):
+    """`summaries`: every version; `versions`: the executors compiled by the events of
+    this page (a compiled event's executor is there, not repeated in the event);
+    `first_event`: the number of the page's first event (1 = the oldest)."""
+
     task_id: str
     versions: list[Executor]
     events: list[ExecutorEvent]
     summaries: list[VersionView] = []
+    first_event: int = 1
+    total_events: int = 0
+    next_before: int | None = None  # earlier events exist: pass as `before`
 
 
 class SavingsStats(Reply, kw_only=True):
@@ -273,4 +295,5 @@ class SavingsStats(Reply, kw_only=True):
     replays: int
     replay_failures: int
     total_cost_saved_usd: float
-    by_task: dict[str, float]
+    by_task: dict[str, float]  # the (at most 1000) tasks that saved most
+    by_task_omitted: int = 0  # tasks with an executor left out of by_task

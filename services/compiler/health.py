@@ -332,9 +332,27 @@ def status(health: Health) -> str:
     return health.versions[-1].status
 
 
-def _stats_of(version: VersionState) -> dict[str, Any]:
-    stats = version.executor.get("stats")
-    return stats if isinstance(stats, dict) else {}
+class _StoredStats(msgspec.Struct):
+    """An executor's stats as stored by any version: a missing count reads as 0."""
+
+    total_steps: int = 0
+    deterministic_steps: int = 0
+    templated_steps: int = 0
+    llm_steps: int = 0
+    estimated_replay_cost_usd: float = 0.0
+
+
+_NO_STATS = _StoredStats()
+
+
+def _stats_of(version: VersionState | None) -> _StoredStats:
+    """The version's stats as stored; an executor the contract no longer reads may hold
+    anything there, and counts as zeros rather than fail every query."""
+    stats = version.executor.get("stats") if version is not None else None
+    try:
+        return msgspec.convert(stats, _StoredStats, strict=False)
+    except (msgspec.ValidationError, TypeError):
+        return _NO_STATS
 
 
 def summary(health: Health) -> ExecutorHealth:
@@ -346,7 +364,7 @@ def summary(health: Health) -> ExecutorHealth:
         reason = version.status_reason
     elif version is None:
         reason = health.last_skip_reason and f"skipped: {health.last_skip_reason}"
-    stats = _stats_of(version) if version is not None else {}
+    stats = _stats_of(version)
     return ExecutorHealth(
         task_id=health.task_id,
         status=status(health),  # type: ignore[arg-type]
@@ -359,11 +377,11 @@ def summary(health: Health) -> ExecutorHealth:
         last_used_at=version.last_used_at if version else None,
         total_cost_saved_usd=round(health.total_cost_saved_usd, 9),
         source_run_id=version.source_run_id if version else None,
-        total_steps=int(stats.get("total_steps", 0)),
-        deterministic_steps=int(stats.get("deterministic_steps", 0)),
-        llm_steps=int(stats.get("llm_steps", 0)),
-        templated_steps=int(stats.get("templated_steps", 0)),
-        estimated_replay_cost_usd=float(stats.get("estimated_replay_cost_usd", 0.0)),
+        total_steps=stats.total_steps,
+        deterministic_steps=stats.deterministic_steps,
+        llm_steps=stats.llm_steps,
+        templated_steps=stats.templated_steps,
+        estimated_replay_cost_usd=stats.estimated_replay_cost_usd,
         full_run_cost_usd=round(full_run_cost(health), 9),
         status_reason=reason,
         compiled_at=version.compiled_at if version else None,
@@ -505,8 +523,18 @@ def decide_full_run(
 def decide_lookup(health: Health, *, now: datetime, rules: Rules) -> list[HealthEvent]:
     """Health applied at lookup: a stale or undecodable current version is superseded
     (then the next candidate is checked too)."""
+    return _looked_up(health, now, rules)[1]
+
+
+def as_of(health: Health, *, now: datetime, rules: Rules) -> Health:
+    """The state a lookup at `now` would leave, without recording anything: what the
+    queries show, so they never call active a version the next lookup would refuse."""
+    return _looked_up(health, now, rules)[0]
+
+
+def _looked_up(health: Health, now: datetime, rules: Rules) -> tuple[Health, list[HealthEvent]]:
     events: list[HealthEvent] = []
-    probe = msgspec.convert(msgspec.to_builtins(health), Health)  # scratch copy to fold into
+    probe = health
     while (version := current(probe)) is not None:
         reason = stale_reason(probe, now, rules)
         if reason is None:
@@ -516,11 +544,13 @@ def decide_lookup(health: Health, *, now: datetime, rules: Rules) -> list[Health
                 reason = f"cannot be decoded: {exc}"
         if reason is None:
             break
+        if probe is health:  # a scratch copy to fold into, made only when needed
+            probe = msgspec.convert(msgspec.to_builtins(health), Health)
         step = _retire(probe, version.version, now, reason)
         for event in step:
             apply(probe, event)
         events += step
-    return events
+    return probe, events
 
 
 def decide_invalidate(health: Health, *, reason: str, by: str, at: datetime) -> list[HealthEvent]:

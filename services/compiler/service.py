@@ -10,7 +10,7 @@ rote.evt.executor.<task_id>.<event> through the relay, never directly.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from functools import partial
 
@@ -30,6 +30,7 @@ from contracts.executors import (
     ExecutorHistory,
     ExecutorList,
     ExecutorRef,
+    HistoryQuery,
     InvalidateExecutor,
     ListExecutors,
     PinExecutor,
@@ -48,14 +49,17 @@ from services.kernel.consumers import Reject, consume, durable_config
 from services.kernel.endpoints import Endpoint, start_service, stop_service
 from services.kernel.errors import ServiceError
 from services.kernel.event_store import application_env
+from services.kernel.lease import Lease
 from services.kernel.logs import get_logger
 from services.kernel.relay import EventRelay, Outgoing
 from services.kernel.runtime import ServiceContext
 from services.kernel.settings import Settings
+from services.kernel.streams import KV_TTL_S
 from services.llm.pricing import PriceTable, PriceTableError, default_table, load_price_table
 
 log = get_logger("rote.compiler")
 
+RELAY_LEASE = "relay.compiler"
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # contracts.base.SubjectToken
 
 
@@ -176,7 +180,7 @@ class Compiler:
         return ActiveExecutor(executor=executor, health=h.summary(state))
 
     async def _state(self, task_id: str) -> h.Health:
-        state = await anyio.to_thread.run_sync(self.store.health, task_id)
+        state = await anyio.to_thread.run_sync(self.store.health_now, task_id)
         if state is None:
             raise ServiceError("not_found", f"task {task_id} has no executor")
         return state
@@ -184,23 +188,32 @@ class Compiler:
     async def get(self, ref: ExecutorRef) -> ExecutorHealth:
         return h.summary(await self._state(ref.task_id))
 
-    async def history(self, ref: ExecutorRef) -> ExecutorHistory:
-        state = await self._state(ref.task_id)
-        events = await anyio.to_thread.run_sync(self.store.history, ref.task_id)
-        return views.history(ref.task_id, state, events)
+    async def history(self, query: HistoryQuery) -> ExecutorHistory:
+        state = await self._state(query.task_id)
+        events = await anyio.to_thread.run_sync(self.store.history, query.task_id)
+        return views.history(query.task_id, state, events, query)
 
-    async def _all_states(self) -> list[h.Health]:
-        def read() -> list[h.Health]:
-            states = (self.store.health(task_id) for task_id in self.store.task_ids())
-            return [state for state in states if state is not None]
-
-        return await anyio.to_thread.run_sync(read)
+    async def _all_states(self, after: str | None = None) -> AsyncIterator[h.Health]:
+        """Every task's state (health.as_of applied), in the order the tasks were first
+        recorded, starting after task `after`; read lazily in worker threads."""
+        task_ids = await anyio.to_thread.run_sync(self.store.task_ids)
+        if after is not None:
+            task_ids = task_ids[task_ids.index(after) + 1 :] if after in task_ids else []
+        for task_id in task_ids:
+            state = await anyio.to_thread.run_sync(self.store.health_now, task_id)
+            if state is not None:
+                yield state
 
     async def list(self, query: ListExecutors) -> ExecutorList:
-        summaries = [h.summary(state) for state in await self._all_states()]
-        if query.status is not None:
-            summaries = [x for x in summaries if x.status == query.status]
-        return ExecutorList(executors=summaries[: query.limit])
+        found: list[ExecutorHealth] = []
+        async for state in self._all_states(query.after):
+            summary = h.summary(state)
+            if query.status is not None and summary.status != query.status:
+                continue
+            if len(found) == query.limit:  # one more matches: there is a next page
+                return ExecutorList(executors=found, next_after=found[-1].task_id)
+            found.append(summary)
+        return ExecutorList(executors=found)
 
     async def invalidate(self, command: InvalidateExecutor) -> ExecutorHealth:
         try:
@@ -225,7 +238,7 @@ class Compiler:
         return h.summary(state)
 
     async def stats(self, _: Empty) -> SavingsStats:
-        return views.savings(await self._all_states())
+        return views.savings([state async for state in self._all_states()])
 
     def endpoints(self) -> list[Endpoint]:
         def ep(name: str, subject: str, request: type, handler: object, text: str) -> Endpoint:
@@ -241,7 +254,11 @@ class Compiler:
             ),
             ep("get", s.EXECUTORS_GET, ExecutorRef, self.get, "health of a task's executor"),
             ep(
-                "history", s.EXECUTORS_HISTORY, ExecutorRef, self.history, "every version and event"
+                "history",
+                s.EXECUTORS_HISTORY,
+                HistoryQuery,
+                self.history,
+                "a task's versions and events, a page at a time",
             ),
             ep("list", s.EXECUTORS_LIST, ListExecutors, self.list, "every task's executor health"),
             ep(
@@ -279,7 +296,10 @@ async def serve(
     service = None
     try:
         async with anyio.create_task_group() as tg:
-            await tg.start(relay.run)
+            # One compiler process publishes at a time (see kernel/relay.py).
+            leases = await ctx.bus.js.key_value(s.BUCKET_LEASES)
+            lease = Lease(leases, RELAY_LEASE, ttl_s=KV_TTL_S[s.BUCKET_LEASES])
+            await tg.start(partial(relay.run_leased, lease))
             await tg.start(
                 partial(
                     consume,

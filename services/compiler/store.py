@@ -232,8 +232,14 @@ class ExecutorStore(Application[uuid.UUID]):
     # --- queries ------------------------------------------------------------------------
 
     def health(self, task_id: str) -> h.Health | None:
+        """The state as recorded."""
         aggregate = self.load(task_id)
         return aggregate.health if aggregate is not None else None
+
+    def health_now(self, task_id: str) -> h.Health | None:
+        """The state as the next lookup would leave it (health.as_of): what queries show."""
+        state = self.health(task_id)
+        return h.as_of(state, now=self.clock(), rules=self.rules) if state is not None else None
 
     def history(self, task_id: str) -> list[h.HealthEvent]:
         """Every recorded event of the task, oldest first."""

@@ -11,26 +11,44 @@ from contracts.executors import (
     ExecutorEvent,
     ExecutorHealth,
     ExecutorHistory,
+    HistoryQuery,
     SavingsStats,
 )
 from services.compiler import health as h
+
+MAX_STATS_TASKS = 1000  # tasks named in the savings ledger's by_task
 
 
 def none_health(task_id: str) -> ExecutorHealth:
     return ExecutorHealth(task_id=task_id, status="none")
 
 
-def history(task_id: str, state: h.Health, events: Iterable[h.HealthEvent]) -> ExecutorHistory:
-    """Every version (those the current contract can still read) and every event."""
+def history(
+    task_id: str, state: h.Health, events: list[h.HealthEvent], query: HistoryQuery
+) -> ExecutorHistory:
+    """One page of the history (see HistoryQuery); events are numbered from 1, oldest
+    first. Bounded, so a long-lived task's history still fits in a reply."""
+    total = len(events)
+    end = total if query.before is None else min(query.before - 1, total)
+    start = max(0, end - query.limit)
     versions: list[Executor] = []
-    for version in state.versions:
-        try:
-            versions.append(h.decode_executor(version.executor))
-        except (msgspec.ValidationError, TypeError):
+    wire: list[ExecutorEvent] = []
+    for event in events[start:end]:
+        out = h.to_wire(task_id, event)
+        if out is None:
             continue
-    wire: list[ExecutorEvent] = [e for e in (h.to_wire(task_id, x) for x in events) if e]
+        if out.executor is not None:  # carried once, in `versions`
+            versions.append(out.executor)
+            out = msgspec.structs.replace(out, executor=None)
+        wire.append(out)
     return ExecutorHistory(
-        task_id=task_id, versions=versions, events=wire, summaries=h.version_views(state)
+        task_id=task_id,
+        versions=versions,
+        events=wire,
+        summaries=h.version_views(state),
+        first_event=start + 1,
+        total_events=total,
+        next_before=start + 1 if start > 0 else None,
     )
 
 
@@ -47,11 +65,14 @@ def savings(states: Iterable[h.Health]) -> SavingsStats:
         failures += state.replay_failures
         total += state.total_cost_saved_usd
         by_task[state.task_id] = round(state.total_cost_saved_usd, 9)
+    # Bounded, so the ledger fits in a reply however many tasks there are.
+    top = sorted(by_task.items(), key=lambda item: item[1], reverse=True)[:MAX_STATS_TASKS]
     return SavingsStats(
         executors=executors,
         active=active,
         replays=replays,
         replay_failures=failures,
         total_cost_saved_usd=round(total, 9),
-        by_task=by_task,
+        by_task=dict(top),
+        by_task_omitted=len(by_task) - len(top),
     )

@@ -7,6 +7,9 @@ remembers how far it got in the `rote_relay` key-value bucket, after each event;
 dies after publishing but before saving its position, the republished event carries
 the same Nats-Msg-Id and the stream drops it as a duplicate (within the stream's
 duplicate window, set in services/kernel/streams.py).
+
+Several processes of one service share one store; `run_leased` lets one relay publish
+at a time (the others wait as standbys), or each event would go out once per process.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from nats.js.kv import KeyValue
 
 from contracts import subjects as s
 from services.kernel.bus import Bus
+from services.kernel.lease import Lease, LeaseLost
 from services.kernel.logs import get_logger
 
 log = get_logger("rote.relay")
@@ -167,3 +171,21 @@ class EventRelay:
                 log.warning("relay_publish_failed", relay=self.name, error=str(exc))
             with anyio.move_on_after(self.poll_interval_s):
                 await self._wake.wait()
+
+    async def run_leased(
+        self, lease: Lease, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """`run` while holding `lease`; standing by while another process holds it, and
+        again after losing it. Started at once: a standby serves everything else."""
+        task_status.started()
+        while True:
+            await lease.acquire()
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(lease.keep)
+                    # From the shared position: the last holder moved it on.
+                    await tg.start(self.run)
+            except* LeaseLost as lost:
+                log.warning("relay_lease_lost", relay=self.name, error=str(lost.exceptions[0]))
+            finally:
+                await lease.release()

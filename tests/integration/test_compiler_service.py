@@ -4,6 +4,7 @@ publishes what was stored but not yet published, once."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -34,7 +35,7 @@ from contracts.executors import (
 )
 from contracts.runs import ModelTokens, ReplayOutcome, RunEvent
 from contracts.traces import Trace, TraceCaptured
-from services.compiler.service import serve
+from services.compiler.service import RELAY_LEASE, serve
 from services.kernel.bus import Bus
 from services.kernel.codec import decode
 from services.kernel.errors import RemoteError
@@ -380,7 +381,9 @@ async def test_bad_requests_get_structured_errors(settings: Settings, bus: Bus) 
             (s.EXECUTORS_GET, b'{"task_id": "x", "colour": 1}', "invalid_request", "colour"),
             (s.EXECUTORS_GET, b'{"task_id": "nobody"}', "not_found", None),
             (s.EXECUTORS_HISTORY, b'{"task_id": "nobody"}', "not_found", None),
-            (s.EXECUTORS_INVALIDATE, b'{"task_id": "x"}', "invalid_request", None),
+            (s.EXECUTORS_INVALIDATE, b'{"task_id": "x"}', "invalid_request", "reason"),
+            (s.EXECUTORS_HISTORY, b'{"task_id": "x", "before": 0}', "invalid_request", "before"),
+            (s.EXECUTORS_LIST, b'{"after": "a b"}', "invalid_request", "after"),
             (s.EXECUTORS_INVALIDATE, b'{"task_id": "x", "reason": "r"}', "not_found", None),
             (s.EXECUTORS_PIN, b'{"task_id": "x", "version": 0}', "invalid_request", "version"),
             (s.EXECUTORS_LIST, b'{"limit": 0}', "invalid_request", "limit"),
@@ -414,6 +417,100 @@ async def test_stale_executor_is_superseded_at_lookup(settings: Settings, bus: B
         assert (active.health.status_reason or "").startswith("stale: unused for 31 days")
         superseded = await until(lambda: executor_events(bus, "news", "superseded"))
         assert superseded[0].reason is not None and "stale" in superseded[0].reason
+
+
+async def test_queries_agree_with_a_lookup_about_a_stale_executor(
+    settings: Settings, bus: Bus
+) -> None:
+    """Before anything asks for the executor to replay (a paused task never does), get,
+    list and stats already show what that lookup would decide."""
+    now = [T0]
+    async with compiler(settings, bus, clock=lambda: now[0]):
+        await publish_trace(bus, trace("news_top3", "news", "run-1"))
+        await health_when(bus, "news", lambda h: h.version == 1)
+        now[0] = T0 + timedelta(days=31)
+        got = await health(bus, "news")
+        assert got.status == "superseded"
+        assert (got.status_reason or "").startswith("stale: unused for 31 days")
+        listed = await call(bus, s.EXECUTORS_LIST, {"status": "active"}, ExecutorList)
+        assert listed.executors == []
+        stats = await call(bus, s.EXECUTORS_STATS, {}, SavingsStats)
+        assert (stats.executors, stats.active) == (1, 0)
+        assert await executor_events(bus, "news", "superseded") == []  # nothing recorded
+        active = await call(bus, s.EXECUTORS_ACTIVE, {"task_id": "news"}, ActiveExecutor)
+        assert active.executor is None and active.health == got
+
+
+async def test_a_long_history_and_many_executors_come_a_page_at_a_time(
+    settings: Settings, bus: Bus
+) -> None:
+    async with compiler(settings, bus):
+        for task in ("a", "b", "c"):
+            await publish_trace(bus, trace("news_top3", task, f"run-{task}"))
+        await health_when(bus, "c", lambda h: h.version == 1)
+        for i in range(7):
+            await publish_run(bus, "a", f"r{i}", "completed", replay=replay(1, True))
+        await health_when(bus, "a", lambda h: h.replays == 7)  # in order: another stream
+        await publish_trace(bus, trace("news_top3", "a", "run-a2"))
+        await health_when(bus, "a", lambda h: h.version == 2 and h.replays == 7)
+
+        # 1 compiled, 7 replays, compiled v2, v1 superseded: 10 events, newest page first.
+        pages: list[ExecutorHistory] = []
+        query: dict[str, Any] = {"task_id": "a", "limit": 4}
+        while True:
+            page = await call(bus, s.EXECUTORS_HISTORY, query, ExecutorHistory)
+            pages.append(page)
+            if page.next_before is None:
+                break
+            query["before"] = page.next_before
+        assert [(p.first_event, len(p.events), p.total_events) for p in pages] == [
+            (7, 4, 10),
+            (3, 4, 10),
+            (1, 2, 10),
+        ]
+        events = [e for p in reversed(pages) for e in p.events]
+        assert [e.event for e in events] == ["compiled"] + ["replay_succeeded"] * 7 + [
+            "compiled",
+            "superseded",
+        ]
+        # Each executor travels once, with the page that compiled it.
+        assert [[v.version for v in p.versions] for p in pages] == [[2], [], [1]]
+        assert all(e.executor is None for e in events)
+        assert [v.version for v in pages[0].summaries] == [1, 2]
+
+        first = await call(bus, s.EXECUTORS_LIST, {"limit": 2}, ExecutorList)
+        assert [e.task_id for e in first.executors] == ["a", "b"] and first.next_after == "b"
+        rest = await call(bus, s.EXECUTORS_LIST, {"limit": 2, "after": "b"}, ExecutorList)
+        assert [e.task_id for e in rest.executors] == ["c"] and rest.next_after is None
+
+
+async def test_two_compiler_processes_publish_each_event_once(settings: Settings, bus: Bus) -> None:
+    """Two compilers on one store: one relay publishes (the other stands by), so a plain
+    subscriber sees every event once; when the publisher stops, the other takes over."""
+    settings = dataclasses.replace(settings, event_store="sqlite")  # one file, two apps
+    published: list[str] = []
+
+    async def count(msg: Msg) -> None:
+        published.append(decode(msg.data, ExecutorEvent).event)
+
+    async def seen(n: int) -> bool:
+        return len(published) >= n
+
+    await bus.nc.subscribe(s.EXECUTOR_EVENTS_ALL, cb=count)
+    async with compiler(settings, bus):
+        async with compiler(settings, bus):
+            await publish_trace(bus, trace("news_top3", "news", "run-1"))
+            await health_when(bus, "news", lambda h: h.version == 1)  # before its outcome
+            await publish_run(bus, "news", "r1", "completed", replay=replay(1, True))
+            await health_when(bus, "news", lambda h: h.success_count == 1)
+            await until(lambda: seen(2))
+            await anyio.sleep(2.5)  # more than two relay polls
+            assert published == ["compiled", "replay_succeeded"]
+        # The inner one stopped (and released the lease if it held it).
+        await publish_run(bus, "news", "r2", "completed", replay=replay(1, True))
+        await until(lambda: seen(3))
+        await anyio.sleep(1.5)
+        assert published == ["compiled", "replay_succeeded", "replay_succeeded"]
 
 
 class CompilerProcess:
@@ -466,6 +563,12 @@ async def relay_position(bus: Bus) -> int:
     return int(entry.value or b"0")
 
 
+async def expire_relay_lease(bus: Bus) -> None:
+    """What the leases bucket's TTL does to a killed holder's key, 15 s later."""
+    kv = await bus.js.key_value(s.BUCKET_LEASES)
+    await kv.delete(RELAY_LEASE)
+
+
 async def test_an_event_stored_but_unpublished_when_killed_is_published_once_after_restart(
     settings: Settings, bus: Bus, tmp_path: Path
 ) -> None:
@@ -485,6 +588,7 @@ async def test_an_event_stored_but_unpublished_when_killed_is_published_once_aft
         await first.wait_for("relay_publish_failed")  # tried to publish, and failed
         position = await relay_position(bus)
         await first.kill()
+        await expire_relay_lease(bus)
 
         published: list[Msg] = []
 
@@ -508,10 +612,12 @@ async def test_an_event_stored_but_unpublished_when_killed_is_published_once_aft
         headers = published[0].headers or {}
         assert int(headers[s.HEADER_NOTIFICATION_ID]) > position
         await second.kill()
+        await expire_relay_lease(bus)
 
         third = CompilerProcess(settings, tmp_path / "compiler-3.log")
         processes.append(third)
         await third.wait_for(READY)
+        await third.wait_for("lease_acquired")  # its relay runs
         assert (await health(bus, "news")).version == 1  # it is up, on the same store
         await anyio.sleep(2.5)
         assert len(published) == 1

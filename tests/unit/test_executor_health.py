@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from contracts.executors import Executor
 from contracts.traces import Trace
 from services.compiler import health as h
+from services.compiler import views
 from services.compiler.compile import compile
 
 T0 = datetime(2025, 6, 1, tzinfo=UTC)
@@ -179,6 +180,52 @@ def test_an_undecodable_executor_is_superseded_once() -> None:
     assert events[0].reason.startswith("cannot be decoded")
     assert h.current(state) is None
     assert h.decide_lookup(state, now=T0, rules=RULES) == []  # not retried forever
+
+
+@pytest.mark.parametrize(
+    "stats",
+    [
+        {"total_steps": "many", "llm_steps": None},
+        {"total_steps": None},
+        ["not", "a", "dict"],
+        {"estimated_replay_cost_usd": {"usd": 1}},
+    ],
+)
+def test_an_undecodable_executors_odd_stats_read_as_zeros(stats: object) -> None:
+    """What an earlier contract stored may hold anything; a query still answers."""
+    state = h.new("t")
+    raw = {"steps": "garbage", "stats": stats}
+    run(state, [h.Compiled(at=T0, version=1, executor=raw, source_run_id="r1")])
+    shown = h.summary(h.as_of(state, now=T0, rules=RULES))
+    assert (shown.status, shown.version, shown.total_steps, shown.llm_steps) == (
+        "superseded",
+        1,
+        0,
+        0,
+    )
+    assert (shown.status_reason or "").startswith("cannot be decoded")
+
+
+def test_as_of_shows_what_a_lookup_would_decide_and_records_nothing() -> None:
+    state = h.new("t")
+    compiled(state, "r1")
+    assert h.as_of(state, now=T0 + timedelta(days=29), rules=RULES) is state  # nothing to do
+    later = h.as_of(state, now=T0 + timedelta(days=31), rules=RULES)
+    assert h.status(later) == "superseded" and h.status(state) == "active"
+    assert later.events == state.events + 1 and h.current(state) is not None
+
+
+def test_the_savings_ledger_names_the_tasks_that_saved_most() -> None:
+    states = []
+    for i in range(views.MAX_STATS_TASKS + 5):
+        state = h.new(f"t{i}")
+        compiled(state, "r1")
+        state.total_cost_saved_usd = float(i)
+        states.append(state)
+    stats = views.savings(states)
+    assert stats.executors == views.MAX_STATS_TASKS + 5 and stats.by_task_omitted == 5
+    assert len(stats.by_task) == views.MAX_STATS_TASKS
+    assert "t0" not in stats.by_task and f"t{views.MAX_STATS_TASKS + 4}" in stats.by_task
 
 
 def test_a_pinned_version_survives_new_compilations_and_still_counts_failures() -> None:
