@@ -27,8 +27,13 @@ ELLIPSIS = "\u2026"
 
 
 def bound_text(text: str, max_chars: int) -> tuple[str, bool]:
+    """`text` cut to `max_chars` plus a mark. Masked before the cut, as in cut_text: a
+    secret cut in half would pass the redaction that runs on the output later."""
     if len(text) <= max_chars:
         return text, False
+    text = redact(text)
+    if len(text) <= max_chars:
+        return text, True
     return text[:max_chars] + TRUNCATION_MARK, True
 
 

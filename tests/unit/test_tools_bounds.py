@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from contracts.tools import ToolMetadata
-from services.kernel.secrets import MASK
+from services.kernel.secrets import MASK, register_secret
 from services.tools.bounds import (
     MAX_TITLE_CHARS,
     MAX_URL_CHARS,
@@ -111,6 +111,16 @@ def test_a_password_is_masked_before_a_cut_could_split_it() -> None:
     cut = cut_text(url, 30)
     assert "ppp" not in cut and cut.startswith(f"http://user:{MASK}")
     assert len(cut) <= 30
+
+
+def test_a_secret_in_an_output_is_masked_before_the_output_is_cut() -> None:
+    secret = "s3cr3t-" + "k" * 40
+    register_secret(secret)
+    page = "x" * 90 + secret + "y" * 100
+    text, cut = bound_text(page, 100)  # the cut falls inside the secret
+    assert cut and "s3cr3t" not in text and text.startswith("x" * 90 + MASK)
+    bounded, cut = bound_value({"text": page}, 160)
+    assert cut and "s3cr3t" not in bounded["text"]
 
 
 def test_field_specs() -> None:
