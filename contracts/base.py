@@ -20,6 +20,8 @@ NonEmptyStr = Annotated[str, msgspec.Meta(min_length=1)]
 PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
 NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
 PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
+# An operator's reason (pause, delete, invalidate): a sentence, kept in events and views.
+MAX_REASON_CHARS = 1000
 # Every time rote writes carries its offset; a time without one cannot be compared with
 # the others, so an event or reply holding one is rejected when decoded, not later.
 UtcDatetime = Annotated[datetime, msgspec.Meta(tz=True)]

@@ -6,7 +6,15 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from contracts.base import Command, Event, PositiveInt, Reply, SubjectToken, UtcDatetime
+from contracts.base import (
+    MAX_REASON_CHARS,
+    Command,
+    Event,
+    PositiveInt,
+    Reply,
+    SubjectToken,
+    UtcDatetime,
+)
 
 # --- expectations checked on replay ----------------------------------------------------
 # services.compiler.expectations.check() is the one implementation of these checks.
@@ -240,8 +248,8 @@ class ExecutorRef(Command, kw_only=True):
 
 class InvalidateExecutor(Command, kw_only=True):
     task_id: SubjectToken
-    reason: Annotated[str, msgspec.Meta(min_length=1)]
-    by: str = "operator"
+    reason: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_REASON_CHARS)]
+    by: Annotated[str, msgspec.Meta(max_length=200)] = "operator"
 
 
 class PinExecutor(Command, kw_only=True):

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from contracts.base import (
+    MAX_REASON_CHARS,
     Command,
     Event,
     NonEmptyStr,
@@ -155,7 +156,7 @@ class TaskRef(Command, kw_only=True):
     """Names one task (pause, resume, delete, get)."""
 
     task_id: SubjectToken
-    reason: str | None = None
+    reason: Annotated[str, msgspec.Meta(max_length=MAX_REASON_CHARS)] | None = None
 
 
 class RunTask(Command, kw_only=True):
@@ -167,10 +168,13 @@ class RunTask(Command, kw_only=True):
 
 
 class ListTasks(Command, kw_only=True):
-    """Without `status`: every task that is not deleted."""
+    """Without `status`: every task that is not deleted. Tasks come in task_id order, a
+    page at a time: `after` is the previous page's `next_after` (the tasks whose task_id
+    sorts after it)."""
 
     status: Literal["active", "paused", "deleted"] | None = None
     limit: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 100
+    after: SubjectToken | None = None
 
 
 # --- replies ---------------------------------------------------------------------------
@@ -199,7 +203,11 @@ class TaskView(Reply, kw_only=True):
 
 
 class TaskList(Reply, kw_only=True):
+    """One page. A page ends at `limit`, or earlier to fit in one NATS message; when
+    more tasks follow, `next_after` is the cursor to ask for them (`after`)."""
+
     tasks: list[TaskView]
+    next_after: str | None = None
 
 
 class RunAccepted(Reply, kw_only=True):

@@ -13,6 +13,7 @@ from services.kernel.secrets import redact
 
 _FIELD_AT = re.compile(r"at `\$\.?(?P<path>[^`]*)`")
 _UNKNOWN_FIELD = re.compile(r"unknown field `(?P<name>[^`]+)`")
+_MISSING_FIELD = re.compile(r"missing required field `(?P<name>[^`]+)`")
 
 
 class ServiceError(Exception):
@@ -62,8 +63,9 @@ def validation_error(exc: msgspec.ValidationError | msgspec.DecodeError) -> Serv
         at = _FIELD_AT.search(text)
         if at:
             field = at.group("path") or None
-        unknown = _UNKNOWN_FIELD.search(text)
-        if unknown:
-            field = f"{field}.{unknown.group('name')}" if field else unknown.group("name")
+        # msgspec's path ends at the object: the unknown or missing field is inside it.
+        named = _UNKNOWN_FIELD.search(text) or _MISSING_FIELD.search(text)
+        if named:
+            field = f"{field}.{named.group('name')}" if field else named.group("name")
         return ServiceError("invalid_request", text, field=field)
     return ServiceError("malformed", f"body is not valid JSON: {text}")

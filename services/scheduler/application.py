@@ -100,8 +100,20 @@ class Catalog:
                     self.position = notification.id
                     total += 1
                 for aggregate_id in changed:
-                    task: Task = self.app.repository.get(aggregate_id)
-                    self.tasks[task.task_id] = task
+                    self._reload(aggregate_id)
+
+    def _reload(self, aggregate_id: UUID) -> None:
+        try:
+            task: Task = self.app.repository.get(aggregate_id)
+        except Exception:
+            # A task this code cannot load (one stored before a bound existed) must not
+            # stop every other task's schedule, nor the scheduler from starting.
+            task_id = self._ids.get(aggregate_id)
+            log.exception("catalog_load_failed", task_id=task_id, aggregate_id=str(aggregate_id))
+            if task_id is not None:
+                self.tasks.pop(task_id, None)
+            return
+        self.tasks[task.task_id] = task
 
     def _fold(self, e: Any) -> None:
         if isinstance(e, Task.Defined):
@@ -138,6 +150,17 @@ class Catalog:
     def runs(self, task_id: str | None, limit: int) -> list[RunView]:
         with self._lock:
             return self.ledger.list(task_id, limit)
+
+    def run_owner(self, run_id: str) -> str | None:
+        """The task a run id belongs to (a run in the ledger, or one queued), if any."""
+        with self._lock:
+            owner = self.ledger.owner(run_id)
+            if owner is not None:
+                return owner
+            for task in self.tasks.values():
+                if task.pending is not None and task.pending["run_id"] == run_id:
+                    return task.task_id
+            return None
 
     def snapshot(self) -> list[Task]:
         with self._lock:
@@ -189,24 +212,42 @@ class Tasks(Application[UUID]):
             return task, result
         raise ServiceError("conflict", f"task {task_id!r} is changing too fast; try again")
 
+    def _once(self, task_id: str, key: str | None, command: Callable[[Task], object]) -> Task:
+        """`_command` for an intake command: applied once per idempotency key (see
+        service.intake_key). A copy of one already applied finds its key on the task and
+        changes nothing; its answer is the task as it is now."""
+
+        def once(task: Task) -> None:
+            if key is not None and task.applied(key):
+                return
+            command(task)
+            if key is not None:
+                task.remember(key)
+
+        return self._command(task_id, once)[0]
+
     def get(self, task_id: str) -> Task:
         return self._load(task_id)
 
     # --- commands ----------------------------------------------------------------------
 
-    def create(self, command: CreateTask, at: datetime) -> Task:
+    def create(self, command: CreateTask, at: datetime, key: str | None = None) -> Task:
         spec = checked_spec(command)
         task_id = command.task_id or slug(command.name)
         for _ in range(MAX_ATTEMPTS):
             try:
-                existing = self._load(task_id)
+                task = self._load(task_id)
             except ServiceError:
                 task = Task(task_id=task_id, spec=spec, at=at)
             else:
-                if not existing.deleted and existing.spec == spec:
-                    return existing  # the same create again (a retry): nothing to do
-                existing.define_again(spec, at)
-                task = existing
+                if key is not None and task.applied(key):
+                    return task  # a copy of this create (it must not revive a deleted task)
+                if task.deleted or task.spec != spec:
+                    task.define_again(spec, at)
+                elif key is None:
+                    return task  # the same create again (a retry): nothing to do
+            if key is not None:
+                task.remember(key)
             try:
                 self.save(task)
             except RecordConflictError:
@@ -215,22 +256,34 @@ class Tasks(Application[UUID]):
             return task
         raise ServiceError("conflict", f"task {task_id!r} is changing too fast; try again")
 
-    def update(self, command: UpdateTask, at: datetime) -> Task:
-        return self._command(command.task_id, lambda t: t.change(command, at))[0]
+    # `key`: the intake command's idempotency key; endpoint callers have none.
 
-    def pause(self, task_id: str, reason: str | None, at: datetime) -> Task:
-        return self._command(task_id, lambda t: t.pause(reason, at))[0]
+    def update(self, command: UpdateTask, at: datetime, key: str | None = None) -> Task:
+        return self._once(command.task_id, key, lambda t: t.change(command, at))
 
-    def resume(self, task_id: str, at: datetime) -> Task:
-        return self._command(task_id, lambda t: t.resume(at))[0]
+    def pause(self, task_id: str, reason: str | None, at: datetime, key: str | None = None) -> Task:
+        return self._once(task_id, key, lambda t: t.pause(reason, at))
 
-    def delete(self, task_id: str, reason: str | None, at: datetime) -> Task:
-        return self._command(task_id, lambda t: t.delete(reason, at))[0]
+    def resume(self, task_id: str, at: datetime, key: str | None = None) -> Task:
+        return self._once(task_id, key, lambda t: t.resume(at))
+
+    def delete(
+        self, task_id: str, reason: str | None, at: datetime, key: str | None = None
+    ) -> Task:
+        return self._once(task_id, key, lambda t: t.delete(reason, at))
 
     def request_run(
-        self, task_id: str, run_id: str, origin: RunOrigin, at: datetime
+        self, task_id: str, run_id: str, origin: RunOrigin, at: datetime, key: str | None = None
     ) -> tuple[Task, tuple[str, bool]]:
-        return self._command(task_id, lambda t: t.request_run(run_id, origin, at))
+        def once(task: Task) -> tuple[str, bool]:
+            if key is not None and task.applied(key):
+                return run_id, False  # the run this key asked for (its id comes from the key)
+            result = task.request_run(run_id, origin, at)
+            if key is not None:
+                task.remember(key)
+            return result
+
+        return self._command(task_id, once)
 
     def dispatch(self, task_id: str, run_id: str, origin: RunOrigin, at: datetime) -> bool:
         return self._command(task_id, lambda t: t.dispatch_run(run_id, origin, at))[1]

@@ -28,7 +28,7 @@ from contracts.tasks import (
     TaskView,
     UpdateTask,
 )
-from services.kernel.codec import decoder
+from services.kernel.codec import decoder, encode
 from services.kernel.errors import ServiceError, validation_error
 from services.kernel.ids import new_run_id
 from services.kernel.logs import get_logger
@@ -46,6 +46,9 @@ T = TypeVar("T")
 
 # Bound what a runner's error text can add to the event store.
 MAX_ERROR_CHARS = 2000
+# How much of tasks.list one reply carries: under NATS' 1 MB default max payload, and
+# room for at least one whole task (a spec is at most MAX_SPEC_BYTES).
+MAX_LIST_BYTES = 512 * 1024
 
 # The check a condition trigger runs: (task_id, trigger) -> the tool's output. Raising
 # means the check could not be made (treated as "not true", tried again next time).
@@ -117,32 +120,35 @@ class Scheduler:
 
     # --- commands --------------------------------------------------------------------
 
-    async def create(self, command: CreateTask) -> TaskView:
-        task = await _in_thread(self.app.create, command, self.clock.now())
+    # `key`: an intake command's idempotency key (service.intake_key): a command is
+    # applied once per key, a copy answers with the task as it is.
+
+    async def create(self, command: CreateTask, key: str | None = None) -> TaskView:
+        task = await _in_thread(self.app.create, command, self.clock.now(), key)
         self._forget(task.task_id)
         self._saved()
         log.info("task_defined", task_id=task.task_id)
         return self.view(task)
 
-    async def update(self, command: UpdateTask) -> TaskView:
-        task = await _in_thread(self.app.update, command, self.clock.now())
+    async def update(self, command: UpdateTask, key: str | None = None) -> TaskView:
+        task = await _in_thread(self.app.update, command, self.clock.now(), key)
         self._forget(task.task_id)
         self._saved()
         return self.view(task)
 
-    async def pause(self, ref: TaskRef) -> TaskView:
-        task = await _in_thread(self.app.pause, ref.task_id, ref.reason, self.clock.now())
+    async def pause(self, ref: TaskRef, key: str | None = None) -> TaskView:
+        task = await _in_thread(self.app.pause, ref.task_id, ref.reason, self.clock.now(), key)
         self.fired.pop(ref.task_id, None)
         self._saved()
         return self.view(task)
 
-    async def resume(self, ref: TaskRef) -> TaskView:
-        task = await _in_thread(self.app.resume, ref.task_id, self.clock.now())
+    async def resume(self, ref: TaskRef, key: str | None = None) -> TaskView:
+        task = await _in_thread(self.app.resume, ref.task_id, self.clock.now(), key)
         self._saved()
         return self.view(task)
 
-    async def delete(self, ref: TaskRef) -> TaskView:
-        task = await _in_thread(self.app.delete, ref.task_id, ref.reason, self.clock.now())
+    async def delete(self, ref: TaskRef, key: str | None = None) -> TaskView:
+        task = await _in_thread(self.app.delete, ref.task_id, ref.reason, self.clock.now(), key)
         self._forget(ref.task_id)
         self._saved()
         return self.view(task)
@@ -151,13 +157,27 @@ class Scheduler:
         return self.view(await _in_thread(self.app.get, ref.task_id))
 
     async def list(self, query: ListTasks) -> TaskList:
+        """Tasks by task_id, a page at a time: up to `limit`, stopping early rather than
+        go over MAX_LIST_BYTES (a reply must fit in one NATS message). `next_after` is
+        the cursor for the next page (pass it as `after`)."""
         await _in_thread(self.app.catalog.catch_up)
         tasks = sorted(self.app.catalog.snapshot(), key=lambda t: t.task_id)
         if query.status is None:
             tasks = [t for t in tasks if not t.deleted]
         else:
             tasks = [t for t in tasks if t.status == query.status]
-        return TaskList(tasks=[self.view(t) for t in tasks[: query.limit]])
+        if query.after is not None:
+            tasks = [t for t in tasks if t.task_id > query.after]
+        page: list[TaskView] = []
+        size = 0
+        for task in tasks[: query.limit]:
+            view = self.view(task)
+            size += len(encode(view))
+            if page and size > MAX_LIST_BYTES:
+                break
+            page.append(view)
+        more = len(page) < len(tasks)
+        return TaskList(tasks=page, next_after=page[-1].task_id if more else None)
 
     async def run(self, command: RunTask, key: str | None = None) -> RunAccepted:
         """Ask for a run now. It goes out as soon as the task has nothing in flight and
@@ -169,8 +189,18 @@ class Scheduler:
             assert budget is not None
             raise ServiceError("over_budget", skip_reason(spent, budget, utc_day(now)))
         run_id = command.run_id or (run_id_for_key(key) if key else new_run_id(now))
+        # A run id is global on the bus (the work queue's Nats-Msg-Id, run leases): one
+        # another task already used would have its run request dropped as a duplicate.
+        await _in_thread(self.app.catalog.catch_up)
+        owner = self.app.catalog.run_owner(run_id)
+        if owner is not None and owner != command.task_id:
+            raise ServiceError(
+                "conflict",
+                f"run_id {run_id!r} is already a run of task {owner!r}; choose another run_id",
+                field="run_id",
+            )
         _, (run_id, queued) = await _in_thread(
-            self.app.request_run, command.task_id, run_id, "manual", now
+            self.app.request_run, command.task_id, run_id, "manual", now, key
         )
         self._saved()
         return RunAccepted(task_id=command.task_id, run_id=run_id, queued=queued)
@@ -193,10 +223,8 @@ class Scheduler:
             command = decoder(command_type).decode(data or b"{}")
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             raise validation_error(exc) from None
-        if verb == "run":
-            return await self.run(command, key)  # type: ignore[arg-type]
-        method: Callable[[Any], Awaitable[msgspec.Struct]] = getattr(self, verb)
-        return await method(command)
+        method: Callable[..., Awaitable[msgspec.Struct]] = getattr(self, verb)
+        return await method(command, key)
 
     def _forget(self, task_id: str) -> None:
         # A changed definition starts its condition checks afresh.

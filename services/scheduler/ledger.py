@@ -1,6 +1,7 @@
 """The run ledger: the latest state of every run, folded from run events (requested,
 started, finished), newest first. It keeps the most recent `keep_per_task` runs of each
-task in memory; older runs remain in the event store."""
+task in memory; older runs remain in the event store. Run ids are global on the bus
+(the work queue's Nats-Msg-Id, run leases), so it also knows which task each belongs to."""
 
 from __future__ import annotations
 
@@ -16,12 +17,20 @@ class RunLedger:
     def __init__(self, keep_per_task: int = 500) -> None:
         self.keep_per_task = keep_per_task
         self._runs: dict[str, OrderedDict[str, RunView]] = {}
+        self._owners: dict[str, str] = {}  # run_id -> task_id, for the runs kept
 
     def _put(self, view: RunView) -> None:
         runs = self._runs.setdefault(view.task_id, OrderedDict())
         runs[view.run_id] = view
+        self._owners.setdefault(view.run_id, view.task_id)
         while len(runs) > self.keep_per_task:
-            runs.popitem(last=False)
+            run_id, _ = runs.popitem(last=False)
+            if self._owners.get(run_id) == view.task_id:
+                del self._owners[run_id]
+
+    def owner(self, run_id: str) -> str | None:
+        """The task whose run this id names (the first one seen, should two share it)."""
+        return self._owners.get(run_id)
 
     def get(self, task_id: str, run_id: str) -> RunView | None:
         return self._runs.get(task_id, {}).get(run_id)

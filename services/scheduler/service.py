@@ -247,7 +247,7 @@ def endpoints(engine: Scheduler) -> list[Endpoint]:
         tasks("delete", s.TASKS_DELETE, TaskRef, engine.delete, "delete a task"),
         tasks("run", s.TASKS_RUN, RunTask, engine.run, "run a task now; replies with run_id"),
         tasks("get", s.TASKS_GET, TaskRef, engine.get, "one task"),
-        tasks("list", s.TASKS_LIST, ListTasks, engine.list, "tasks, by status"),
+        tasks("list", s.TASKS_LIST, ListTasks, engine.list, "tasks, by status, a page at a time"),
         Endpoint(
             "runs_list",
             s.RUNS_LIST,

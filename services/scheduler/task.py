@@ -16,7 +16,7 @@ import msgspec
 from eventsourcing.domain import Aggregate, event
 
 from contracts.runs import RunOrigin
-from contracts.tasks import MAX_SPEC_BYTES, TaskSpec, UpdateTask
+from contracts.tasks import MAX_SPEC_BYTES, TaskSpec, Trigger, UpdateTask
 from services.kernel.codec import encode
 from services.kernel.errors import ServiceError
 from services.scheduler import failures
@@ -29,18 +29,26 @@ SCHEDULED_ORIGINS = ("schedule", "catch_up", "condition")
 RECENT_RUNS = 32
 # A run given up on; its real outcome, should it come after all, is still kept.
 ABANDONED = "abandoned"
+# How many intake keys a task remembers, to apply a command that comes twice (redelivered,
+# or stored again past JetStream's duplicate window) only once.
+RECENT_KEYS = 256
 
 _SPEC_FIELDS = tuple(f for f in TaskSpec.__struct_fields__)
+
+
+def checked_trigger(trigger: Trigger) -> Trigger:
+    """The trigger validated and normalised as it is stored, or `invalid_request`."""
+    try:
+        return validate(trigger)
+    except TriggerError as exc:
+        raise ServiceError("invalid_request", exc.message, field=exc.field) from None
 
 
 def checked_spec(spec: TaskSpec) -> TaskSpec:
     """A plain TaskSpec (not a subclass such as CreateTask) with a validated trigger,
     small enough to travel on the bus."""
     values = {name: getattr(spec, name) for name in _SPEC_FIELDS}
-    try:
-        values["trigger"] = validate(values["trigger"])
-    except TriggerError as exc:
-        raise ServiceError("invalid_request", exc.message, field=exc.field) from None
+    values["trigger"] = checked_trigger(values["trigger"])
     checked = TaskSpec(**values)
     # Checked before anything is recorded: every spec event, run-requested event and run
     # request carries the whole spec in one NATS message, and a recorded event the bus
@@ -72,6 +80,7 @@ class Task(Aggregate):
         self.recent: dict[str, str] = {}
         self.last_run_id: str | None = None
         self.last_run_status: str | None = None
+        self.intake_keys: list[str] = []
         self._start_over(spec, at)
 
     def _start_over(self, spec: TaskSpec, at: datetime) -> None:
@@ -108,6 +117,27 @@ class Task(Aggregate):
         if self.deleted:
             raise ServiceError("not_found", f"task {self.task_id!r} was deleted", field="task_id")
 
+    def _keys(self) -> list[str]:
+        # A task rebuilt from a snapshot taken before keys were remembered has none.
+        keys: list[str] = self.__dict__.get("intake_keys", [])
+        return keys
+
+    def applied(self, key: str) -> bool:
+        """Whether the intake command of this idempotency key was applied already."""
+        return key in self._keys()
+
+    # --- intake keys -----------------------------------------------------------------
+
+    def remember(self, key: str) -> None:
+        """Record that the intake command of this key was applied (even one that changed
+        nothing: a copy arriving after later commands must not undo them)."""
+        if not self.applied(key):
+            self._key_applied(key=key)
+
+    @event("KeyApplied")
+    def _key_applied(self, key: str) -> None:
+        self.intake_keys = [*self._keys(), key][-RECENT_KEYS:]
+
     # --- definition ------------------------------------------------------------------
 
     def define_again(self, spec: TaskSpec, at: datetime) -> None:
@@ -131,6 +161,10 @@ class Task(Aggregate):
         changed = []
         for name in _SPEC_FIELDS:
             new = getattr(command, name)
+            if name == "trigger" and new is not msgspec.UNSET:
+                # Compared as it would be stored: a `once` time sent again without an
+                # offset is the same time, not a new one that fires again.
+                new = checked_trigger(new)
             if new is not msgspec.UNSET and new != values[name]:
                 values[name] = new
                 changed.append(name)
@@ -155,16 +189,16 @@ class Task(Aggregate):
         return True
 
     def _pause(self, reason: str | None, at: datetime) -> None:
-        # A run queued before the pause must not go out after it: skip it, visibly.
+        # A run queued before the pause must not go out after it.
         # (A run asked for while paused still goes out: that is an operator's choice.)
-        if self.pending is not None:
-            self.skip_run(
-                f"task paused before the queued run went out: {reason or 'by an operator'}",
-                self.pending["origin"],
-                at,
-                self.pending["run_id"],
-            )
+        by = reason or "by an operator"
+        self._skip_pending(f"task paused before the queued run went out: {by}", at)
         self._paused(reason=reason, at=at)
+
+    def _skip_pending(self, why: str, at: datetime) -> None:
+        """A queued run that will never go out is skipped visibly, not dropped."""
+        if self.pending is not None:
+            self.skip_run(why, self.pending["origin"], at, self.pending["run_id"])
 
     @event("Paused")
     def _paused(self, reason: str | None, at: datetime) -> None:
@@ -190,6 +224,8 @@ class Task(Aggregate):
     def delete(self, reason: str | None, at: datetime) -> bool:
         if self.deleted:
             return False
+        by = reason or "by an operator"
+        self._skip_pending(f"task deleted before the queued run went out: {by}", at)
         self._deleted(reason=reason, at=at)
         return True
 

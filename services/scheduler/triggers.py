@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import msgspec
@@ -35,6 +36,10 @@ MIN_EVERY_S = 1.0
 # job, leap year included, fits; cron suits calendar schedules). It also keeps
 # `last_fired + every_s` far from year 9999, where datetime arithmetic overflows.
 MAX_EVERY_S = 366 * 86_400.0
+# How deeply a condition's input may nest. Real tool inputs nest a handful of levels; a
+# few hundred exhaust Python's stack wherever the task is walked (the event store's
+# cache copies it), leaving a task no one can load, change or delete.
+MAX_INPUT_NESTING = 32
 _CRON_MACROS = {"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"}
 
 
@@ -108,6 +113,24 @@ def zone(name: str) -> ZoneInfo:
         ) from None
 
 
+def nested_deeper(value: object, limit: int) -> bool:
+    """Whether a JSON value nests more than `limit` lists/objects deep (the value itself
+    is level 1). Without recursion: the point is to refuse what recursion cannot walk."""
+    todo: list[tuple[object, int]] = [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        todo.extend((child, depth + 1) for child in children)
+    return False
+
+
 def validate(trigger: Trigger) -> Trigger:
     """Check what the contract cannot express; return the trigger normalised (a `once`
     time without an offset becomes UTC). Raises TriggerError naming the field."""
@@ -130,7 +153,12 @@ def validate(trigger: Trigger) -> Trigger:
             return msgspec.structs.replace(trigger, expr=text)
         case IntervalTrigger(every_s=every):
             _check_seconds("trigger.every_s", every, MIN_EVERY_S)
-        case ConditionTrigger(every_s=every, cooldown_s=cooldown):
+        case ConditionTrigger(every_s=every, cooldown_s=cooldown, input=tool_input):
+            if nested_deeper(tool_input, MAX_INPUT_NESTING):
+                raise TriggerError(
+                    "trigger.input",
+                    f"the condition input is nested more than {MAX_INPUT_NESTING} levels deep",
+                )
             _check_seconds("trigger.every_s", every, MIN_EVERY_S)
             _check_seconds("trigger.cooldown_s", cooldown, 0.0)
         case OnceTrigger(at=at):
@@ -174,6 +202,19 @@ def cron_after(expr: str, tz: str, after: datetime) -> datetime:
 _VALIDATION_START = datetime(2025, 1, 1, tzinfo=UTC)
 
 
+def _interval_after(last_fired: datetime, every: float, resumed_at: datetime | None) -> datetime:
+    """The slot after `last_fired`; after a resume, the first slot at or after it, in the
+    schedule's phase (last_fired + k * every): slots missed while paused are skipped, as
+    with cron. Slots missed while the scheduler was down (no resume) still run once."""
+    due = _after(last_fired, every, "trigger.every_s")
+    if resumed_at is None or due >= resumed_at:
+        return due
+    slots = math.floor((resumed_at - last_fired).total_seconds() / every)
+    due = _after(last_fired, slots * every, "trigger.every_s")
+    # Float rounding can leave the slot a hair before the resume.
+    return due if due >= resumed_at else _after(due, every, "trigger.every_s")
+
+
 def next_due(trigger: Trigger, state: TriggerState) -> datetime | None:
     """When the trigger next wants a run; for a condition, when it next wants a check.
     None: never (manual, or a `once` that already fired). A time in the past is due."""
@@ -186,7 +227,7 @@ def next_due(trigger: Trigger, state: TriggerState) -> datetime | None:
         case IntervalTrigger(every_s=every):
             if state.last_fired is None:
                 return _latest(state.set_at, state.resumed_at)
-            return _after(state.last_fired, every, "trigger.every_s")
+            return _interval_after(state.last_fired, every, state.resumed_at)
         case CronTrigger(expr=expr, tz=tz):
             return cron_after(expr, tz, _latest(state.set_at, state.resumed_at, state.last_fired))
         case ConditionTrigger(every_s=every, cooldown_s=cooldown):

@@ -81,7 +81,7 @@ async def test_errors_are_adr32_and_the_service_keeps_serving(bus: Bus) -> None:
             ("t.echo", b'{"text":"x","times":2000000}', "413", "too_large", None),
             ("t.echo", b'{"text":"a","colour":1}', "400", "invalid_request", "colour"),
             ("t.echo", b'{"text":5}', "400", "invalid_request", "text"),
-            ("t.echo", b"", "400", "invalid_request", None),  # missing required field
+            ("t.echo", b"", "400", "invalid_request", "text"),  # missing required field
             ("t.explode", b'{"text":"a"}', "500", "internal", None),
             ("t.refuse", b'{"text":"zz"}', "404", "not_found", "text"),
         ]

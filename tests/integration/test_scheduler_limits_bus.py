@@ -11,6 +11,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+import anyio
 import pytest
 
 from contracts import subjects as s
@@ -69,8 +70,10 @@ async def runs_requested(bus: Bus, task_id: str, count: int) -> int:
     work queue too."""
     subject = s.run_events_of(task_id, event="requested")
     requested = await events(bus, subject, RunEvent, count)
-    work = await bus.js.stream_info(s.STREAM_WORK)
-    assert work.state.messages >= len(requested)
+    # The relay publishes the event, then the request: the latter may land a moment later.
+    with anyio.fail_after(5):
+        while (await bus.js.stream_info(s.STREAM_WORK)).state.messages < len(requested):
+            await anyio.sleep(0.02)
     return len(requested)
 
 
@@ -221,3 +224,91 @@ async def test_a_stored_interval_past_the_datetime_range_pauses_that_task_only(
         assert sorted(t["task_id"] for t in reply["tasks"]) == ["far", "fine"]
         headers, reply = await call(bus, s.TASKS_GET, {"task_id": "far"})
         assert "Nats-Service-Error" not in headers and reply["status"] == "paused"
+
+
+# --- a condition input nested too deeply to load --------------------------------------------
+
+
+def nested(depth: int) -> Any:
+    value: Any = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def deep_condition(depth: int) -> dict[str, Any]:
+    return {
+        "kind": "condition",
+        "tool": "shell_exec",
+        "input": {"a": nested(depth)},
+        "predicate": {"op": "contains", "text": "x"},
+        "every_s": 60,
+    }
+
+
+async def test_a_condition_input_nested_too_deeply_is_a_400_naming_the_field(
+    settings: Settings, bus: Bus
+) -> None:
+    # A 2 KB request: it used to be recorded, then every load of the task (the store's
+    # cache copies it) ran out of stack: a 500, and a scheduler that could not restart.
+    async with scheduler(settings, bus):
+        body = {"task_id": "deep", "name": "Deep", "prompt": "p", "trigger": deep_condition(600)}
+        headers, reply = await call(bus, s.TASKS_CREATE, body)
+        assert headers["Nats-Service-Error-Code"] == "400", reply
+        assert (reply["error"]["code"], reply["error"]["field"]) == (
+            "invalid_request",
+            "trigger.input",
+        )
+        headers, reply = await call(bus, s.TASKS_GET, {"task_id": "deep"})
+        assert reply["error"]["code"] == "not_found"
+        headers, reply = await call(bus, s.TASKS_CREATE, FINE)
+        assert "Nats-Service-Error" not in headers, reply
+        assert await runs_requested(bus, "fine", 1) == 1
+
+
+async def test_a_stored_task_too_deep_to_load_does_not_stop_the_scheduler(
+    sqlite_settings: Settings, bus: Bus, written_logs: list[dict[str, Any]]
+) -> None:
+    # Recorded by a version without the nesting bound: the scheduler still starts,
+    # leaves that task out (saying so in its log) and serves the others.
+    deep = decode(
+        json.dumps({"name": "Deep", "prompt": "p", "trigger": deep_condition(600)}).encode(),
+        TaskSpec,
+    )
+    store_tasks(sqlite_settings, Task("deep", deep, T0))
+    async with scheduler(sqlite_settings, bus):
+        headers, reply = await call(bus, s.TASKS_CREATE, FINE)
+        assert "Nats-Service-Error" not in headers, reply
+        assert await runs_requested(bus, "fine", 1) == 1
+        headers, reply = await call(bus, s.TASKS_LIST, {})
+        assert "Nats-Service-Error" not in headers, reply
+        assert [t["task_id"] for t in reply["tasks"]] == ["fine"]
+    failed = [e for e in written_logs if e["event"] == "catalog_load_failed"]
+    assert failed and failed[0]["task_id"] == "deep" and failed[0]["level"] == "error"
+
+
+# --- tasks.list over the payload limit ----------------------------------------------------------
+
+
+async def test_a_task_list_larger_than_one_message_comes_a_page_at_a_time(
+    settings: Settings, bus: Bus
+) -> None:
+    # Twelve tasks of ~95 KB are more than one NATS message: `tasks.list {}` used to
+    # answer 413, and no request could reach past the first few.
+    async with scheduler(settings, bus):
+        for i in range(12):
+            body = {"task_id": f"t{i:02d}", "name": f"t{i}", "prompt": "x" * 95_000}
+            headers, reply = await call(bus, s.TASKS_CREATE, body)
+            assert "Nats-Service-Error" not in headers, reply
+        pages: list[list[str]] = []
+        query: dict[str, Any] = {}
+        for _ in range(12):
+            headers, reply = await call(bus, s.TASKS_LIST, query)
+            assert "Nats-Service-Error" not in headers, reply
+            page = decode(json.dumps(reply).encode(), TaskList)
+            pages.append([t.task_id for t in page.tasks])
+            if page.next_after is None:
+                break
+            query = {"after": page.next_after}
+        assert len(pages) > 1 and all(pages)
+        assert [task_id for page in pages for task_id in page] == [f"t{i:02d}" for i in range(12)]

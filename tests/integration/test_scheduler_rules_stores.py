@@ -210,6 +210,37 @@ async def test_schedules_missed_while_down_run_once(open_app: OpenApp, clock: Ma
     assert view.next_due_at == datetime(2025, 1, 6, 15, 0, tzinfo=UTC)
 
 
+async def test_intake_commands_sent_again_after_a_restart_are_applied_once(
+    open_app: OpenApp, clock: ManualClock
+) -> None:
+    """Every verb, not only `run`: a copy of a command (a redelivery, or the same
+    Nats-Msg-Id stored again past the duplicate window) finds its key in the store."""
+    first = open_app()
+    engine = scheduler(first, clock)
+    create = b'{"task_id": "x", "name": "x", "prompt": "p"}'
+    await engine.handle("create", create, key="c-1")
+    await engine.handle("update", b'{"task_id": "x", "prompt": "A"}', key="u-1")
+    # Enough commands for snapshots to be taken: the keys are in them too.
+    for i in range(60):
+        await engine.handle("pause", b'{"task_id": "x"}', key=f"p-{i}")
+        await engine.handle("resume", b'{"task_id": "x"}', key=f"r-{i}")
+    await engine.handle("delete", b'{"task_id": "x"}', key="d-1")
+    first.close()
+
+    restarted = scheduler(open_app(), clock)
+    view = await restarted.handle("create", create, key="c-1")
+    assert view.status == "deleted"  # type: ignore[attr-defined]  # not revived
+    await restarted.handle("create", create, key="c-2")
+    for verb, body, key in [
+        ("update", b'{"task_id": "x", "prompt": "A"}', "u-1"),
+        ("pause", b'{"task_id": "x"}', "p-0"),
+        ("delete", b'{"task_id": "x"}', "d-1"),
+    ]:
+        view = await restarted.handle(verb, body, key=key)
+    assert (view.status, view.spec.prompt) == ("active", "p")  # type: ignore[attr-defined]
+    assert len(stored(open_app(), Task.Deleted)) == 1
+
+
 # --- the durable intake over a real NATS -------------------------------------------------
 
 

@@ -8,9 +8,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from contracts.catalog import CONTRACTS, json_schemas
+from contracts.executors import InvalidateExecutor
 from contracts.llm import CompleteRequest, Message, ThinkingBlock, ToolUseBlock
 from contracts.runs import RunEvent
-from contracts.tasks import CreateTask, IntervalTrigger, TaskSpec
+from contracts.tasks import CreateTask, IntervalTrigger, TaskRef, TaskSpec
 from services.kernel.codec import decode, encode
 from services.kernel.errors import validation_error
 from tests.strategies import contract_values
@@ -61,7 +62,9 @@ def _rejection(raw: bytes, cls: type) -> tuple[str, str | None, str]:
         (b'{"name":"a","prompt":"b","trigger":{"kind":"interval","every":5}}', "trigger.every"),
         (b'{"name":"a","prompt":"b","trigger":{"kind":"weekly"}}', "trigger.kind"),
         (b'{"name":"a","prompt":"b","task_id":"has.dot"}', "task_id"),
-        (b'{"prompt":"b"}', None),
+        # A missing required field is named, inside the object it is missing from.
+        (b'{"prompt":"b"}', "name"),
+        (b'{"name":"a","prompt":"b","trigger":{"kind":"cron"}}', "trigger.expr"),
         # A spec travels whole in one NATS message: its parts are bounded.
         (b'{"name":"a","prompt":"%s"}' % (b"p" * 100_001), "prompt"),
         (b'{"name":"%s","prompt":"b"}' % (b"n" * 201), "name"),
@@ -71,14 +74,19 @@ def _rejection(raw: bytes, cls: type) -> tuple[str, str | None, str]:
         ),
     ],
 )
-def test_bad_commands_are_rejected_naming_the_field(raw: bytes, field: str | None) -> None:
+def test_bad_commands_are_rejected_naming_the_field(raw: bytes, field: str) -> None:
     code, got_field, message = _rejection(raw, CreateTask)
     assert code == "invalid_request"
     assert got_field == field
-    if field:
-        assert field.split(".")[-1] in message
-    else:
-        assert "name" in message  # the missing required field is named in the message
+    assert field.split(".")[-1] in message
+
+
+@pytest.mark.parametrize("cls", [TaskRef, InvalidateExecutor])
+def test_an_operators_reason_is_a_sentence_not_a_payload(cls: type) -> None:
+    # Kept in events and every view of the task: bounded like the spec's parts.
+    raw = b'{"task_id":"t","reason":"%s"}' % (b"r" * 1001)
+    assert _rejection(raw, cls)[:2] == ("invalid_request", "reason")
+    assert decode(b'{"task_id":"t","reason":"%s"}' % (b"r" * 1000), cls)
 
 
 def test_an_event_time_without_an_offset_is_rejected_on_decode() -> None:

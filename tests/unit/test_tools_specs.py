@@ -80,7 +80,7 @@ def _invalid(tool: str, raw: dict[str, Any]) -> ServiceError:
 @pytest.mark.parametrize(
     ("tool", "raw", "field"),
     [
-        ("browser_navigate", {}, "input"),
+        ("browser_navigate", {}, "input.url"),
         ("browser_navigate", {"url": 5}, "input.url"),
         ("browser_navigate", {"url": "http://x", "colour": 1}, "input.colour"),
         ("browser_navigate", {"url": "file:///etc/passwd"}, "input.url"),
@@ -97,7 +97,7 @@ def _invalid(tool: str, raw: dict[str, Any]) -> ServiceError:
         ("browser_scroll", {"direction": "left"}, "input.direction"),
         ("shell_exec", {"command": ""}, "input.command"),
         ("shell_exec", {"command": "ls", "timeout": -1}, "input.timeout"),
-        ("file_write", {"path": "a"}, "input"),
+        ("file_write", {"path": "a"}, "input.content"),
     ],
 )
 def test_bad_input_is_invalid_request_naming_the_field(

@@ -21,6 +21,7 @@ from contracts.tasks import (
 from services.scheduler.clock import ManualClock
 from services.scheduler.triggers import (
     MAX_EVERY_S,
+    MAX_INPUT_NESTING,
     TriggerError,
     TriggerState,
     is_due,
@@ -33,6 +34,14 @@ from tests.unit.conftest import T0
 
 def at(hours: float = 0, minutes: float = 0, seconds: float = 0) -> datetime:
     return T0 + timedelta(hours=hours, minutes=minutes, seconds=seconds)
+
+
+def nested(depth: int) -> list[object]:
+    """A list `depth` lists deep."""
+    value: list[object] = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
 
 
 def test_interval_first_run_at_creation_then_every_interval() -> None:
@@ -60,6 +69,38 @@ def test_interval_missed_while_down_runs_once() -> None:
     assert not is_due(trigger, after, now)
     assert next_due(trigger, after) == now + timedelta(hours=1)
     assert missed_slots(trigger, after, now) == 0
+
+
+def test_interval_resumed_skips_the_slots_missed_while_paused() -> None:
+    trigger = IntervalTrigger(every_s=3600)
+    resumed = TriggerState(set_at=T0, last_fired=T0, resumed_at=at(hours=10, minutes=20))
+    # Not at once: the first slot of the schedule (T0 + k hours) at or after the resume.
+    assert not is_due(trigger, resumed, at(hours=10, minutes=20))
+    assert next_due(trigger, resumed) == at(hours=11)
+    assert missed_slots(trigger, resumed, at(hours=11)) == 1  # a plain scheduled run
+    on_a_slot = TriggerState(set_at=T0, last_fired=T0, resumed_at=at(hours=10))
+    assert next_due(trigger, on_a_slot) == at(hours=10)
+    before_the_next = TriggerState(set_at=T0, last_fired=T0, resumed_at=at(minutes=30))
+    assert next_due(trigger, before_the_next) == at(hours=1)
+    # Down (not paused) after the resume: the slots missed then still run once.
+    assert missed_slots(trigger, resumed, at(hours=15, minutes=30)) == 5
+
+
+@given(
+    every=st.floats(min_value=1, max_value=86_400),
+    paused=st.floats(min_value=0, max_value=30 * 86_400),
+)
+def test_a_resumed_interval_keeps_its_phase(every: float, paused: float) -> None:
+    resumed_at = T0 + timedelta(seconds=paused)
+    state = TriggerState(set_at=T0, last_fired=T0, resumed_at=resumed_at)
+    due = next_due(IntervalTrigger(every_s=every), state)
+    assert due is not None and due >= resumed_at
+    # A slot of the schedule (to the microsecond a datetime keeps)...
+    slots = (due - T0).total_seconds() / every
+    assert round(slots) >= 1 and abs(slots - round(slots)) < 1e-3
+    # ...and the first one at or after the resume: the one before it was not.
+    previous = due - timedelta(seconds=every)
+    assert previous < max(resumed_at, T0 + timedelta(seconds=every)) + timedelta(milliseconds=1)
 
 
 def test_cron_in_utc() -> None:
@@ -187,6 +228,16 @@ def test_condition_checks_every_interval_and_waits_out_the_cooldown() -> None:
         # Fine as written, outside the years 1..9999 once read as UTC.
         (OnceTrigger(at=datetime.fromisoformat("0001-01-01T00:00:00+14:00")), "trigger.at"),
         (OnceTrigger(at=datetime.fromisoformat("9999-12-31T23:59:59-14:00")), "trigger.at"),
+        # Nested deeper than anything walking the task (a copy, an encoder) can follow.
+        (
+            ConditionTrigger(
+                tool="x",
+                input={"a": nested(MAX_INPUT_NESTING)},
+                predicate=Above(value=1),
+                every_s=60,
+            ),
+            "trigger.input",
+        ),
     ],
 )
 def test_unschedulable_triggers_name_the_field(trigger: object, field: str) -> None:
@@ -200,6 +251,12 @@ def test_a_yearly_interval_and_cooldown_are_accepted() -> None:
     condition = ConditionTrigger(
         tool="x", predicate=Above(value=1), every_s=MAX_EVERY_S, cooldown_s=MAX_EVERY_S
     )
+    assert validate(condition) == condition
+
+
+def test_a_condition_input_nested_up_to_the_limit_is_accepted() -> None:
+    deep = {"a": nested(MAX_INPUT_NESTING - 1)}  # the input object is the first level
+    condition = ConditionTrigger(tool="x", input=deep, predicate=Above(value=1), every_s=60)
     assert validate(condition) == condition
 
 
