@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import anyio
+import msgspec
 import nats.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
@@ -42,6 +43,20 @@ class Retry(Exception):
 
 class Reject(Exception):
     """Never deliver this message again."""
+
+
+class MaxDeliveries(msgspec.Struct):
+    """The server's advisory that a message was delivered `max_deliver` times without an
+    ack and will not be delivered again (the fields rote reads)."""
+
+    stream: str
+    consumer: str
+    stream_seq: int
+    deliveries: int
+
+
+def max_deliveries_subject(stream: str, consumer: str) -> str:
+    return f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{stream}.{consumer}"
 
 
 def durable_config(

@@ -47,7 +47,14 @@ from services import __version__
 from services.compiler.fingerprint import task_fingerprint
 from services.kernel.bus import Bus
 from services.kernel.codec import decode, encode
-from services.kernel.consumers import Reject, Retry, consume, durable_config
+from services.kernel.consumers import (
+    MaxDeliveries,
+    Reject,
+    Retry,
+    consume,
+    durable_config,
+    max_deliveries_subject,
+)
 from services.kernel.endpoints import Endpoint, start_service, stop_service
 from services.kernel.errors import RemoteError, ServiceError
 from services.kernel.ids import new_run_id, slug
@@ -74,12 +81,18 @@ MAX_DELIVERIES = 3
 CLAIM_POLL_S = 1.0
 # Bound what an unexpected error adds to an abandoned run's event.
 MAX_ABANDON_ERROR_CHARS = 500
+# How long a broken attempt may spend saving its transcript (it holds up a shutdown).
+TRANSCRIPT_SAVE_S = 5.0
 
 
 def abandon_error(failure: BaseException) -> str:
     """What an abandoned run's event says broke it: masked before it is cut, since a
     secret cut in half would no longer be recognised as one."""
     return redact(f"{type(failure).__name__}: {failure}")[:MAX_ABANDON_ERROR_CHARS]
+
+
+def last_delivery_error(failure: BaseException) -> str:
+    return f"unexpected error on the last of {MAX_DELIVERIES} deliveries: " + abandon_error(failure)
 
 
 class ExecutorCache:
@@ -308,7 +321,7 @@ class Runner:
                 # another runner holds the claim and runs the run: only a claim known
                 # to be free makes this run abandoned.
                 if await self._claim_free(request.run_id, mine=None):
-                    await self._give_up(request, attempt, exc)
+                    await self._give_up(request, attempt, last_delivery_error(exc))
                 raise Reject(f"run {request.run_id}: no claim on the last delivery") from exc
             if isinstance(claimed, RunEvent):
                 log.info("run_already_finished", status=claimed.status)
@@ -405,19 +418,45 @@ class Runner:
             # claim now (and will finish the run), the run ends here, abandoned.
             if not await self._claim_free(request.run_id, mine=claim.holder):
                 raise Retry(str(lost))
-            await self._give_up(request, attempt, lost)
+            await self._give_up(request, attempt, last_delivery_error(lost))
             raise Reject(f"run {request.run_id} abandoned: {lost}")
         if failure is None:
             return
         if attempt < MAX_DELIVERIES:
             raise failure  # redelivered: the next attempt may get through
-        await self._give_up(request, attempt, failure)
+        await self._give_up(request, attempt, last_delivery_error(failure))
         raise Reject(f"run {request.run_id} abandoned after {attempt} deliveries") from failure
 
-    async def _give_up(self, request: RunRequest, attempt: int, failure: Exception) -> None:
-        """The last permitted delivery broke: publish the run's terminal event, or the
-        run would stay `running` for good for whoever watches or asked for it."""
-        error = abandon_error(failure)
+    async def on_max_deliveries(self, msg: Msg) -> None:
+        """JetStream's advisory that a run request used up its deliveries, none acked:
+        the runner stopped or died during each, so no code of theirs could end the run.
+        Someone must, or it stays `running` for good (the scheduler's recovery covers
+        only the runs it dispatched, not an operator's)."""
+        try:
+            advisory = decode(msg.data, MaxDeliveries)
+            stored = await self.bus.js.get_msg(s.STREAM_WORK, advisory.stream_seq)
+            request = decode(stored.data or b"", RunRequest)
+        except Exception as exc:  # gone already, or not a run request: nothing to end
+            log.warning("max_deliveries_unreadable", error=str(exc))
+            return
+        with structlog.contextvars.bound_contextvars(
+            run_id=request.run_id, task_id=request.task_id
+        ):
+            if await self._claim_free(request.run_id, mine=None):
+                why = (
+                    f"each of its {advisory.deliveries} deliveries ended without an outcome"
+                    " (the runner stopped or died during it)"
+                )
+                await self._give_up(request, advisory.deliveries, why)
+            try:  # never delivered again: it would only sit in the work queue
+                await self.bus.js.delete_msg(s.STREAM_WORK, advisory.stream_seq)
+            except Exception as exc:
+                log.warning("work_request_not_deleted", error=str(exc))
+
+    async def _give_up(self, request: RunRequest, attempt: int, error: str) -> None:
+        """The last permitted delivery broke (`error` says how): publish the run's
+        terminal event, or the run would stay `running` for good for whoever watches or
+        asked for it."""
         try:
             if await self.store.finished(request.run_id, thorough=True) is not None:
                 return  # it ended meanwhile (or another delivery ended it): one ending
@@ -434,7 +473,7 @@ class Runner:
                     at=utc_now(),
                     status="failed",
                     reason="abandoned",
-                    error=f"unexpected error on the last of {MAX_DELIVERIES} deliveries: {error}",
+                    error=error,
                     tokens=spent.snapshot(),
                     cost_usd=round(spent.cost_usd, 8),
                     origin=request.origin,
@@ -493,7 +532,7 @@ class Runner:
                     attempt_.outcome = await AgentLoop(
                         scope, ledger=ledger, tool_timeout_s=min(60.0, spec.deadline_s)
                     ).run()
-        except BaseException:
+        except BaseException as broke:
             # Whatever broke the attempt (the message is redelivered), its browser
             # context must not outlive it: the next attempt starts from a clean one.
             with anyio.CancelScope(shield=True):
@@ -501,6 +540,17 @@ class Runner:
                     await self.close_session(request.run_id)
                 except Exception as exc:
                     log.warning("close_session_failed", error=str(exc))
+                # Its record so far, and what broke it: a later attempt writes over it;
+                # when none comes, it is the run's transcript.
+                if isinstance(broke, Exception):
+                    transcript.note(f"attempt {attempt} broke: {abandon_error(broke)}")
+                else:
+                    transcript.note(f"attempt {attempt} was stopped with its runner")
+                with anyio.move_on_after(TRANSCRIPT_SAVE_S):
+                    try:
+                        await self.store.save_transcript(transcript.encoded(), request.run_id)
+                    except Exception as exc:
+                        log.warning("transcript_save_failed", error=str(exc))
             raise
         outcome = attempt_.outcome
         if deadline.cancelled_caught or outcome is None:
@@ -678,7 +728,12 @@ class Runner:
         transcript = await self.store.transcript(ref.run_id)
         if transcript is None:
             known = await self.store.last_event(ref.run_id)
-            detail = "it is written when the run ends" if known else "no such run"
+            if known is None:
+                detail = "no such run"
+            elif known.event in ("completed", "failed"):
+                detail = "the run ended before it got to write one"
+            else:
+                detail = "it is written when the run ends"
             raise ServiceError("not_found", f"no transcript for {ref.run_id}: {detail}")
         return transcript
 
@@ -714,6 +769,12 @@ async def serve(
         ack_wait_s=ack_wait,
         max_deliver=MAX_DELIVERIES,
     )
+    # One runner process (a queue group) ends each run whose deliveries ran out.
+    advisories = await ctx.bus.nc.subscribe(
+        max_deliveries_subject(s.STREAM_WORK, s.CONSUMER_RUNNER),
+        queue=s.CONSUMER_RUNNER,
+        cb=runner.on_max_deliveries,
+    )
     try:
         await consume(
             ctx.bus.js,
@@ -726,4 +787,9 @@ async def serve(
             task_status=task_status,
         )
     finally:
+        with anyio.CancelScope(shield=True):
+            try:
+                await advisories.unsubscribe()
+            except Exception as exc:  # the connection is going away anyway
+                log.debug("advisories_unsubscribe_failed", error=str(exc))
         await stop_service(service)

@@ -144,23 +144,52 @@ class TranscriptRecorder:
 
     def encoded(self, max_bytes: int = MAX_BYTES) -> bytes:
         """The transcript as one message of at most `max_bytes`: when it is longer, the
-        middle goes (the beginning says what was asked, the end how it ended)."""
+        middle goes (the beginning says what was asked, the end how it ended), and an
+        entry too large to keep beside the others is replaced by a note of its size."""
         transcript = self.build()
         data = encode(transcript)
-        while len(data) > max_bytes and len(transcript.entries) > 2:
-            keep = max(2, int(len(transcript.entries) * max_bytes / len(data) * 0.9))
-            head = keep // 2
-            entries = transcript.entries
-            dropped = len(entries) - keep
-            marker = TranscriptEntry(
-                at=entries[head].at,
-                kind="note",
-                detail={"text": f"{dropped} entries left out to fit one message"},
-            )
-            transcript = msgspec.structs.replace(
-                transcript,
-                entries=[*entries[:head], marker, *entries[len(entries) - (keep - head) :]],
-                truncated=True,
-            )
-            data = encode(transcript)
-        return data
+        if len(data) <= max_bytes:
+            return data
+        entries = [_fitting(entry, max_bytes // 4) for entry in transcript.entries]
+        budget = max_bytes - len(encode(msgspec.structs.replace(transcript, entries=[])))
+        budget -= _MARKER_BYTES
+        # Whole entries from both ends in turn, while they fit; the first and the last
+        # always do (each is at most a quarter of the message).
+        head: list[TranscriptEntry] = []
+        tail: list[TranscriptEntry] = []
+        lo, hi = 0, len(entries) - 1
+        while lo <= hi:
+            from_head = len(head) <= len(tail)
+            entry = entries[lo] if from_head else entries[hi]
+            size = len(encode(entry)) + 1  # and its comma
+            if size > budget:
+                break
+            budget -= size
+            if from_head:
+                head.append(entry)
+                lo += 1
+            else:
+                tail.append(entry)
+                hi -= 1
+        kept = head
+        if lo <= hi:
+            dropped = hi - lo + 1
+            text = f"{dropped} entries left out to fit one message"
+            kept = [*head, TranscriptEntry(at=entries[lo].at, kind="note", detail={"text": text})]
+        kept += reversed(tail)
+        return encode(msgspec.structs.replace(transcript, entries=kept, truncated=True))
+
+
+# Room for the note saying how many entries were left out.
+_MARKER_BYTES = 200
+
+
+def _fitting(entry: TranscriptEntry, max_bytes: int) -> TranscriptEntry:
+    """The entry, or a note in its place when it alone encodes to more than `max_bytes`
+    (a replay step's large structured output: its strings are bounded, not its items)."""
+    size = len(encode(entry))
+    if size <= max_bytes:
+        return entry
+    what = f"a {entry.kind} entry" + (f" (step {entry.step})" if entry.step is not None else "")
+    text = f"{what} of {size} bytes left out to fit one message"
+    return TranscriptEntry(at=entry.at, kind="note", step=entry.step, detail={"text": text})

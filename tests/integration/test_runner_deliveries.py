@@ -21,9 +21,19 @@ from nats.js.errors import KeyNotFoundError
 from contracts import subjects as s
 from contracts.base import utc_now
 from contracts.llm import Usage, UsageEvent
-from contracts.runs import RunEvent, RunRef, RunRequest, RunStarted, RunView, StartRun
+from contracts.runs import (
+    RunEvent,
+    RunRef,
+    RunRequest,
+    RunStarted,
+    RunView,
+    StartRun,
+    Transcript,
+)
 from contracts.tasks import TaskSpec
+from contracts.tools import ToolList
 from services.kernel.bus import Bus
+from services.kernel.codec import encode
 from services.kernel.lease import Lease, run_key
 from services.kernel.run_store import RunStore
 from services.kernel.runtime import open_stack
@@ -148,6 +158,54 @@ async def test_the_last_failed_delivery_ends_the_run_failed_abandoned(runner_bus
     # ...and the run's claim went with it.
     with pytest.raises(KeyNotFoundError):
         await (await bus.js.key_value(s.BUCKET_LEASES)).get(run_key(run_id))
+    # Its transcript is the last attempt's, saying what broke it.
+    transcript = await bus.request(s.RUNS_TRANSCRIPT, RunRef(run_id=run_id), Transcript)
+    last = transcript.entries[-1].detail or {}
+    assert f"attempt {MAX_DELIVERIES} broke: ValidationError" in last["text"]
+
+
+async def test_a_run_whose_runner_stops_during_every_delivery_still_ends(
+    settings: Settings,
+) -> None:
+    """A rolling restart or a crash during each delivery: no delivery's code gets to end
+    the run, and an operator's run has no scheduler to declare it abandoned. The server's
+    advisory that the deliveries ran out does: one runner ends it."""
+    settings = settings.with_(runner_ack_wait_s=1.0)
+    run_id, model_calls = "stopped-every-time", 0
+
+    async def never_answers(msg: Msg) -> None:  # each attempt waits on the model
+        nonlocal model_calls
+        model_calls += 1
+
+    async def no_tools(msg: Msg) -> None:
+        await msg.respond(encode(ToolList(tools=[])))
+
+    async with open_stack(settings, ["system"]) as side:
+        await side.bus.nc.subscribe(s.LLM_COMPLETE, cb=never_answers)
+        await side.bus.nc.subscribe(s.TOOLS_LIST, cb=no_tools)
+        for delivery in range(1, MAX_DELIVERIES + 1):
+            async with open_stack(settings, ["runner"]) as stack:
+                if delivery == 1:
+                    await start(stack.bus, run_id)
+                with anyio.fail_after(20):
+                    while model_calls < delivery:
+                        await anyio.sleep(0.05)
+            # The runner stops mid-run, its delivery neither acked nor finished.
+        async with open_stack(settings, ["runner"]) as stack:
+            done = await finished(stack.bus, run_id)
+            assert (done.event, done.reason) == ("failed", "abandoned")
+            assert done.error is not None and "deliveries ended without an outcome" in done.error
+            view = await stack.bus.request(s.RUNS_GET, RunRef(run_id=run_id), RunView)
+            assert view.status == "failed"
+            transcript = await stack.bus.request(
+                s.RUNS_TRANSCRIPT, RunRef(run_id=run_id), Transcript
+            )
+            last = transcript.entries[-1].detail or {}
+            assert f"attempt {MAX_DELIVERIES} was stopped" in last["text"]
+            # The request is gone from the work queue, never to be delivered again.
+            info = await stack.bus.js.stream_info(s.STREAM_WORK)
+            assert info.state.messages == 0
+        assert model_calls == MAX_DELIVERIES
 
 
 async def test_a_delivery_of_a_run_held_elsewhere_waits_and_acks_once_it_finished(

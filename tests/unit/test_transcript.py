@@ -3,11 +3,13 @@ a long run keeps both ends — how it began, and how it ended."""
 
 from __future__ import annotations
 
+import threading
+
 from contracts.llm import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from contracts.runs import Transcript
 from services.kernel.codec import decode
 from services.kernel.secrets import register_secret
-from services.runner.transcript import MAX_ENTRIES, MAX_STRING, TranscriptRecorder
+from services.runner.transcript import MAX_BYTES, MAX_ENTRIES, MAX_STRING, TranscriptRecorder
 
 
 def test_a_note_masks_secrets_in_its_text_and_detail_and_is_bounded() -> None:
@@ -86,3 +88,37 @@ def test_a_short_run_is_kept_whole() -> None:
     recorder.note("done")
     transcript = recorder.build()
     assert not transcript.truncated and len(transcript.entries) == 2
+
+
+def test_entries_too_large_to_keep_together_are_left_out_and_counted() -> None:
+    # A replay step's structured output is bounded per string, not per item: outputs
+    # near the tool's cap do not fit one message together, and one alone may not either.
+    recorder = TranscriptRecorder("r", "t")
+    recorder.message(Message(role="user", content="task"))
+    for step, items in enumerate([4_000, 4_000, 11_000, 4_000, 4_000]):
+        recorder.replay_step(step, {"tool": "browser_extract", "output": ["x" * 50] * items})
+    recorder.note("done")
+    found: list[bytes] = []
+    # In a thread, so a regression (it once looped forever here) fails instead of hanging.
+    worker = threading.Thread(target=lambda: found.append(recorder.encoded()), daemon=True)
+    worker.start()
+    worker.join(timeout=20)
+    assert found, "encoding the transcript did not finish"
+    assert len(found[0]) <= MAX_BYTES
+    entries = decode(found[0], Transcript).entries
+    first = entries[0].message
+    assert first is not None and first.content == "task"
+    assert entries[-1].detail == {"text": "done"}
+    kept = [e for e in entries if e.kind == "replay_step"]
+    assert len(kept) >= 2 and all(len((e.detail or {})["output"]) == 4_000 for e in kept)
+    assert any(e.kind == "note" and "left out" in str(e.detail) for e in entries)
+
+
+def test_an_entry_too_large_for_any_message_becomes_a_note_of_its_size() -> None:
+    recorder = TranscriptRecorder("r", "t")
+    recorder.replay_step(0, {"tool": "browser_extract", "output": ["x" * 50] * 20_000})
+    recorder.note("done")
+    entries = decode(recorder.encoded(), Transcript).entries
+    assert entries[0].kind == "note" and entries[0].step == 0
+    assert "a replay_step entry (step 0) of" in str(entries[0].detail)
+    assert entries[-1].detail == {"text": "done"}
