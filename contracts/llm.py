@@ -182,6 +182,7 @@ class TextEvent(Event, kw_only=True):
     text: str
     turn: int
     at: UtcDatetime
+    attempt: int = 1  # the run's delivery attempt: a redelivered run writes its turns again
 
 
 class PriceBand(msgspec.Struct, kw_only=True):

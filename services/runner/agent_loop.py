@@ -250,6 +250,7 @@ class AgentLoop:
             text=text,
             turn=self.iterations,
             at=utc_now(),
+            attempt=self.attempt,
         )
         try:
             await self.ports.publish_text(event)

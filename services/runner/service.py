@@ -221,7 +221,10 @@ def bus_ports(bus: Bus, executors: ExecutorCache | None = None) -> Ports:
         await bus.publish_event(
             s.llm_event(event.run_id, "text"),
             event,
-            msg_id=f"{event.run_id}:text:{event.turn}:{zlib.crc32(event.text.encode()):08x}",
+            msg_id=(
+                f"{event.run_id}:text:{event.attempt}:{event.turn}:"
+                f"{zlib.crc32(event.text.encode()):08x}"
+            ),
         )
 
     return Ports(
