@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from contracts import errors, executors, llm, runs, system, tasks, tools, traces
-from contracts.base import Command, Event, Reply
+from contracts.base import Command, Empty, Event, Reply
 
 
 def _structs(*modules: object) -> dict[str, type[msgspec.Struct]]:
@@ -22,9 +22,11 @@ def _structs(*modules: object) -> dict[str, type[msgspec.Struct]]:
     return found
 
 
-CONTRACTS: dict[str, type[msgspec.Struct]] = _structs(
-    tasks, runs, llm, tools, traces, executors, system, errors
-)
+CONTRACTS: dict[str, type[msgspec.Struct]] = {
+    **_structs(tasks, runs, llm, tools, traces, executors, system, errors),
+    # The request of the queries that take no arguments (system.info, llm.models, ...).
+    "Empty": Empty,
+}
 
 
 def json_schemas() -> dict[str, dict[str, object]]:

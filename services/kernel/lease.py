@@ -66,12 +66,19 @@ class Lease:
         return True
 
     async def acquire(self, poll_s: float = 1.0) -> None:
-        """Wait until this process holds the lease."""
+        """Wait until this process holds the lease. A standby exists for when things go
+        wrong: NATS being away for a while is waited out, not a reason to stop."""
         announced = False
-        while not await self.try_acquire():
-            if not announced:
-                log.info("lease_standby", role=self.role, held_by=await self.current_holder())
-                announced = True
+        while True:
+            try:
+                if await self.try_acquire():
+                    break
+                if not announced:
+                    holder = await self.current_holder()
+                    log.info("lease_standby", role=self.role, held_by=holder)
+                    announced = True
+            except (nats.errors.Error, TimeoutError) as exc:
+                log.warning("lease_unreachable", role=self.role, error=str(exc))
             await anyio.sleep(poll_s)
         log.info("lease_acquired", role=self.role, holder=self.holder)
 

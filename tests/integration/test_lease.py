@@ -11,8 +11,9 @@ import pytest
 
 from contracts import subjects as s
 from contracts.tasks import TaskView
-from services.kernel.bus import Bus
+from services.kernel.bus import Bus, connect
 from services.kernel.discovery import gather
+from services.kernel.embedded_nats import EmbeddedNats, free_port
 from services.kernel.lease import Lease, LeaseLost
 from services.kernel.runtime import ServiceContext
 from services.kernel.settings import Settings
@@ -126,3 +127,28 @@ async def test_a_second_scheduler_waits_and_takes_over_when_the_first_stops(
         got = await bus.request(s.TASKS_GET, b'{"task_id": "kept"}', TaskView)
         assert got.task_id == created.task_id == "kept"
         second.cancel()
+
+
+async def test_a_standby_waits_out_nats_being_away(tmp_path: Path) -> None:
+    """The standby is there for when things go wrong: NATS gone for a few seconds (a
+    restart) is waited out; once it is back and the holder's key has expired, the
+    standby takes over."""
+    server = EmbeddedNats(tmp_path / "nats", port=free_port()).start()
+    try:
+        b = await connect(server.url, name="lease-outage")
+        kv = await b.js.create_key_value(bucket="test_leases", ttl=1.0)
+        assert await Lease(kv, "role", 1.0, "gone").try_acquire()  # dies with NATS
+        standby = Lease(kv, "role", 1.0, "standby")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(partial(standby.acquire, poll_s=0.1))
+            await anyio.sleep(0.3)  # standing by
+            server.stop()
+            await anyio.sleep(6.0)  # longer than a request waits: the polls fail
+            server.start()
+            with anyio.fail_after(20):
+                while standby.revision is None:
+                    await anyio.sleep(0.1)
+        assert await standby.current_holder() == "standby"
+        await b.close()
+    finally:
+        server.stop()

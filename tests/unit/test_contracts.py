@@ -35,7 +35,7 @@ def test_every_named_message_has_a_contract() -> None:
         "TaskRejected", "RunRequest", "RunEvent", "RunView", "Transcript", "CompleteRequest",
         "CompleteReply", "UsageEvent", "TextEvent", "ExecTool", "ToolResult", "ToolEvent",
         "TraceStep", "Trace", "TraceCaptured", "Executor", "ExecutorHealth", "ExecutorEvent",
-        "ErrorReply", "SystemInfo",
+        "ErrorReply", "SystemInfo", "Empty",
     }  # fmt: skip
     assert expected <= set(CONTRACTS)
     schemas = json_schemas()
