@@ -20,6 +20,13 @@ _SECRET_ENV = re.compile(r"(API_KEY|AUTH_TOKEN|TOKEN|PASSWORD|SECRET)$")
 _URL_PASSWORD = re.compile(
     r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]{0,31}://[^:/@\s]+):(?P<pw>[^@\s]+)@"
 )
+# NATS URLs take a token as their whole userinfo (nats://TOKEN@host); for other schemes
+# a lone userinfo is a user name, not a secret.
+_NATS_TOKEN = re.compile(r"(?P<scheme>\b(?:nats|tls|ws|wss)://)(?P<token>[^:/@\s]+)@")
+# A password passed as a query parameter (postgresql://host/db?password=...). Only
+# passwords: a page's links may carry tokens of their own, and masking those in a tool's
+# output would keep its run from ever compiling (a trace with a mask is not compiled).
+_QUERY_PASSWORD = re.compile(r"(?P<key>[?&](?:password|passwd|pwd)=)[^&#\s]+", re.IGNORECASE)
 _KEY_SHAPES = re.compile(r"sk-ant-[A-Za-z0-9_-]{8,}")
 MASK = "[redacted]"
 
@@ -45,6 +52,8 @@ def redact(text: str) -> str:
         if secret in text:
             text = text.replace(secret, MASK)
     text = _URL_PASSWORD.sub(lambda m: f"{m.group('scheme')}:{MASK}@", text)
+    text = _NATS_TOKEN.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
+    text = _QUERY_PASSWORD.sub(lambda m: f"{m.group('key')}{MASK}", text)
     return _KEY_SHAPES.sub(MASK, text)
 
 
