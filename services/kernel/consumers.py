@@ -11,6 +11,12 @@ A handler gets the decoded payload and the raw message. Returning normally acks.
 that cannot be decoded is logged and terminated: a poison message must never block the
 ones behind it or crash the service. Any other exception is logged and redelivered,
 up to the consumer's `max_deliver`.
+
+A consumer (or its stream) deleted while the service runs is logged and repaired: the
+consumer is created again with the same config (its stream too, when it is one of
+rote's), with a bounded backoff, and fetching goes on. A consumer changed behind rote's
+back is put back to its config once its workers have been idle a while. Nothing a fetch
+or an acknowledgement raises may end the service.
 """
 
 from __future__ import annotations
@@ -24,13 +30,18 @@ import nats.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
+from nats.js.errors import NotFoundError, ServiceUnavailableError
 
 from services.kernel.codec import decoder
 from services.kernel.logs import get_logger
+from services.kernel.streams import ensure_stream
 
 log = get_logger("rote.consumers")
 
 T = TypeVar("T")
+
+# Backoff between attempts to restore a lost consumer: doubles from the first to the last.
+RESTORE_BACKOFF_S = (0.5, 10.0)
 
 
 class Retry(Exception):
@@ -87,6 +98,26 @@ async def ensure_consumer(
     return await js.add_consumer(stream, config)
 
 
+async def _settle(msg: Msg, action: str, consumer: str, delay: float | None = None) -> None:
+    """ack/nak/term; a failure (connection closed, message already settled by the
+    handler) is logged: the server redelivers an unsettled message after its ack wait."""
+    try:
+        if action == "ack":
+            await msg.ack()
+        elif action == "nak":
+            await msg.nak(delay=delay)
+        else:
+            await msg.term()
+    except Exception as exc:
+        log.warning(
+            "settle_failed",
+            consumer=consumer,
+            subject=msg.subject,
+            action=action,
+            error=f"{type(exc).__name__}: {exc}"[:500],
+        )
+
+
 async def _heartbeat(msg: Msg, every_s: float) -> None:
     while True:
         await anyio.sleep(every_s)
@@ -114,7 +145,7 @@ async def handle_one(
             subject=msg.subject,
             error=f"{type(exc).__name__}: {exc}"[:500],
         )
-        await msg.term()
+        await _settle(msg, "term", consumer)
         return "term"
     outcome = "ack"
     async with anyio.create_task_group() as tg:
@@ -125,21 +156,43 @@ async def handle_one(
         except Retry as retry:
             outcome = "nak"
             log.info("message_retry", consumer=consumer, subject=msg.subject, reason=str(retry))
-            await msg.nak(delay=retry.delay_s)
+            await _settle(msg, "nak", consumer, delay=retry.delay_s)
         except Reject as reject:
             outcome = "term"
             log.warning(
                 "message_rejected", consumer=consumer, subject=msg.subject, reason=str(reject)
             )
-            await msg.term()
+            await _settle(msg, "term", consumer)
         except Exception:
             outcome = "nak"
             log.exception("handler_failed", consumer=consumer, subject=msg.subject)
-            await msg.nak(delay=1.0)
+            await _settle(msg, "nak", consumer, delay=1.0)
         tg.cancel_scope.cancel()
     if outcome == "ack":
-        await msg.ack()
+        await _settle(msg, "ack", consumer)
     return outcome
+
+
+def describe_fetch_error(exc: Exception) -> str:
+    if isinstance(exc, ServiceUnavailableError) and exc.code is None:
+        # A pull request nobody answers: nats-py says only "503".
+        return "no responders (503): the consumer or its stream is gone, or JetStream is down"
+    return f"{type(exc).__name__}: {exc}"[:500]
+
+
+async def restore_consumer(
+    js: JetStreamContext, stream: str, config: ConsumerConfig, name: str
+) -> JetStreamContext.PullSubscription:
+    """The consumer created again with the same config (its stream first, when that is
+    gone too and is one of rote's), and a new pull subscription bound to it."""
+    try:
+        await ensure_consumer(js, stream, config)
+    except NotFoundError:  # the stream is gone: creating a consumer needs it
+        if await ensure_stream(js, stream) is None:
+            raise  # not a stream rote defines: nothing to create it from
+        log.warning("stream_recreated", stream=stream)
+        await ensure_consumer(js, stream, config)
+    return await js.pull_subscribe_bind(durable=name, stream=stream)
 
 
 async def consume(
@@ -152,31 +205,75 @@ async def consume(
     workers: int = 1,
     fetch_timeout_s: float = 2.0,
     heartbeat_s: float | None = None,
+    check_every_s: float = 60.0,
     task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run `workers` fetch loops on one durable consumer until cancelled. Each worker
-    handles one message at a time, so `workers` is the concurrency."""
+    handles one message at a time, so `workers` is the concurrency. After `check_every_s`
+    of nothing but timeouts, the consumer is put back to `config` if it changed."""
     await ensure_consumer(js, stream, config)
     name = config.durable_name or config.name or "?"
     subs = [await js.pull_subscribe_bind(durable=name, stream=stream) for _ in range(workers)]
+    restoring = anyio.Lock()  # one worker re-creates; the others find it done
     task_status.started()
 
-    async def worker(sub: JetStreamContext.PullSubscription) -> None:
+    async def worker(i: int) -> None:
+        backoff = RESTORE_BACKOFF_S[0]
+        checked = anyio.current_time()
         while True:
             try:
-                msgs = await sub.fetch(1, timeout=fetch_timeout_s)
+                msgs = await subs[i].fetch(1, timeout=fetch_timeout_s)
             except (nats.errors.TimeoutError, TimeoutError):
-                continue  # nothing to do; fetch timeouts are normal, not errors
+                # Nothing to do; fetch timeouts are normal, not errors. But nats-py also
+                # turns a refused pull request into a timeout (409, such as "Exceeded
+                # MaxRequestExpires" from a consumer changed behind rote's back), so the
+                # first worker, idle a while, puts the consumer back to its config.
+                backoff = RESTORE_BACKOFF_S[0]
+                if i > 0 or anyio.current_time() - checked < check_every_s:
+                    continue
+                checked = anyio.current_time()
+                try:
+                    await ensure_consumer(js, stream, config)
+                    continue
+                except Exception as exc:
+                    problem = describe_fetch_error(exc)
             except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError):
                 await anyio.sleep(0.5)
                 continue
-            for msg in msgs:
-                await handle_one(msg, type_, handler, heartbeat_s=heartbeat_s, consumer=name)
+            except Exception as exc:  # 503 no responders: the consumer (or stream) is gone
+                problem = describe_fetch_error(exc)
+            else:
+                backoff = RESTORE_BACKOFF_S[0]
+                for msg in msgs:
+                    await handle_one(msg, type_, handler, heartbeat_s=heartbeat_s, consumer=name)
+                continue
+            log.warning(
+                "consumer_lost", consumer=name, stream=stream, error=problem, retry_in_s=backoff
+            )
+            await anyio.sleep(backoff)
+            backoff = min(backoff * 2, RESTORE_BACKOFF_S[1])
+            try:
+                async with restoring:
+                    sub = await restore_consumer(js, stream, config, name)
+            except Exception as exc:  # still gone, or NATS unreachable: try again later
+                log.warning(
+                    "consumer_restore_failed",
+                    consumer=name,
+                    stream=stream,
+                    error=describe_fetch_error(exc),
+                )
+                continue
+            old, subs[i] = subs[i], sub
+            try:
+                await old.unsubscribe()
+            except Exception as exc:  # already gone with the connection
+                log.debug("unsubscribe_failed", error=str(exc))
+            log.info("consumer_restored", consumer=name, stream=stream)
 
     try:
         async with anyio.create_task_group() as tg:
-            for sub in subs:
-                tg.start_soon(worker, sub)
+            for i in range(workers):
+                tg.start_soon(worker, i)
     finally:
         with anyio.CancelScope(shield=True):
             for sub in subs:

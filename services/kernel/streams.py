@@ -1,7 +1,8 @@
 """JetStream streams and buckets rote needs, and their idempotent provisioning.
 
-`ensure_streams` creates what is missing and updates what differs; run twice, the
-second run changes nothing. infra/streams/*.json are generated from STREAMS.
+`ensure_streams` creates what is missing and updates what differs in any field the
+definition sets; run twice, the second run changes nothing. infra/streams/*.json are
+generated from STREAMS.
 """
 
 from __future__ import annotations
@@ -10,8 +11,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 from nats.js import JetStreamContext
-from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
-from nats.js.errors import NotFoundError
+from nats.js.api import (
+    DiscardPolicy,
+    RetentionPolicy,
+    StorageType,
+    StoreCompression,
+    StreamConfig,
+)
+from nats.js.errors import APIError, NotFoundError
 
 from contracts import subjects as s
 from services.kernel.logs import get_logger
@@ -38,6 +45,8 @@ class StreamSpec:
         return list(s.STREAM_SUBJECTS[self.name])
 
     def config(self, replicas: int = 1) -> StreamConfig:
+        """Every field rote defines, each set explicitly (limits at the server's
+        "unlimited", -1): `ensure_streams` compares and repairs exactly these."""
         return StreamConfig(
             name=self.name,
             description=self.description,
@@ -49,6 +58,19 @@ class StreamSpec:
             duplicate_window=self.duplicate_window_s,
             max_msg_size=self.max_msg_size,
             num_replicas=replicas,
+            max_consumers=-1,
+            max_msgs=-1,
+            max_bytes=-1,
+            max_msgs_per_subject=-1,
+            discard_new_per_subject=False,
+            no_ack=False,
+            sealed=False,
+            deny_delete=False,
+            deny_purge=False,
+            allow_rollup_hdrs=False,
+            allow_direct=False,
+            mirror_direct=False,
+            compression=StoreCompression.NONE,
         )
 
 
@@ -87,56 +109,80 @@ STREAMS: list[StreamSpec] = [
     ),
 ]
 
-# Fields we set and therefore compare; everything else is left to the server's defaults.
-_COMPARED = (
-    "subjects",
-    "retention",
-    "storage",
-    "discard",
-    "max_age",
-    "duplicate_window",
-    "max_msg_size",
-    "num_replicas",
-    "description",
-)
-
 Outcome = Literal["created", "updated", "unchanged"]
+
+# Durations, compared to the millisecond: the client turns nanoseconds into float seconds.
+_DURATIONS = ("max_age", "duplicate_window")
+
+
+class StreamDriftError(RuntimeError):
+    """A stream differs from its definition in a way the server will not change in place
+    (storage type, retention to or from work queue, deny_delete, deny_purge, sealed)."""
 
 
 def _differs(want: StreamConfig, have: StreamConfig) -> list[str]:
+    """The fields the definition sets (every field of `StreamSpec.config`, the same as
+    in infra/streams/*.json) whose value on the server is another."""
+    wanted, held = want.as_dict(), have.as_dict()
     changed = []
-    for name in _COMPARED:
-        a, b = getattr(want, name), getattr(have, name)
+    for name, a in wanted.items():
+        b = held.get(name)
         if name == "subjects":
             a, b = sorted(a or []), sorted(b or [])
-        elif name in ("max_age", "duplicate_window"):
-            a, b = round(float(a or 0), 3), round(float(b or 0), 3)
+        elif name in _DURATIONS:
+            a, b = round((a or 0) / 1e6), round((b or 0) / 1e6)
+        elif b is None and a in (False, -1, StoreCompression.NONE):
+            continue  # a server that omits a field it holds at its default
         if a != b:
             changed.append(name)
     return changed
 
 
+# The replica count this process provisions with (the last `ensure_streams`), so a stream
+# re-created later (a consumer finding its stream deleted) gets the same.
+_replicas = 1
+
+
+async def ensure_stream(js: JetStreamContext, name: str) -> Outcome | None:
+    """Create or repair one of STREAMS at this process's replica count; None when `name`
+    is not a stream rote defines."""
+    spec = next((spec for spec in STREAMS if spec.name == name), None)
+    return None if spec is None else await _ensure(js, spec, _replicas)
+
+
 async def ensure_streams(js: JetStreamContext, replicas: int = 1) -> dict[str, Outcome]:
-    """Create missing streams, update changed ones; return what happened to each."""
+    """Create missing streams, update changed ones; return what happened to each. Raises
+    StreamDriftError for a difference the server cannot repair."""
+    global _replicas
+    _replicas = replicas
     outcomes: dict[str, Outcome] = {}
     for spec in STREAMS:
-        want = spec.config(replicas)
-        try:
-            have = (await js.stream_info(spec.name)).config
-        except NotFoundError:
-            await js.add_stream(want)
-            outcomes[spec.name] = "created"
-            log.info("stream_created", stream=spec.name)
-            continue
-        changed = _differs(want, have)
-        if changed:
-            await js.update_stream(want)
-            outcomes[spec.name] = "updated"
-            log.info("stream_updated", stream=spec.name, fields=changed)
-        else:
-            outcomes[spec.name] = "unchanged"
+        outcomes[spec.name] = await _ensure(js, spec, replicas)
     outcomes.update(await _ensure_buckets(js, replicas))
     return outcomes
+
+
+async def _ensure(js: JetStreamContext, spec: StreamSpec, replicas: int) -> Outcome:
+    want = spec.config(replicas)
+    try:
+        have = (await js.stream_info(spec.name)).config
+    except NotFoundError:
+        await js.add_stream(want)
+        log.info("stream_created", stream=spec.name)
+        return "created"
+    changed = _differs(want, have)
+    if not changed:
+        return "unchanged"
+    try:
+        await js.update_stream(want)
+    except APIError as exc:
+        raise StreamDriftError(
+            f"stream {spec.name} differs from its definition in {', '.join(changed)}"
+            f" and the server refuses to change it in place ({exc.description or exc});"
+            " repair or re-create the stream by hand"
+        ) from exc
+    log.info("stream_updated", stream=spec.name, fields=changed)
+    return "updated"
 
 
 # How long a bucket keeps a key (None: forever). Transcripts live as long as run events.

@@ -35,7 +35,14 @@ from contracts.tasks import (
 from contracts.tools import CloseSession, ExecTool, SessionClosed, ToolResult
 from services import __version__
 from services.kernel.bus import Bus
-from services.kernel.consumers import consume, durable_config, ensure_consumer
+from services.kernel.consumers import (
+    RESTORE_BACKOFF_S,
+    consume,
+    durable_config,
+    ensure_consumer,
+    restore_consumer,
+)
+from services.kernel.consumers import describe_fetch_error as describe
 from services.kernel.endpoints import Endpoint, start_service, stop_service
 from services.kernel.errors import ServiceError
 from services.kernel.event_store import application_env
@@ -199,6 +206,7 @@ async def run_intake(
         durable=s.CONSUMER_SCHEDULER_INTAKE, stream=s.STREAM_INTAKE
     )
     task_status.started()
+    backoff = RESTORE_BACKOFF_S[0]
     try:
         while True:
             try:
@@ -208,6 +216,24 @@ async def run_intake(
             except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError):
                 await anyio.sleep(0.5)
                 continue
+            except Exception as exc:  # the consumer (or its stream) is gone: put it back
+                log.warning("consumer_lost", consumer=config.durable_name, error=describe(exc))
+                await anyio.sleep(backoff)
+                backoff = min(backoff * 2, RESTORE_BACKOFF_S[1])
+                try:
+                    restored = await restore_consumer(
+                        bus.js, s.STREAM_INTAKE, config, s.CONSUMER_SCHEDULER_INTAKE
+                    )
+                except Exception as again:  # still gone, or NATS away: later
+                    log.warning("consumer_restore_failed", error=describe(again))
+                    continue
+                old, sub = sub, restored
+                try:
+                    await old.unsubscribe()
+                except Exception as gone:  # already gone with the connection
+                    log.debug("unsubscribe_failed", error=str(gone))
+                continue
+            backoff = RESTORE_BACKOFF_S[0]
             for msg in msgs:
                 try:
                     await _intake_one(bus, engine, msg)

@@ -1,14 +1,18 @@
 """Durable pull consumers: provisioned idempotently, poison messages terminated, retries
-redelivered, long handlers kept alive with in_progress."""
+redelivered, long handlers kept alive with in_progress; a consumer or stream deleted
+under a running service is restored, and nothing a fetch or an ack raises ends it."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import anyio
 import msgspec
 import pytest
 from nats.aio.msg import Msg
+from nats.js.api import ConsumerConfig, RetentionPolicy
+from nats.js.errors import NotFoundError
 
 from contracts import subjects as s
 from services.kernel.bus import Bus
@@ -105,3 +109,145 @@ async def test_consumer_provisioning_updates_in_place(bus: Bus) -> None:
     changed = await ensure_consumer(bus.js, s.STREAM_RUNS, durable_config("c", ack_wait_s=45))
     assert first.config.ack_wait == again.config.ack_wait == 10
     assert changed.config.ack_wait == 45
+
+
+async def _consume_until(
+    bus: Bus,
+    config: ConsumerConfig,
+    handler: Any,
+    during: Any,
+    *,
+    stream: str = s.STREAM_WORK,
+    timeout_s: float = 15,
+    check_every_s: float = 60.0,
+) -> None:
+    """Run consume() while `during` does its part; consume() raising fails the test."""
+    async with anyio.create_task_group() as tg:
+        await tg.start(
+            lambda task_status: consume(
+                bus.js,
+                stream=stream,
+                config=config,
+                type_=Job,
+                handler=handler,
+                workers=2,
+                fetch_timeout_s=0.3,
+                check_every_s=check_every_s,
+                task_status=task_status,
+            )
+        )
+        with anyio.fail_after(timeout_s):
+            await during()
+        tg.cancel_scope.cancel()
+
+
+async def _settled(bus: Bus) -> None:
+    """Until the work queue is empty: every message delivered so far is acknowledged."""
+    while (await bus.js.stream_info(s.STREAM_WORK)).state.messages:
+        await anyio.sleep(0.05)
+
+
+class Seen:
+    """What a handler received, and a way to wait for a given job."""
+
+    def __init__(self) -> None:
+        self.jobs: list[int] = []
+        self._changed = anyio.Event()
+
+    async def handler(self, job: Job, msg: Msg) -> None:
+        self.jobs.append(job.n)
+        self._changed.set()
+
+    async def wait_for(self, n: int) -> None:
+        while n not in self.jobs:
+            self._changed = anyio.Event()
+            await self._changed.wait()
+
+
+async def test_a_deleted_consumer_is_recreated_and_consumption_goes_on(
+    bus: Bus, written_logs: list[dict[str, Any]]
+) -> None:
+    await ensure_streams(bus.js)
+    seen = Seen()
+    config = durable_config("test-deleted", filter_subjects=[s.WORK_RUNS], ack_wait_s=5)
+
+    async def during() -> None:
+        await bus.js.publish(s.WORK_RUNS, b'{"n":1}')
+        await seen.wait_for(1)
+        await _settled(bus)  # else the new consumer rightly delivers it again
+        await bus.js.delete_consumer(s.STREAM_WORK, "test-deleted")
+        await bus.js.publish(s.WORK_RUNS, b'{"n":2}')
+        await seen.wait_for(2)
+
+    await _consume_until(bus, config, seen.handler, during)
+    assert seen.jobs == [1, 2]
+    lost = [e for e in written_logs if e["event"] == "consumer_lost"]
+    assert lost and lost[0]["consumer"] == "test-deleted" and lost[0]["stream"] == s.STREAM_WORK
+    assert lost[0]["level"] == "warning" and "no responders" in lost[0]["error"]
+
+
+async def test_a_deleted_stream_is_recreated_and_consumption_goes_on(bus: Bus) -> None:
+    await ensure_streams(bus.js)
+    seen = Seen()
+    config = durable_config("test-stream-gone", filter_subjects=[s.WORK_RUNS], ack_wait_s=5)
+
+    async def during() -> None:
+        await bus.js.publish(s.WORK_RUNS, b'{"n":1}')
+        await seen.wait_for(1)
+        await _settled(bus)
+        await bus.js.delete_stream(s.STREAM_WORK)
+        while True:  # consume() provisions it again, as defined
+            try:
+                info = await bus.js.stream_info(s.STREAM_WORK)
+                break
+            except NotFoundError:
+                await anyio.sleep(0.1)
+        assert info.config.retention == RetentionPolicy.WORK_QUEUE
+        await bus.js.publish(s.WORK_RUNS, b'{"n":2}')
+        await seen.wait_for(2)
+
+    await _consume_until(bus, config, seen.handler, during)
+    assert seen.jobs == [1, 2]
+
+
+async def test_a_consumer_changed_to_refuse_pull_requests_is_put_back(bus: Bus) -> None:
+    """Changed behind rote's back so that the server answers every pull request with a
+    409 (which nats-py reports as a plain fetch timeout): an idle worker finds out and
+    puts the consumer back to its config, and messages flow again."""
+    await ensure_streams(bus.js)
+    seen = Seen()
+    config = durable_config("test-refused", filter_subjects=[s.WORK_RUNS], ack_wait_s=5)
+
+    async def during() -> None:
+        # Pull requests may wait at most 10 ms: consume()'s (0.3 s) get "409 Exceeded
+        # MaxRequestExpires".
+        drifted = {**config.as_dict(), "max_expires": 10_000_000}
+        await bus.nc.request(
+            f"$JS.API.CONSUMER.CREATE.{s.STREAM_WORK}.test-refused",
+            json.dumps({"stream_name": s.STREAM_WORK, "config": drifted}).encode(),
+        )
+        await bus.js.publish(s.WORK_RUNS, b'{"n":1}')
+        await seen.wait_for(1)
+
+    await _consume_until(bus, config, seen.handler, during, check_every_s=1.0)
+    assert seen.jobs == [1]
+
+
+async def test_a_handler_that_settles_the_message_itself_does_not_crash(bus: Bus) -> None:
+    await ensure_streams(bus.js)
+    seen = Seen()
+
+    async def handler(job: Job, msg: Msg) -> None:
+        await msg.ack()  # the consumer's own ack after this fails: already acknowledged
+        await seen.handler(job, msg)
+
+    config = durable_config("test-self-ack", filter_subjects=[s.WORK_RUNS], ack_wait_s=5)
+
+    async def during() -> None:
+        for n in (1, 2, 3):
+            await bus.js.publish(s.WORK_RUNS, f'{{"n":{n}}}'.encode())
+        for n in (1, 2, 3):
+            await seen.wait_for(n)
+
+    await _consume_until(bus, config, handler, during)
+    assert sorted(seen.jobs) == [1, 2, 3]

@@ -162,3 +162,22 @@ async def test_a_duplicate_command_is_applied_once(settings: Settings, bus: Bus)
         assert work.state.messages == 1  # one run request, nobody consumed it here
         (requested,) = [e for e in got if e.event == "run_dispatched"]
         assert requested.run_id is not None and requested.run_id.startswith("k-")
+
+
+async def test_the_intake_goes_on_after_its_consumer_was_deleted(
+    settings: Settings, bus: Bus
+) -> None:
+    """An operator's `nats consumer rm` (or a stream reset) must not stop the scheduler
+    taking commands: the consumer is created again and the next command applies."""
+    async with scheduler(settings, bus):
+        await bus.js.delete_consumer(s.STREAM_INTAKE, s.CONSUMER_SCHEDULER_INTAKE)
+        await anyio.sleep(0.5)
+        await bus.js.publish(s.intake_task("create"), GOOD)
+        with anyio.fail_after(20):
+            while True:
+                try:
+                    task = await get(bus, "intake-ok")
+                    break
+                except Exception:  # not there yet
+                    await anyio.sleep(0.2)
+        assert task.spec.name == "Intake OK"

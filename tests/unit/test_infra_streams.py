@@ -15,7 +15,7 @@ from contracts import subjects as s
 from services.cli import main
 from services.cli.infra import differences, stream_config_json, stream_files
 from services.kernel.settings import Settings, SettingsError
-from services.kernel.streams import STREAMS
+from services.kernel.streams import STREAMS, StreamSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 SINGLE = ROOT / "infra" / "streams"
@@ -158,3 +158,11 @@ def test_stream_replicas_setting() -> None:
     for bad in ("0", "7", "three"):
         with pytest.raises(SettingsError, match="ROTE_STREAM_REPLICAS"):
             Settings.from_env({"ROTE_STREAM_REPLICAS": bad})
+
+
+@pytest.mark.parametrize("spec", STREAMS, ids=lambda spec: spec.name)
+def test_every_field_in_the_files_is_one_provisioning_repairs(spec: StreamSpec) -> None:
+    # ensure_streams compares (and repairs) each field StreamSpec.config sets, so a field
+    # the files define but the config leaves to the server would drift unnoticed.
+    assert set(stream_config_json(spec)) == set(spec.config().as_dict())
+    assert stream_config_json(spec) == json.loads(json.dumps(spec.config().as_dict()))
