@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
+
+import nats.errors
+import nats.js.errors
+from eventsourcing.persistence import PersistenceError
 
 from services.kernel.logs import configure_logging
-from services.kernel.secrets import register_from_env
+from services.kernel.secrets import redact, register_from_env
 from services.kernel.settings import Settings, SettingsError
+
+# A failure's message is shown on one line, cut to this length.
+MAX_MESSAGE = 500
 
 
 def load_settings(*, quiet: bool = False) -> Settings:
@@ -24,3 +32,44 @@ def load_settings(*, quiet: bool = False) -> Settings:
         level = "warning"
     configure_logging(settings.log_format, level)
     return settings
+
+
+def data_dir_problem(path: Path, what: str = "ROTE_DATA_DIR") -> str | None:
+    """Why `path` cannot hold rote's data (None: it can; it is created if missing).
+
+    Checked before anything starts: found later, the same problem surfaces as an
+    OSError deep inside whichever service touched the directory first."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        return f"{what} {path} is not a directory"
+    except OSError as exc:
+        return f"{what} {path} cannot be created: {exc.strerror or exc}"
+    if not os.access(path, os.W_OK | os.X_OK):
+        return f"{what} {path} is not writable"
+    return None
+
+
+def first_error(exc: BaseException) -> BaseException:
+    """The first leaf of (possibly nested) exception groups: task groups wrap whatever
+    stopped a service, sometimes twice."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def describe_failure(exc: BaseException, settings: Settings) -> str:
+    """One masked line saying what failed, for `rote: ...` on stderr."""
+    exc = first_error(exc)
+    message = str(exc).strip()
+    if isinstance(exc, PersistenceError):
+        text = f"event store {settings.event_store}: {message or type(exc).__name__}"
+    elif isinstance(exc, nats.js.errors.APIError):
+        text = f"NATS JetStream refused a request: {exc.description or message}"
+    elif isinstance(exc, nats.errors.Error) or type(exc).__module__.startswith("services."):
+        # rote's own errors (and the NATS client's) are written to be read as they are.
+        text = message or type(exc).__name__
+    else:
+        text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    text = " ".join(redact(text).split())
+    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 3] + "..."

@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+from pathlib import Path
 
 import anyio
 import nats.js.errors
 from anyio.abc import TaskStatus
 
-from services.cli.common import load_settings
+from services.cli.common import data_dir_problem, describe_failure, load_settings
 from services.kernel.logs import get_logger
 from services.kernel.runtime import (
     SERVICE_MODULES,
@@ -40,6 +41,10 @@ def run(args: argparse.Namespace, names: list[str], *, join: bool) -> int:
     settings = load_settings()
     if args.nats_url:
         settings = settings.with_(nats_url=args.nats_url)
+    problem = data_dir_problem(Path(settings.data_dir))
+    if problem:
+        print(f"rote: {problem}", file=sys.stderr)
+        return 2
     code = 0
     try:
         anyio.run(_serve_until_signal, settings, names, join, backend="asyncio")
@@ -56,6 +61,12 @@ def run(args: argparse.Namespace, names: list[str], *, join: bool) -> int:
         code = 1
     except* KeyboardInterrupt:
         pass
+    except* Exception as group:
+        # Anything else that stopped rote (a store it cannot open, a request NATS
+        # refused...): one line for the user; the traceback goes to the debug log.
+        log.debug("rote_failed", exc_info=group)
+        print(f"rote: {describe_failure(group, settings)}", file=sys.stderr)
+        code = 1
     return code
 
 

@@ -2,7 +2,8 @@
 
 Used by `rote up` when no ROTE_NATS_URL is set, and by the tests. The server binds to
 127.0.0.1, keeps its store under the data dir, and dies with us: it is stopped on exit
-and, on Linux, also asked by the kernel to stop if this process dies abruptly.
+and, on Linux, also asked by the kernel to stop if this process dies abruptly. It runs
+in its own session, so signals sent to our process group (Ctrl-C) do not reach it.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import contextlib
 import ctypes
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -27,6 +29,8 @@ log = get_logger("rote.embedded_nats")
 
 DEFAULT_PORT = 4222
 URL_FILE = "nats.url"
+# "[pid] date time [FTL] message": the level and message of a server log line.
+_FAILURE_LINE = re.compile(r"(\[(?:FTL|ERR)\] .*)$")
 
 
 class EmbeddedNatsError(RuntimeError):
@@ -82,6 +86,24 @@ def _server_info(host: str, port: int, timeout: float = 0.5) -> dict[str, object
         return json.loads(line[5:])  # type: ignore[no-any-return]
     except ValueError:
         return None
+
+
+def _why_it_stopped(log_file: Path) -> str:
+    """The last fatal or error line of the server's last start, without its pid and
+    time: the reason it gives comes after the start-up banner, which would drown it
+    in a plain tail (and the log file keeps earlier runs too)."""
+    try:
+        with log_file.open("rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 64_000))
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return "no log"
+    starts = [i for i, line in enumerate(lines) if "Starting nats-server" in line]
+    lines = lines[starts[-1] :] if starts else lines
+    for line in reversed(lines):
+        if found := _FAILURE_LINE.search(line):
+            return found.group(1)
+    return "\n".join(lines[-5:])
 
 
 class EmbeddedNats:
@@ -149,6 +171,10 @@ class EmbeddedNats:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            # Its own session: a Ctrl-C at the terminal goes to the whole foreground
+            # process group, and must reach only us, so the server outlives our orderly
+            # shutdown (connections closed first) instead of dying under it.
+            start_new_session=True,
             preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
 
@@ -158,9 +184,9 @@ class EmbeddedNats:
         deadline = time.monotonic() + self.ready_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                tail = log_file.read_text(errors="replace")[-2000:] if log_file.exists() else ""
                 raise EmbeddedNatsError(
-                    f"nats-server exited with {self.process.returncode} on port {self.port}: {tail}"
+                    f"nats-server exited with {self.process.returncode} on port {self.port}: "
+                    + _why_it_stopped(log_file)
                 )
             info = _server_info(self.host, self.port)
             if info is not None and info.get("jetstream"):

@@ -13,6 +13,10 @@ LogFormat = Literal["auto", "json", "console"]
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
+# Upper bounds of durations, in seconds.
+DAY_S = 86_400.0
+HOUR_S = 3_600.0
+
 
 class SettingsError(ValueError):
     """An environment variable holds a value rote cannot use."""
@@ -30,6 +34,7 @@ def _float(
     *,
     above: float | None = None,
     at_least: float | None = None,
+    at_most: float | None = None,
 ) -> float | None:
     raw = env.get(name)
     if raw is None or raw == "":
@@ -46,6 +51,10 @@ def _float(
         raise SettingsError(f"{name} must be above {above:g}, got {raw!r}")
     if at_least is not None and value < at_least:
         raise SettingsError(f"{name} must be {at_least:g} or more, got {raw!r}")
+    # A duration too long to mean anything is refused too: NATS rejects an ack wait
+    # past int64 nanoseconds only once the runner creates its consumer, mid start-up.
+    if at_most is not None and value > at_most:
+        raise SettingsError(f"{name} must be {at_most:g} or less, got {raw!r}")
     return value
 
 
@@ -145,9 +154,11 @@ class Settings:
             max_concurrent=_int(env, "ROTE_MAX_CONCURRENT", 2, lo=1),
             daily_budget_usd=_float(env, "ROTE_DAILY_BUDGET_USD", None, at_least=0.0),
             runner_slots=_int(env, "ROTE_RUNNER_SLOTS", 2, lo=1),
-            runner_ack_wait_s=_float(env, "ROTE_RUNNER_ACK_WAIT_S", 30.0, above=0.0) or 30.0,
+            runner_ack_wait_s=_float(env, "ROTE_RUNNER_ACK_WAIT_S", 30.0, above=0.0, at_most=DAY_S)
+            or 30.0,
             replay_retries=_int(env, "ROTE_REPLAY_RETRIES", 1, lo=0, hi=10),
-            replay_backoff_s=_float(env, "ROTE_REPLAY_BACKOFF_S", 1.0, at_least=0.0) or 0.0,
+            replay_backoff_s=_float(env, "ROTE_REPLAY_BACKOFF_S", 1.0, at_least=0.0, at_most=HOUR_S)
+            or 0.0,
             llm_concurrency=_int(env, "ROTE_LLM_CONCURRENCY", 4, lo=1),
             llm_max_attempts=_int(env, "ROTE_LLM_MAX_ATTEMPTS", 4, lo=1, hi=20),
             prices_file=Path(prices).expanduser() if prices else None,
@@ -156,7 +167,7 @@ class Settings:
             allowed_commands=_list(env, "ROTE_TOOLS_ALLOW_COMMANDS"),
             path_roots=_list(env, "ROTE_TOOLS_PATH_ROOTS"),
             tools_pool_size=_int(env, "ROTE_TOOLS_POOL_SIZE", 2, lo=0, hi=32),
-            tools_idle_s=_float(env, "ROTE_TOOLS_IDLE_S", 900.0, above=0.0) or 900.0,
+            tools_idle_s=_float(env, "ROTE_TOOLS_IDLE_S", 900.0, above=0.0, at_most=DAY_S) or 900.0,
             stream_replicas=_int(env, "ROTE_STREAM_REPLICAS", 1, lo=1, hi=5),
         )
 

@@ -27,6 +27,7 @@ import contextlib
 import html
 import json
 import socket
+import sys
 import threading
 from collections import Counter, deque
 from collections.abc import Iterator
@@ -223,6 +224,8 @@ class _Handler(BaseHTTPRequestHandler):
                 raise protocol.ApiError(404, "not_found_error", f"no route {self.path}")
         except protocol.ApiError as exc:
             self._error(exc)
+        except ConnectionError:  # the client went away mid-answer (it stopped): no one to tell
+            log.debug("standin_client_gone", path=self.path)
         except Exception as exc:  # a bug in the stand-in: answer 500, keep serving
             log.exception("standin_failed", path=self.path)
             self._error(
@@ -299,6 +302,12 @@ class _Server(ThreadingHTTPServer):
     def shutdown_request(self, request: Any) -> None:
         self.standin.untrack(request)
         super().shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that hung up (rote stopping) is not an error of the stand-in's.
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
 
 class StandinServer:

@@ -7,11 +7,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import anthropic
 import pytest
@@ -223,3 +226,33 @@ def test_rote_model_serve_cli() -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
+
+
+def test_a_client_hanging_up_mid_answer_is_not_an_error(
+    standin: StandinServer, client: anthropic.Anthropic, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """rote stopping while the stand-in answers (the demo's Ctrl-C) leaves no traceback
+    behind, and the next caller is served."""
+    standin.inject(latency_ms=300, latency_count=1)
+    body = json.dumps(
+        {
+            "model": "claude-haiku-5-5",
+            "max_tokens": 64,
+            "messages": [{"role": "user", "content": "hi"}],
+        }
+    ).encode()
+    where = urlsplit(standin.url)
+    with socket.create_connection((where.hostname, where.port)) as conn:
+        conn.sendall(
+            b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + b"Content-Length: %d\r\n\r\n" % len(body)
+            + body
+        )
+        # Hung up hard (RST) before the delayed answer is written.
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    time.sleep(0.6)
+    reply = client.messages.create(
+        model="claude-haiku-5-5", max_tokens=64, messages=[{"role": "user", "content": "hi"}]
+    )
+    assert reply.content
+    assert "Traceback" not in capfd.readouterr().err

@@ -154,3 +154,32 @@ def test_sigterm_during_start_up_stops_cleanly(tmp_path: Path) -> None:
     while _nats_pids(data_dir / "nats") and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _nats_pids(data_dir / "nats") == []
+
+
+def test_embedded_nats_dies_with_a_killed_rote_but_not_with_its_ctrl_c(tmp_path: Path) -> None:
+    data_dir = tmp_path / "killed"
+    proc = subprocess.Popen(
+        _rote("serve", "system"),
+        env=_env(data_dir),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # a job of its own, as in a terminal
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().startswith("rote up: NATS nats://127.0.0.1:")
+        [nats_pid] = _nats_pids(data_dir / "nats")
+        # Its own session: a Ctrl-C to rote's job reaches rote, which stops the server
+        # after its services; it does not reach the server directly.
+        assert os.getsid(nats_pid) == nats_pid != os.getsid(proc.pid)
+        proc.kill()  # no clean-up at all: the kernel still stops the server
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    deadline = time.monotonic() + 10
+    while _nats_pids(data_dir / "nats") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _nats_pids(data_dir / "nats") == []

@@ -32,6 +32,19 @@ def test_values_in_range_are_taken() -> None:
     assert settings.runner_slots == 1
 
 
+def test_durations_up_to_their_bound_are_taken() -> None:
+    settings = Settings.from_env(
+        {
+            "ROTE_RUNNER_ACK_WAIT_S": "86400",
+            "ROTE_REPLAY_BACKOFF_S": "3600",
+            "ROTE_TOOLS_IDLE_S": "86400",
+        }
+    )
+    assert settings.runner_ack_wait_s == 86400.0
+    assert settings.replay_backoff_s == 3600.0
+    assert settings.tools_idle_s == 86400.0
+
+
 @pytest.mark.parametrize(
     ("name", "value"),
     [
@@ -43,6 +56,11 @@ def test_values_in_range_are_taken() -> None:
         ("ROTE_REPLAY_BACKOFF_S", "-0.5"),
         ("ROTE_REPLAY_BACKOFF_S", "nan"),
         ("ROTE_RUNNER_ACK_WAIT_S", "0"),
+        # Longer than NATS can hold: its consumer would be refused mid start-up.
+        ("ROTE_RUNNER_ACK_WAIT_S", "1e10"),
+        ("ROTE_RUNNER_ACK_WAIT_S", "86401"),
+        ("ROTE_REPLAY_BACKOFF_S", "1e12"),  # a retry that never comes
+        ("ROTE_TOOLS_IDLE_S", "1e12"),
         ("ROTE_DAILY_BUDGET_USD", "-1"),
         ("ROTE_DAILY_BUDGET_USD", "inf"),
         ("ROTE_LLM_CONCURRENCY", "0"),
@@ -55,3 +73,9 @@ def test_values_in_range_are_taken() -> None:
 def test_out_of_range_values_are_refused_naming_the_variable(name: str, value: str) -> None:
     with pytest.raises(SettingsError, match=name):
         Settings.from_env({name: value})
+
+
+def test_a_duration_too_long_names_its_bound() -> None:
+    with pytest.raises(SettingsError) as refused:
+        Settings.from_env({"ROTE_RUNNER_ACK_WAIT_S": "1e10"})
+    assert str(refused.value) == "ROTE_RUNNER_ACK_WAIT_S must be 86400 or less, got '1e10'"
