@@ -80,3 +80,13 @@ def navigates(tool: str) -> bool:
 
 def acts(tool: str) -> bool:
     return tool in ACTION_TOOLS
+
+
+# Failures after which an action surely did not happen: nothing matched what it was to
+# act on. After any other (a timeout, a browser or command error) it may have acted.
+DID_NOT_ACT = frozenset({"element_not_found", "invalid_selector"})
+
+
+def safe_to_retry(tool: str, error_code: str) -> bool:
+    """Whether trying the call again cannot do something twice (a second order)."""
+    return not acts(tool) or error_code in DID_NOT_ACT

@@ -21,7 +21,7 @@ from contracts.llm import CompleteRequest, Message
 from contracts.tools import ExecTool, ToolMetadata
 from services.compiler import references
 from services.compiler.expectations import check_all, condition_holds
-from services.compiler.toolkinds import acts
+from services.compiler.toolkinds import acts, safe_to_retry
 from services.runner import quality
 from services.runner.accounting import Ledger
 from services.runner.agent_loop import answer_problem, final_text
@@ -246,9 +246,9 @@ class Replayer:
             error = result.error
             if error is None:
                 raise StepFailed(index, tool)
-            raise StepFailed(
-                index, f"{tool}: {error.code}: {error.message}", retryable=not _refused(error.code)
-            )
+            # An action that may have acted before it failed is not tried again.
+            again = not _refused(error.code) and safe_to_retry(tool, error.code)
+            raise StepFailed(index, f"{tool}: {error.code}: {error.message}", retryable=again)
         return result.output, result.metadata
 
     async def _check_quality(self, step: ResultStep, answer: str) -> None:

@@ -154,6 +154,26 @@ def test_an_action_that_ran_but_missed_its_expectation_is_not_done_twice() -> No
     assert calls == ["browser_fill_form"]  # submitted once; the fallback takes over
 
 
+@pytest.mark.parametrize(
+    ("code", "tries"),
+    [("timeout", 1), ("browser_error", 1), ("element_not_found", 3), ("invalid_selector", 3)],
+)
+def test_an_action_that_may_have_acted_before_failing_is_not_done_twice(
+    code: str, tries: int
+) -> None:
+    """A submit that timed out may have gone through: trying it again could order
+    twice. One that matched nothing surely did not act, and is tried again."""
+    calls: list[str] = []
+
+    async def exec_tool(request: ExecTool) -> ToolResult:
+        calls.append(request.tool)
+        return ToolResult(ok=False, duration_ms=3, error=ErrorInfo(code=code, message="x"))
+
+    result = _replay_two_tool_steps(exec_tool)
+    assert not result.ok and result.failed_step == 0
+    assert calls == ["browser_fill_form"] * tries
+
+
 def test_a_read_that_missed_its_expectation_is_tried_again() -> None:
     calls: list[str] = []
 
