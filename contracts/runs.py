@@ -110,12 +110,16 @@ class RunRef(Command, kw_only=True):
 
 
 class ListRuns(Command, kw_only=True):
+    """rote.api.runs.list: recent runs from the scheduler's run ledger, newest first.
+    Ledger entries carry no `result` (answers can be large): use runs.get for it."""
+
     task_id: SubjectToken | None = None
     limit: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 50
 
 
 class RunView(Reply, kw_only=True):
-    """The latest known state of a run."""
+    """The latest known state of a run. From runs.get (the runner) it is complete; in
+    runs.list (the scheduler's ledger) `result` is always None: use runs.get for it."""
 
     run_id: str
     task_id: str

@@ -130,13 +130,19 @@ class Replayer:
                 self.current_step = step.index
                 if isinstance(step, ResultStep):
                     answer = await self._with_retries(step.index, lambda s=step: self._result(s))
+                    # The answer this step wrote (before any quality check judges it).
+                    self.transcript.replay_step(step.index, {"result": step.mode, "answer": answer})
                     if self.spec.quality_check:
                         await self._check_quality(step, answer)
                     continue
                 if stopped:
                     continue
                 if isinstance(step, ConditionStep):
-                    if not condition_holds(step, self.outputs):
+                    if condition_holds(step, self.outputs):
+                        self.transcript.replay_step(
+                            step.index, {"condition": step.ref, "held": True}
+                        )
+                    else:
                         reason = step.message or f"condition on {step.ref} does not hold"
                         self.transcript.replay_step(
                             step.index, {"condition": step.ref, "held": False}

@@ -27,7 +27,7 @@ from services.kernel.transcoding import StructAsText
 from services.scheduler.budget import DailySpend, utc_day
 from services.scheduler.ids import task_uuid, untracked_uuid
 from services.scheduler.ledger import RunLedger
-from services.scheduler.task import Task, UntrackedRuns, checked_spec
+from services.scheduler.task import Task, UntrackedRuns, checked_spec, plain_tokens
 from services.scheduler.triggers import TriggerError, next_due
 
 log = get_logger("rote.scheduler")
@@ -144,6 +144,9 @@ class Catalog:
                 duration_ms=e.duration_ms,
                 reason=e.reason,  # type: ignore[arg-type]
                 error=e.error,
+                # Absent from a RunFinished recorded by an earlier version.
+                fell_back=getattr(e, "fell_back", False),
+                tokens=getattr(e, "tokens", None),
             )
             self.spend.add(e.run_id, e.at, e.cost_usd)
 
@@ -303,6 +306,8 @@ class Tasks(Application[UUID]):
         """Record a run's outcome on its task; an outcome no task waits for (a run from
         outside the scheduler, a late one after abandonment) is kept as untracked, so
         its cost still counts. Returns "recorded", "duplicate" or "untracked"."""
+        if "tokens" in outcome:
+            outcome = {**outcome, "tokens": plain_tokens(outcome["tokens"])}
         try:
             result = self._command(task_id, lambda t: t.finish_run(run_id, at=at, **outcome))[1]
         except ServiceError:

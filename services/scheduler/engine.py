@@ -62,6 +62,9 @@ class SchedulerConfig:
     grace_s: float = recovery.DEFAULT_GRACE_S
     tick_s: float = 1.0
     max_condition_checks: int = 8
+    # After a completed full run, how long a task's next run may wait for the executor
+    # compiled from it (see Scheduler.compiling).
+    compile_wait_s: float = 30.0
 
 
 @dataclass
@@ -104,6 +107,15 @@ class Scheduler:
         self.on_saved = on_saved
         self.last_checked: dict[str, datetime] = {}  # condition tasks: last check
         self.fired: dict[str, datetime] = {}  # condition held; waiting to dispatch
+        # Tasks whose last run was a completed full run, its trace still compiling:
+        # task_id -> (run_id, when it finished). Their next run waits for the executor
+        # (or config.compile_wait_s), or it would be a second full run: an overdue slot
+        # comes due the moment the run ends, a second or so before its executor.
+        # Kept in memory: after a restart nothing waits, as before.
+        self.compiling: dict[str, tuple[str, datetime]] = {}
+        # The last run whose trace the compiler settled, per task: its word may come
+        # before the run's outcome reaches this scheduler (another stream).
+        self.settled: dict[str, str] = {}
         self._tick_lock = anyio.Lock()
         self._wake = anyio.Event()
 
@@ -256,15 +268,44 @@ class Scheduler:
                 cost_saved_usd=event.cost_saved_usd,
                 source=event.source,
                 executor_version=event.executor_version,
+                fell_back=event.fell_back,
+                tokens=event.tokens,
                 duration_ms=event.duration_ms,
                 reason=event.reason,
                 error=event.error[:MAX_ERROR_CHARS] if event.error else None,
                 reported_by="runner",
             )
             log.info("run_outcome", outcome=event.event, recorded=result, cost_usd=event.cost_usd)
+            if (
+                result == "recorded"
+                and event.event == "completed"
+                and event.source == "full_llm"
+                and self.settled.get(event.task_id) != event.run_id
+            ):
+                self.compiling[event.task_id] = (event.run_id, self.clock.now())
             if result != "duplicate":
                 self._saved()
             return result
+
+    def on_executor_event(self, task_id: str, run_id: str | None) -> None:
+        """The compiler compiled (or skipped) the trace of `run_id`: if that is the run
+        the task's next run waits for, it may go."""
+        if run_id is not None:
+            self.settled[task_id] = run_id
+        waiting = self.compiling.get(task_id)
+        if waiting is not None and waiting[0] == run_id:
+            del self.compiling[task_id]
+            self.wake()
+
+    def _compiling(self, task_id: str, now: datetime) -> bool:
+        waiting = self.compiling.get(task_id)
+        if waiting is None:
+            return False
+        if (now - waiting[1]).total_seconds() < self.config.compile_wait_s:
+            return True
+        log.warning("compile_wait_over", task_id=task_id, run_id=waiting[0])
+        del self.compiling[task_id]  # no executor event came: go on without it
+        return False
 
     # --- the tick --------------------------------------------------------------------
 
@@ -302,7 +343,7 @@ class Scheduler:
         """What is due now; tasks whose trigger cannot be computed go to `broken`."""
         found = []
         for task in tasks:
-            if task.in_flight is not None or task.deleted:
+            if task.in_flight is not None or task.deleted or self._compiling(task.task_id, now):
                 continue
             if task.pending is not None:
                 pending = task.pending

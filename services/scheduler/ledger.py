@@ -7,10 +7,18 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from datetime import datetime
+from typing import Any
 
 import msgspec
 
-from contracts.runs import FailureReason, RunOrigin, RunSource, RunStatus, RunView
+from contracts.runs import (
+    FailureReason,
+    ModelTokens,
+    RunOrigin,
+    RunSource,
+    RunStatus,
+    RunView,
+)
 
 
 class RunLedger:
@@ -69,7 +77,11 @@ class RunLedger:
         duration_ms: int | None = None,
         reason: FailureReason | None = None,
         error: str | None = None,
+        fell_back: bool = False,
+        tokens: dict[str, Any] | None = None,
     ) -> None:
+        """The run's outcome. Its result (the answer) is not kept: answers can be large,
+        and runs.get has them."""
         view = self.get(task_id, run_id) or RunView(run_id=run_id, task_id=task_id, status=status)
         if duration_ms is None and view.started_at is not None:
             duration_ms = int((at - view.started_at).total_seconds() * 1000)
@@ -87,6 +99,8 @@ class RunLedger:
                 duration_ms=duration_ms,
                 reason=reason,
                 error=error,
+                fell_back=fell_back,
+                tokens=msgspec.convert(tokens or {}, dict[str, ModelTokens]),
             )
         )
 

@@ -15,6 +15,7 @@ from functools import partial
 from typing import Any
 
 import anyio
+import msgspec
 import nats.errors
 from anyio.abc import TaskStatus
 from eventsourcing.persistence import Notification
@@ -22,6 +23,7 @@ from nats.aio.msg import Msg
 
 from contracts import subjects as s
 from contracts.base import utc_now
+from contracts.executors import ExecutorEvent
 from contracts.runs import ListRuns, RunEvent
 from contracts.tasks import (
     ConditionTrigger,
@@ -35,6 +37,7 @@ from contracts.tasks import (
 from contracts.tools import CloseSession, ExecTool, SessionClosed, ToolResult
 from services import __version__
 from services.kernel.bus import Bus
+from services.kernel.codec import decode
 from services.kernel.consumers import (
     RESTORE_BACKOFF_S,
     consume,
@@ -345,6 +348,20 @@ async def _serve(
                 s.run_events_of(event="failed"),
             ],
         )
+
+        async def on_executor_event(msg: Msg) -> None:
+            try:
+                event = decode(msg.data, ExecutorEvent)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                log.warning("executor_event_unreadable", error=str(exc))
+                return
+            engine.on_executor_event(event.task_id, event.run_id)
+
+        # A hint, not a record (core NATS): missed, the task waits compile_wait_s.
+        compiled = [
+            await ctx.bus.nc.subscribe(s.executor_event("*", name), cb=on_executor_event)
+            for name in ("compiled", "skipped")
+        ]
         async with anyio.create_task_group() as tg:
             await tg.start(relay.run)
             await tg.start(
@@ -385,6 +402,12 @@ async def _serve(
                 await anyio.sleep_forever()
             finally:
                 await stop_service(service)
+                with anyio.CancelScope(shield=True):
+                    for sub in compiled:
+                        try:
+                            await sub.unsubscribe()
+                        except Exception as exc:  # the connection is going away anyway
+                            log.debug("unsubscribe_failed", error=str(exc))
     finally:
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(app.close)

@@ -36,6 +36,14 @@ RECENT_KEYS = 256
 _SPEC_FIELDS = tuple(f for f in TaskSpec.__struct_fields__)
 
 
+def plain_tokens(tokens: dict[str, Any] | None) -> dict[str, dict[str, Any]] | None:
+    """A run's tokens per model (ModelTokens or their dicts) as plain dicts, the form
+    stored in events; None when there are none."""
+    if not tokens:
+        return None
+    return {model: msgspec.to_builtins(used) for model, used in tokens.items()}
+
+
 def checked_trigger(trigger: Trigger) -> Trigger:
     """The trigger validated and normalised as it is stored, or `invalid_request`."""
     try:
@@ -307,6 +315,8 @@ class Task(Aggregate):
         reason: str | None = None,
         error: str | None = None,
         reported_by: str = "runner",
+        fell_back: bool = False,
+        tokens: dict[str, Any] | None = None,
     ) -> str:
         """Record the outcome of the run in flight and free its slot; that many failures
         in a row pause the task. Returns "recorded", "duplicate" (already recorded) or
@@ -327,6 +337,8 @@ class Task(Aggregate):
             reason=reason,
             error=error,
             reported_by=reported_by,
+            fell_back=fell_back,
+            tokens=plain_tokens(tokens),
         )
         if (
             status == "failed"
@@ -354,6 +366,9 @@ class Task(Aggregate):
         reason: str | None,
         error: str | None,
         reported_by: str,
+        # Added later: a RunFinished recorded before carries neither, so both default.
+        fell_back: bool = False,
+        tokens: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         self.in_flight = None
         self.last_run_id = run_id

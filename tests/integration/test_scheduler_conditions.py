@@ -15,6 +15,7 @@ import nats.errors
 import pytest
 
 from contracts import subjects as s
+from contracts.executors import ExecutorEvent
 from contracts.runs import RunEvent
 from contracts.tasks import TaskView
 from contracts.tools import ToolEvent
@@ -120,6 +121,17 @@ async def test_condition_true_false_and_cooldown_through_the_tools_service(
             s.run_event("service-up", first.run_id, "completed"),
             _completed(first),
             msg_id=f"{first.run_id}:completed",
+        )
+        # The compiler's word on its trace: the next run need not wait for an executor.
+        skipped = ExecutorEvent(
+            task_id="service-up",
+            event="skipped",
+            at=datetime.now(UTC),
+            run_id=first.run_id,
+            reason="fewer than 2 successful tool steps (1)",
+        )
+        await bus.publish_event(
+            s.executor_event("service-up", "skipped"), skipped, msg_id=f"skip:{first.run_id}"
         )
         await anyio.sleep(2.5)
         assert len(await requested(bus)) == 1

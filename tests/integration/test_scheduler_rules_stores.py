@@ -72,7 +72,8 @@ def clock() -> ManualClock:
 
 
 def scheduler(app: Tasks, clock: ManualClock, **config: Any) -> Scheduler:
-    return Scheduler(app, clock, SchedulerConfig(**config))
+    # No compiler here: a full run's next run does not wait for an executor.
+    return Scheduler(app, clock, SchedulerConfig(**{"compile_wait_s": 0, **config}))
 
 
 def stored(app: Tasks, kind: type) -> list[Any]:

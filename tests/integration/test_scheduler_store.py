@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from contracts.runs import ModelTokens
 from contracts.tasks import (
     Above,
     ConditionTrigger,
@@ -23,6 +24,7 @@ from services.kernel.errors import ServiceError
 from services.kernel.event_store import application_env
 from services.kernel.settings import Settings
 from services.scheduler.application import Tasks, to_view
+from services.scheduler.task import Task
 
 T0 = datetime(2025, 1, 6, 8, 0, tzinfo=UTC)
 
@@ -118,6 +120,51 @@ def test_a_task_lives_and_a_fresh_process_rebuilds_it(open_app: type[Tasks]) -> 
     with pytest.raises(ServiceError) as gone:
         open_app().update(UpdateTask(task_id="price-watch", prompt="x"), at(3001))
     assert gone.value.code == "not_found"
+
+
+def test_the_ledger_carries_fell_back_and_tokens_but_no_result(open_app: type[Tasks]) -> None:
+    app = open_app()
+    app.create(CreateTask(name="fb", prompt="p", trigger=IntervalTrigger(every_s=60)), at(0))
+    used = {"claude-x": ModelTokens(input_tokens=1200, output_tokens=80, cost_usd=0.01, calls=2)}
+    app.dispatch("fb", "r1", "manual", at(1))
+    app.finish(
+        "fb", "r1", at(30), status="completed", cost_usd=0.01, source="full_llm",
+        fell_back=True, tokens=used,
+    )  # fmt: skip
+    # An outcome no task waits for (untracked) keeps them too.
+    app.finish("fb", "stray", at(40), status="completed", cost_usd=0.02, tokens=used)
+    fresh = open_app()
+    fresh.catalog.catch_up()
+    runs = {run.run_id: run for run in fresh.catalog.runs("fb", 10)}
+    assert runs["r1"].fell_back is True and runs["r1"].tokens == used
+    assert runs["r1"].result is None  # the ledger keeps no answers: runs.get has them
+    assert runs["stray"].tokens == used and runs["stray"].fell_back is False
+
+
+def test_a_run_finished_recorded_before_fell_back_and_tokens_reads_back(
+    open_app: type[Tasks],
+) -> None:
+    app = open_app()
+    app.create(CreateTask(name="old", prompt="p", trigger=IntervalTrigger(every_s=60)), at(0))
+    app.dispatch("old", "r1", "manual", at(1))
+    app.finish("old", "r1", at(30), status="completed", cost_usd=0.01)
+    task = app.get("old")
+    (finished,) = [
+        e for e in app.repository.event_store.get(task.id) if isinstance(e, Task.RunFinished)
+    ]
+    del (
+        finished.__dict__["fell_back"],
+        finished.__dict__["tokens"],
+    )  # as an earlier version stored it
+    rebuilt = app.repository.get(task.id, version=finished.originator_version - 1)
+    finished.mutate(rebuilt)
+    assert rebuilt.last_run_status == "completed" and rebuilt.in_flight is None
+    catalog = open_app().catalog
+    catalog.catch_up()
+    with catalog._lock:
+        catalog._fold(finished)
+    (run,) = catalog.runs("old", 10)
+    assert (run.status, run.fell_back, run.tokens) == ("completed", False, {})
 
 
 def test_snapshots_rebuild_a_long_lived_task(open_app: type[Tasks]) -> None:

@@ -158,7 +158,7 @@ async def test_an_update_resending_a_once_time_without_offset_does_not_fire_it_a
 async def test_deleting_a_task_skips_its_queued_run_with_an_event(
     app: Tasks, clock: ManualClock
 ) -> None:
-    engine = scheduler(app, clock)
+    engine = scheduler(app, clock, compile_wait_s=0)  # (no compiler here to wait for)
     await engine.create(CreateTask(name="m", prompt="p"))
     first = await engine.run(RunTask(task_id="m"))
     await engine.tick()
@@ -272,7 +272,7 @@ async def test_an_intake_command_sent_again_is_applied_once_whatever_its_verb(
 async def test_a_run_command_sent_again_after_its_run_is_long_gone_does_not_run_again(
     app: Tasks, clock: ManualClock
 ) -> None:
-    engine = scheduler(app, clock)
+    engine = scheduler(app, clock, compile_wait_s=0)  # (no compiler here to wait for)
     await engine.create(CreateTask(name="m", prompt="p"))
     first = await engine.run(RunTask(task_id="m"))
     await engine.tick()

@@ -9,9 +9,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
 import pytest
 
-from contracts.runs import ListRuns, RunEvent
+from contracts.runs import ListRuns, ModelTokens, RunEvent
 from contracts.tasks import (
     ConditionTrigger,
     Contains,
@@ -167,7 +168,7 @@ async def test_a_failing_condition_check_is_not_true(app: Tasks, clock: ManualCl
 
 
 async def test_a_manual_run_waits_behind_the_run_in_flight(app: Tasks, clock: ManualClock) -> None:
-    engine = scheduler(app, clock)
+    engine = scheduler(app, clock, compile_wait_s=0)  # (no compiler here to wait for)
     await engine.create(spec("m", trigger=ManualTrigger()))
     first = await engine.run(RunTask(task_id="m"))
     assert not first.queued
@@ -335,3 +336,73 @@ async def test_a_trigger_that_cannot_be_scheduled_pauses_its_task_not_the_others
     assert view.status == "paused" and view.next_due_at is None
     assert "never fires" in (view.status_reason or "")
     assert len((await engine.list(ListTasks())).tasks) == 2
+
+
+async def test_the_run_after_a_full_run_waits_for_its_executor(
+    app: Tasks, clock: ManualClock
+) -> None:
+    """An overdue slot comes due the moment a long full run ends, a second before the
+    executor compiled from it: dispatched then, it would be a second full run."""
+    engine = scheduler(app, clock, compile_wait_s=30)
+    await engine.create(spec("News", trigger=IntervalTrigger(every_s=10)))
+    ((_, first),) = (await engine.tick()).dispatched
+    clock.advance(seconds=25)  # a long run: the next slot is overdue when it ends
+    await engine.on_run_event(outcome("news", first, clock.now()))
+    assert (await engine.tick()).dispatched == []  # its trace is compiling
+    engine.on_executor_event("news", "some-other-run")  # not the run it waits for
+    assert (await engine.tick()).dispatched == []
+    engine.on_executor_event("news", first)  # compiled (or skipped): go
+    ((_, second),) = (await engine.tick()).dispatched
+
+    # No word from the compiler (down, or the event missed): it goes after the wait.
+    clock.advance(seconds=25)
+    await engine.on_run_event(outcome("news", second, clock.now()))
+    clock.advance(seconds=29)
+    assert (await engine.tick()).dispatched == []
+    clock.advance(seconds=2)
+    assert len((await engine.tick()).dispatched) == 1
+
+
+async def test_the_compilers_word_before_the_runs_outcome_is_not_lost(
+    app: Tasks, clock: ManualClock
+) -> None:
+    engine = scheduler(app, clock, compile_wait_s=30)
+    await engine.create(spec("News", trigger=IntervalTrigger(every_s=10)))
+    ((_, first),) = (await engine.tick()).dispatched
+    clock.advance(seconds=25)
+    engine.on_executor_event("news", first)  # compiled, while the outcome is on its way
+    await engine.on_run_event(outcome("news", first, clock.now()))
+    assert len((await engine.tick()).dispatched) == 1
+
+
+async def test_a_replay_or_a_failed_run_leaves_nothing_to_wait_for(
+    app: Tasks, clock: ManualClock
+) -> None:
+    engine = scheduler(app, clock, compile_wait_s=30)
+    await engine.create(spec("News", trigger=IntervalTrigger(every_s=10)))
+    ((_, first),) = (await engine.tick()).dispatched
+    clock.advance(seconds=25)
+    await engine.on_run_event(outcome("news", first, clock.now(), ok=False))
+    ((_, second),) = (await engine.tick()).dispatched
+    clock.advance(seconds=25)
+    replayed = msgspec.structs.replace(
+        outcome("news", second, clock.now()), source="executor", executor_version=1
+    )
+    await engine.on_run_event(replayed)
+    assert len((await engine.tick()).dispatched) == 1
+
+
+async def test_the_run_ledger_says_which_runs_fell_back_and_what_they_used(
+    app: Tasks, clock: ManualClock
+) -> None:
+    engine = scheduler(app, clock)
+    await engine.create(spec("News", trigger=IntervalTrigger(every_s=3600)))
+    ((_, run_id),) = (await engine.tick()).dispatched
+    healed = msgspec.structs.replace(
+        outcome("news", run_id, clock.now(), cost=0.01),
+        fell_back=True,
+        tokens={"claude-sonnet-5-5": ModelTokens(input_tokens=3000, output_tokens=400)},
+    )
+    await engine.on_run_event(healed)
+    (listed,) = (await engine.runs(ListRuns(task_id="news", limit=5))).runs
+    assert listed.fell_back and listed.tokens["claude-sonnet-5-5"].input_tokens == 3000
