@@ -51,3 +51,21 @@ def decode_stored(data: str | Any, type_: type[T]) -> T:
     if isinstance(data, str):
         return decode(data, type_)
     return msgspec.convert(data, type_)
+
+
+def nesting_depth(value: Any) -> int:
+    """How many lists/dicts deep a JSON value goes (a scalar: 0), without recursion: the
+    point is to refuse what a recursive walk (or Python's stack) cannot take."""
+    deepest = 0
+    todo: list[tuple[Any, int]] = [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        todo.extend((child, depth + 1) for child in children)
+    return deepest

@@ -21,6 +21,7 @@ or an acknowledgement raises may end the service.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -180,7 +181,7 @@ def describe_fetch_error(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"[:500]
 
 
-async def restore_consumer(
+async def _restore(
     js: JetStreamContext, stream: str, config: ConsumerConfig, name: str
 ) -> JetStreamContext.PullSubscription:
     """The consumer created again with the same config (its stream first, when that is
@@ -193,6 +194,38 @@ async def restore_consumer(
         log.warning("stream_recreated", stream=stream)
         await ensure_consumer(js, stream, config)
     return await js.pull_subscribe_bind(durable=name, stream=stream)
+
+
+async def replace_lost(
+    js: JetStreamContext,
+    stream: str,
+    config: ConsumerConfig,
+    old: JetStreamContext.PullSubscription,
+    problem: str,
+    backoff_s: float,
+    lock: anyio.Lock | None = None,
+) -> JetStreamContext.PullSubscription | None:
+    """After a fetch failed with `problem` (the consumer or its stream gone): wait
+    `backoff_s`, create the consumer again and bind a subscription in place of `old`.
+    None when it cannot be restored yet: the caller tries again, backing off further.
+    `lock`: several fetch loops on one consumer restore it one at a time."""
+    name = config.durable_name or config.name or "?"
+    log.warning("consumer_lost", consumer=name, stream=stream, error=problem, retry_in_s=backoff_s)
+    await anyio.sleep(backoff_s)
+    try:
+        async with lock or contextlib.nullcontext():
+            sub = await _restore(js, stream, config, name)
+    except Exception as exc:  # still gone, or NATS unreachable: try again later
+        log.warning(
+            "consumer_restore_failed", consumer=name, stream=stream, error=describe_fetch_error(exc)
+        )
+        return None
+    try:
+        await old.unsubscribe()
+    except Exception as exc:  # already gone with the connection
+        log.debug("unsubscribe_failed", error=str(exc))
+    log.info("consumer_restored", consumer=name, stream=stream)
+    return sub
 
 
 async def consume(
@@ -247,28 +280,10 @@ async def consume(
                 for msg in msgs:
                     await handle_one(msg, type_, handler, heartbeat_s=heartbeat_s, consumer=name)
                 continue
-            log.warning(
-                "consumer_lost", consumer=name, stream=stream, error=problem, retry_in_s=backoff
-            )
-            await anyio.sleep(backoff)
+            restored = await replace_lost(js, stream, config, subs[i], problem, backoff, restoring)
             backoff = min(backoff * 2, RESTORE_BACKOFF_S[1])
-            try:
-                async with restoring:
-                    sub = await restore_consumer(js, stream, config, name)
-            except Exception as exc:  # still gone, or NATS unreachable: try again later
-                log.warning(
-                    "consumer_restore_failed",
-                    consumer=name,
-                    stream=stream,
-                    error=describe_fetch_error(exc),
-                )
-                continue
-            old, subs[i] = subs[i], sub
-            try:
-                await old.unsubscribe()
-            except Exception as exc:  # already gone with the connection
-                log.debug("unsubscribe_failed", error=str(exc))
-            log.info("consumer_restored", consumer=name, stream=stream)
+            if restored is not None:
+                subs[i] = restored
 
     try:
         async with anyio.create_task_group() as tg:

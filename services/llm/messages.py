@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from contracts.llm import CompleteRequest, ContentBlock, ToolUseBlock, Usage
+from services.kernel.codec import nesting_depth
 
 # How deeply a tool input or input schema may nest. Real ones nest a handful of
 # levels; a thousand exhausts Python's stack in the SDK's JSON encoding (RecursionError),
@@ -33,23 +34,6 @@ class RequestRefused(ValueError):
 
 class UnreadableReply(ValueError):
     """The API answered content rote's contracts cannot carry."""
-
-
-def nesting_depth(value: Any) -> int:
-    """How many lists/dicts deep a JSON value goes (a scalar: 0), without recursion."""
-    deepest = 0
-    todo: list[tuple[Any, int]] = [(value, 1)]
-    while todo:
-        item, depth = todo.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        deepest = max(deepest, depth)
-        todo.extend((child, depth + 1) for child in children)
-    return deepest
 
 
 def _check_nesting(value: Any, field: str) -> None:

@@ -41,11 +41,11 @@ from services.kernel.codec import decode
 from services.kernel.consumers import (
     RESTORE_BACKOFF_S,
     consume,
+    describe_fetch_error,
     durable_config,
     ensure_consumer,
-    restore_consumer,
+    replace_lost,
 )
-from services.kernel.consumers import describe_fetch_error as describe
 from services.kernel.endpoints import Endpoint, start_service, stop_service
 from services.kernel.errors import ServiceError
 from services.kernel.event_store import application_env
@@ -220,21 +220,13 @@ async def run_intake(
                 await anyio.sleep(0.5)
                 continue
             except Exception as exc:  # the consumer (or its stream) is gone: put it back
-                log.warning("consumer_lost", consumer=config.durable_name, error=describe(exc))
-                await anyio.sleep(backoff)
+                problem = describe_fetch_error(exc)
+                restored = await replace_lost(
+                    bus.js, s.STREAM_INTAKE, config, sub, problem, backoff
+                )
                 backoff = min(backoff * 2, RESTORE_BACKOFF_S[1])
-                try:
-                    restored = await restore_consumer(
-                        bus.js, s.STREAM_INTAKE, config, s.CONSUMER_SCHEDULER_INTAKE
-                    )
-                except Exception as again:  # still gone, or NATS away: later
-                    log.warning("consumer_restore_failed", error=describe(again))
-                    continue
-                old, sub = sub, restored
-                try:
-                    await old.unsubscribe()
-                except Exception as gone:  # already gone with the connection
-                    log.debug("unsubscribe_failed", error=str(gone))
+                if restored is not None:
+                    sub = restored
                 continue
             backoff = RESTORE_BACKOFF_S[0]
             for msg in msgs:

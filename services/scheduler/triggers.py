@@ -14,7 +14,6 @@ import math
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
-from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import msgspec
@@ -29,6 +28,7 @@ from contracts.tasks import (
     OnceTrigger,
     Trigger,
 )
+from services.kernel.codec import nesting_depth
 
 # Anything faster is a busy loop, not a schedule.
 MIN_EVERY_S = 1.0
@@ -113,24 +113,6 @@ def zone(name: str) -> ZoneInfo:
         ) from None
 
 
-def nested_deeper(value: object, limit: int) -> bool:
-    """Whether a JSON value nests more than `limit` lists/objects deep (the value itself
-    is level 1). Without recursion: the point is to refuse what recursion cannot walk."""
-    todo: list[tuple[object, int]] = [(value, 1)]
-    while todo:
-        item, depth = todo.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        if depth > limit:
-            return True
-        todo.extend((child, depth + 1) for child in children)
-    return False
-
-
 def validate(trigger: Trigger) -> Trigger:
     """Check what the contract cannot express; return the trigger normalised (a `once`
     time without an offset becomes UTC). Raises TriggerError naming the field."""
@@ -154,7 +136,7 @@ def validate(trigger: Trigger) -> Trigger:
         case IntervalTrigger(every_s=every):
             _check_seconds("trigger.every_s", every, MIN_EVERY_S)
         case ConditionTrigger(every_s=every, cooldown_s=cooldown, input=tool_input):
-            if nested_deeper(tool_input, MAX_INPUT_NESTING):
+            if nesting_depth(tool_input) > MAX_INPUT_NESTING:
                 raise TriggerError(
                     "trigger.input",
                     f"the condition input is nested more than {MAX_INPUT_NESTING} levels deep",

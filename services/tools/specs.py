@@ -11,8 +11,8 @@ import msgspec
 
 from contracts import tools as t
 from contracts.llm import ToolDefinition
+from services.kernel.codec import nesting_depth
 from services.kernel.errors import ServiceError, validation_error
-from services.llm.messages import MAX_NESTING, nesting_depth
 
 Kind = Literal["browser", "local"]
 
@@ -180,6 +180,10 @@ def spec_for(tool: str) -> ToolSpec:
 
 def _invalid(message: str, field: str) -> ServiceError:
     return ServiceError("invalid_request", message, field=f"input.{field}")
+
+
+# Deeper than any tool's input (the llm service refuses a tool_use nested deeper, too).
+MAX_NESTING = 100
 
 
 def check_nesting(raw: dict[str, Any]) -> None:

@@ -29,18 +29,13 @@ from services.kernel.codec import encode
 from services.kernel.errors import ServiceError
 from services.scheduler.application import Tasks
 from services.scheduler.clock import ManualClock
-from services.scheduler.engine import Scheduler, SchedulerConfig
 from services.scheduler.outbox import messages_for
 from services.scheduler.task import Task
 from services.scheduler.triggers import MAX_INPUT_NESTING
 from tests.unit.conftest import T0
-from tests.unit.test_scheduler_engine import outcome, stored
+from tests.unit.test_scheduler_engine import outcome, scheduler, stored
 
 pytestmark = pytest.mark.anyio
-
-
-def scheduler(app: Tasks, clock: ManualClock, **config: Any) -> Scheduler:
-    return Scheduler(app, clock, SchedulerConfig(**config))
 
 
 def nested(depth: int) -> Any:

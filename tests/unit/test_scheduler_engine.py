@@ -338,15 +338,21 @@ async def test_a_trigger_that_cannot_be_scheduled_pauses_its_task_not_the_others
     assert len((await engine.list(ListTasks())).tasks) == 2
 
 
+async def _news_after_a_long_run(app: Tasks, clock: ManualClock) -> tuple[Scheduler, str]:
+    """An every-10-s task whose first run was out for 25 s: its next slot is overdue."""
+    engine = scheduler(app, clock, compile_wait_s=30)
+    await engine.create(spec("News", trigger=IntervalTrigger(every_s=10)))
+    ((_, first),) = (await engine.tick()).dispatched
+    clock.advance(seconds=25)
+    return engine, first
+
+
 async def test_the_run_after_a_full_run_waits_for_its_executor(
     app: Tasks, clock: ManualClock
 ) -> None:
     """An overdue slot comes due the moment a long full run ends, a second before the
     executor compiled from it: dispatched then, it would be a second full run."""
-    engine = scheduler(app, clock, compile_wait_s=30)
-    await engine.create(spec("News", trigger=IntervalTrigger(every_s=10)))
-    ((_, first),) = (await engine.tick()).dispatched
-    clock.advance(seconds=25)  # a long run: the next slot is overdue when it ends
+    engine, first = await _news_after_a_long_run(app, clock)
     await engine.on_run_event(outcome("news", first, clock.now()))
     assert (await engine.tick()).dispatched == []  # its trace is compiling
     engine.on_executor_event("news", "some-other-run")  # not the run it waits for
@@ -366,10 +372,7 @@ async def test_the_run_after_a_full_run_waits_for_its_executor(
 async def test_the_compilers_word_before_the_runs_outcome_is_not_lost(
     app: Tasks, clock: ManualClock
 ) -> None:
-    engine = scheduler(app, clock, compile_wait_s=30)
-    await engine.create(spec("News", trigger=IntervalTrigger(every_s=10)))
-    ((_, first),) = (await engine.tick()).dispatched
-    clock.advance(seconds=25)
+    engine, first = await _news_after_a_long_run(app, clock)
     engine.on_executor_event("news", first)  # compiled, while the outcome is on its way
     await engine.on_run_event(outcome("news", first, clock.now()))
     assert len((await engine.tick()).dispatched) == 1
@@ -378,10 +381,7 @@ async def test_the_compilers_word_before_the_runs_outcome_is_not_lost(
 async def test_a_replay_or_a_failed_run_leaves_nothing_to_wait_for(
     app: Tasks, clock: ManualClock
 ) -> None:
-    engine = scheduler(app, clock, compile_wait_s=30)
-    await engine.create(spec("News", trigger=IntervalTrigger(every_s=10)))
-    ((_, first),) = (await engine.tick()).dispatched
-    clock.advance(seconds=25)
+    engine, first = await _news_after_a_long_run(app, clock)
     await engine.on_run_event(outcome("news", first, clock.now(), ok=False))
     ((_, second),) = (await engine.tick()).dispatched
     clock.advance(seconds=25)
