@@ -93,6 +93,11 @@ class RunEvent(Event, kw_only=True):
     # recent full runs) at lookup minus this run's cost. Not floored: negative when the
     # replay cost more. The executor's health adds exactly this number to its total.
     cost_saved_usd: float = 0.0
+    # What this attempt's full LLM loop alone spent: cost_usd less the replay that broke
+    # before it and any earlier, dead attempts of the run (redeliveries). What a full run
+    # of the task costs, which replays' savings are measured against. None when no full
+    # loop ran (a replay's outcome), and in events written before the field existed.
+    loop_cost_usd: float | None = None
     duration_ms: int | None = None
     reason: FailureReason | None = None
     error: str | None = None

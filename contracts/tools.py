@@ -88,6 +88,9 @@ class ToolEvent(Event, kw_only=True):
     tool_use_id: str | None = None
     tool: str
     input: dict[str, Any]
+    # `input` was cut to fit the event (a long text typed or written): it is not what
+    # the tool was given, so it must not be replayed as is.
+    input_truncated: bool = False
     at: UtcDatetime
     source: Literal["full_llm", "executor", "condition"] = "full_llm"
     ok: bool | None = None

@@ -18,6 +18,8 @@ class TraceStep(msgspec.Struct, kw_only=True):
     index: int
     tool: str
     input: dict[str, Any]
+    # `input` was cut in the tool event (ToolEvent.input_truncated): not the call as made.
+    input_truncated: bool = False
     output: Any = None
     # Large outputs are stored once in the blob store and referenced ("sha256:<hex>").
     output_ref: str | None = None

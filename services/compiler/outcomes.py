@@ -46,9 +46,12 @@ def replay_report(run: RunEvent) -> ReplayReport | None:
 
 
 def full_run_cost(run: RunEvent) -> float | None:
-    """The cost of a completed full LLM run (a fallback's failed replay not included),
-    or None when the event is not one."""
+    """The cost of a completed full LLM run (a fallback's failed replay and a
+    redelivered run's dead attempts not included), or None when the event is not one."""
     if run.event != "completed" or run.source != "full_llm":
         return None
+    if run.loop_cost_usd is not None:
+        return max(0.0, round(run.loop_cost_usd, 9))
+    # An event from before loop_cost_usd: its cost_usd may hold dead attempts too.
     replay_cost = run.replay.cost_usd if run.replay is not None else 0.0
     return max(0.0, round(run.cost_usd - replay_cost, 9))

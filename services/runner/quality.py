@@ -34,16 +34,28 @@ def quality_prompt(task_prompt: str, earlier: str, answer: str) -> str:
     )
 
 
-# The verdict word first, as small models write it: "PASS: …", "**PASS**: …", "Fail." …
+# Markup small models dress a verdict in: "**PASS**", "## FAIL", "`PASS`".
+_MARKUP = r"[\s*_`#>\"']*"
+# The verdict word first, after an optional "Verdict:" label: "PASS: …", "PASSED - …",
+# "**Verdict:** FAIL …", "Pass." Then the reason, past the punctuation that leads to it.
 _VERDICT = re.compile(
-    r"^[\s*_`#>\"']*(PASS|FAIL)\b[\s*_`\"'.!]*[:\-\u2013\u2014]?\s*(.*)$", re.I | re.S
+    rf"^{_MARKUP}(?:verdict{_MARKUP}:{_MARKUP})?(PASS|FAIL)(?:ED)?\b"
+    r"[\s*_`\"'.!]*[:\-\u2013\u2014]?\s*(.*)$",
+    re.I | re.S,
 )
+# A verdict word in capitals later on: "PASS: …, so FAIL" says both.
+_SHOUTED = re.compile(r"\b(PASS|FAIL)(?:ED)?\b")
 
 
 def parse_verdict(text: str) -> Verdict:
-    """PASS/FAIL first; anything else cannot vouch for the answer, so it fails."""
-    found = _VERDICT.match(text.strip())
+    """PASS/FAIL first; anything else cannot vouch for the answer, so it fails. So does
+    a reply that goes on to give the other verdict: it vouches for nothing either."""
+    said = text.strip()
+    found = _VERDICT.match(said)
     if found is None:
-        return Verdict(False, f"unreadable verdict: {text.strip()[:120]!r}")
+        return Verdict(False, f"unreadable verdict: {said[:120]!r}")
     word = found.group(1).upper()
-    return Verdict(word == "PASS", found.group(2).strip() or word.lower())
+    reason = found.group(2).strip()
+    if any(other.group(1) != word for other in _SHOUTED.finditer(reason)):
+        return Verdict(False, f"contradictory verdict: {said[:120]!r}")
+    return Verdict(word == "PASS", reason or word.lower())

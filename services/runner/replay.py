@@ -78,6 +78,12 @@ _INFRASTRUCTURE_CODES = {
 }
 
 
+# Codes of a tools call that surely never ran: no tools service answered the subject,
+# the bus could not send, or the tools service refused before running the tool (no
+# browser, a start it could not record). Bus.request and the tools service say so.
+_NEVER_REACHED_CODES = {"unavailable"}
+
+
 def _port_failure(step: int, what: str, exc: PortError) -> StepFailed:
     """A call another service could not answer (an error reply or no reply at all)."""
     return StepFailed(
@@ -125,6 +131,15 @@ class Replayer:
         started = self.started = time.monotonic()
         answer: str | None = None
         stopped = False
+        if not any(isinstance(step, ResultStep) for step in self.executor.steps):
+            # Nothing would write the answer: fail before any step acts, since the
+            # fallback run will do the actions again.
+            return ReplayResult(
+                ok=False,
+                reason="the executor has no result step",
+                ledger=self.ledger,
+                duration_ms=int((time.monotonic() - started) * 1000),
+            )
         try:
             for step in self.executor.steps:
                 self.current_step = step.index
@@ -162,8 +177,6 @@ class Replayer:
                 duration_ms=int((time.monotonic() - started) * 1000),
                 infrastructure=failed.infrastructure,
             )
-        if answer is None:
-            answer = ""
         return ReplayResult(
             ok=True,
             answer=answer,
@@ -218,7 +231,13 @@ class Replayer:
 
     async def _result(self, step: ResultStep) -> str:
         if step.mode == "template":
-            return references.render_text(step.template or "", self.outputs)
+            answer = references.render_text(step.template or "", self.outputs)
+            # A blank answer fails, as it does in the full loop (answer_problem). The
+            # template renders the same outputs the same way, so asking again cannot help.
+            if not answer.strip():
+                raise StepFailed(step.index, "empty answer", retryable=False)
+            return answer
+        # The small model's blank answer fails in _small_model (answer_problem).
         return await self._small_model(
             step.index,
             references.render_text(step.prompt or "", self.outputs),
@@ -243,7 +262,13 @@ class Replayer:
         try:
             result = await self.ports.exec_tool(request)
         except PortError as exc:
-            raise _port_failure(index, tool, exc) from None
+            failed = _port_failure(index, tool, exc)
+            # No reply (a timeout, a tools service that died mid-call) does not mean the
+            # tool did not run: an action is tried again only when the call surely never
+            # reached a tools service, or it may act twice (a second order).
+            if acts(tool) and exc.code not in _NEVER_REACHED_CODES:
+                failed.retryable = False
+            raise failed from None
         self.transcript.replay_step(
             index,
             {"tool": tool, "input": tool_input, "ok": result.ok, "output": result.output},

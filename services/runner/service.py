@@ -249,6 +249,8 @@ class _Attempt:
     replay: ReplayOutcome | None = None
     full_run_cost_usd: float = 0.0
     replayer: Replayer | None = None  # set while path A runs
+    # The run ledger's cost when path B's full loop began (None: it never began).
+    loop_from_usd: float | None = None
 
     def cut_off_replay(self, ledger: Ledger, reason: str) -> None:
         """The deadline stopped the replay mid-step: the executor failed this run (its
@@ -532,6 +534,7 @@ class Runner:
             with anyio.move_on_after(spec.deadline_s) as deadline:
                 await self._path_a(scope, request, ledger, attempt_)
                 if attempt_.outcome is None:
+                    attempt_.loop_from_usd = ledger.cost_usd
                     attempt_.outcome = await AgentLoop(
                         scope, ledger=ledger, tool_timeout_s=min(60.0, spec.deadline_s)
                     ).run()
@@ -560,6 +563,11 @@ class Runner:
             error = f"the run passed its {spec.deadline_s:g} s deadline"
             attempt_.cut_off_replay(ledger, error)
             outcome = AgentOutcome(ok=False, reason="deadline", error=error, ledger=ledger)
+        # Before the earlier attempts' spend joins the ledger: a full run's cost, which
+        # replays are measured against, is one full loop, never the dead attempts' too.
+        loop_cost = (
+            None if attempt_.loop_from_usd is None else ledger.cost_usd - attempt_.loop_from_usd
+        )
         if attempt > 1:  # what the earlier, broken attempts spent is this run's cost too
             ledger.merge(await self._spent_before(request.run_id, started_at))
         replayed = attempt_.source == "executor" and outcome.ok
@@ -586,6 +594,7 @@ class Runner:
                 tokens=ledger.snapshot(),
                 cost_usd=round(cost, 8),
                 cost_saved_usd=round(saved, 8),
+                loop_cost_usd=None if loop_cost is None else round(loop_cost, 8),
                 duration_ms=int((time.monotonic() - started) * 1000),
                 reason=outcome.reason,
                 error=outcome.error,

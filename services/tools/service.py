@@ -61,6 +61,7 @@ class ToolEvents:
         )
 
     def started(self, call: ExecTool, call_id: str) -> ToolEvent:
+        bounded, cut = event_input(call.input, self.config.max_event_input_bytes)
         return ToolEvent(
             run_id=call.run_id,
             task_id=call.task_id,
@@ -70,7 +71,8 @@ class ToolEvents:
             attempt=call.attempt,
             tool_use_id=call.tool_use_id,
             tool=call.tool,
-            input=redact_value(event_input(call.input, self.config.max_event_input_bytes)),
+            input=redact_value(bounded),
+            input_truncated=cut,
             at=utc_now(),
             source=call.source,
         )

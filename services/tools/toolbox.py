@@ -235,6 +235,8 @@ def _ms_since(started: float) -> int:
     return int((time.perf_counter() - started) * 1000)
 
 
-def event_input(value: dict[str, Any], max_bytes: int) -> dict[str, Any]:
-    bounded, _ = bound_value(value, max_bytes)
-    return bounded if isinstance(bounded, dict) else {}
+def event_input(value: dict[str, Any], max_bytes: int) -> tuple[dict[str, Any], bool]:
+    """A call's input as its tool events carry it (at most `max_bytes` encoded), and
+    whether it was cut: a trace must not take a cut input for the call as made."""
+    bounded, cut = bound_value(value, max_bytes)
+    return (bounded, cut) if isinstance(bounded, dict) else ({}, True)

@@ -138,7 +138,11 @@ def missing_calls(transcript: Transcript | None, calls: Iterable[ToolEvent]) -> 
 
 def full_loop_cost(run: RunEvent) -> float:
     """What the run's full LLM loop cost: a fallback run's cost also holds the replay
-    that broke, which is no part of what an executor compiled from it replaces."""
+    that broke, and a redelivered run's the attempts that died, which are no part of
+    what an executor compiled from it replaces."""
+    if run.loop_cost_usd is not None:
+        return max(0.0, round(run.loop_cost_usd, 9))
+    # An event from before loop_cost_usd: its cost_usd may hold dead attempts too.
     replay = run.replay.cost_usd if run.replay is not None else 0.0
     return max(0.0, round(run.cost_usd - replay, 9))
 
@@ -161,6 +165,7 @@ def build_trace(
                 index=position,
                 tool=call.tool,
                 input=call.input,
+                input_truncated=call.input_truncated,
                 output=call.output,
                 preview=preview(call.output)
                 if call.ok

@@ -20,7 +20,7 @@ from nats.js.errors import KeyNotFoundError
 
 from contracts import subjects as s
 from contracts.base import utc_now
-from contracts.llm import Usage, UsageEvent
+from contracts.llm import CompleteReply, TextBlock, Usage, UsageEvent
 from contracts.runs import (
     RunEvent,
     RunRef,
@@ -32,6 +32,7 @@ from contracts.runs import (
 )
 from contracts.tasks import TaskSpec
 from contracts.tools import ToolList
+from services.compiler.outcomes import full_run_cost
 from services.kernel.bus import Bus
 from services.kernel.codec import encode
 from services.kernel.lease import Lease, run_key
@@ -40,6 +41,7 @@ from services.kernel.runtime import open_stack
 from services.kernel.settings import Settings
 from services.kernel.streams import KV_TTL_S
 from services.runner.service import MAX_DELIVERIES
+from services.tracer.build import full_loop_cost
 from tests.e2e.helpers import work_queue_settled
 
 pytestmark = pytest.mark.anyio
@@ -162,6 +164,45 @@ async def test_the_last_failed_delivery_ends_the_run_failed_abandoned(runner_bus
     transcript = await bus.request(s.RUNS_TRANSCRIPT, RunRef(run_id=run_id), Transcript)
     last = transcript.entries[-1].detail or {}
     assert f"attempt {MAX_DELIVERIES} broke: ValidationError" in last["text"]
+
+
+async def test_a_redelivered_runs_full_run_cost_is_its_last_loop_alone(runner_bus: Bus) -> None:
+    """The run's cost holds what a dead attempt spent (the daily budget needs it), but
+    what a full run of the task costs, which replays' savings are measured against, is
+    the one full loop that answered."""
+    bus, run_id = runner_bus, "redelivered-cost"
+    lists = 0
+
+    async def tools_list(msg: Msg) -> None:  # the first attempt breaks on what it reads
+        nonlocal lists
+        lists += 1
+        await msg.respond(b'{"tools": "not a list"}' if lists == 1 else encode(ToolList(tools=[])))
+
+    async def complete(msg: Msg) -> None:
+        reply = CompleteReply(
+            id="m1", model="claude-sonnet-5-5", content=[TextBlock(text="Top story: rain")],
+            stop_reason="end_turn", usage=Usage(input_tokens=100, output_tokens=10),
+            cost_usd=0.01,
+        )  # fmt: skip
+        await msg.respond(encode(reply))
+
+    await bus.nc.subscribe(s.TOOLS_LIST, cb=tools_list)
+    await bus.nc.subscribe(s.LLM_COMPLETE, cb=complete)
+    # What the first, dead attempt spent, as the llm service reported it.
+    billed = UsageEvent(
+        run_id=run_id, model="claude-sonnet-5-5", at=utc_now(), cost_usd=0.0123,
+        usage=Usage(input_tokens=1000, output_tokens=200),
+    )  # fmt: skip
+    await bus.publish_event(s.llm_event(run_id, "usage"), billed, msg_id="usage-dead")
+    await start(bus, run_id)
+
+    done = await finished(bus, run_id)
+    assert (done.status, done.source, done.attempt) == ("completed", "full_llm", 2)
+    assert done.cost_usd == pytest.approx(0.0223)  # both attempts: what the run spent
+    assert done.loop_cost_usd == pytest.approx(0.01)
+    # The compiler's and the tracer's full-run cost: the live attempt's loop only.
+    assert full_run_cost(done) == pytest.approx(0.01)
+    assert full_loop_cost(done) == pytest.approx(0.01)
 
 
 async def test_a_run_whose_runner_stops_during_every_delivery_still_ends(

@@ -872,6 +872,23 @@ async def test_long_keys_in_an_input_are_bounded_in_the_events(tools: Tools) -> 
         assert event.input["selector"] == "li" and len(event.input["fields"]) == 2
 
 
+async def test_an_input_cut_to_fit_its_events_says_so(tools: Tools) -> None:
+    # The file is written whole; its events carry a cut copy of the input, flagged so a
+    # trace never takes it for the call as made (replayed, it would write a cut file).
+    content = "".join(f"line {i}: some report text\n" for i in range(4000))  # ~110 KB
+    written = await tools.call(
+        "file_write", {"path": "report.txt", "content": content}, run_id="run-cut-input"
+    )
+    assert written.ok and (tools.root / "report.txt").read_text() == content
+    await tools.call("file_write", {"path": "small.txt", "content": "x"}, run_id="run-cut-input")
+    events = await _tool_events(tools.bus, "run-cut-input", 4)
+    assert [(e.event, e.input_truncated) for _, e in events] == [
+        ("started", True), ("finished", True), ("started", False), ("finished", False),
+    ]  # fmt: skip
+    assert len(events[0][1].input["content"]) < len(content)
+    assert events[2][1].input == {"path": "small.txt", "content": "x"}
+
+
 async def test_tool_errors_are_masked_in_reply_and_event(tools: Tools, site: str) -> None:
     # Tool errors quote what the call was given: a URL with its password, a path with
     # a registered secret in it.

@@ -46,6 +46,7 @@ class Call:
     input: dict[str, Any]
     output: Any = None
     error: str | None = None  # the tool failed with this message
+    input_truncated: bool = False  # its events carry a cut copy of `input`
 
     @property
     def ok(self) -> bool:
@@ -97,8 +98,10 @@ async def publish_run(
     without_events: frozenset[int] = frozenset(),
     extra_events: tuple[bytes, ...] = (),
     task_id: str = "t1",
+    **completed: Any,
 ) -> None:
-    """A completed full-LLM run as the runner and the tools service leave it on the bus."""
+    """A completed full-LLM run as the runner and the tools service leave it on the bus;
+    `completed`: more fields of its completed event."""
 
     def run_event(name: str, **fields: Any) -> RunEvent:
         return RunEvent(task_id=task_id, run_id=run_id, event=name, at=utc_now(), **fields)  # type: ignore[arg-type]
@@ -113,7 +116,8 @@ async def publish_run(
             continue
         event = ToolEvent(
             run_id=run_id, task_id=task_id, call_id=f"a1-b{i}", event="finished", step=i,
-            tool_use_id=f"u{i}", tool=call.tool, input=call.input, at=utc_now(),
+            tool_use_id=f"u{i}", tool=call.tool, input=call.input,
+            input_truncated=call.input_truncated, at=utc_now(),
             ok=call.ok, output=call.output, duration_ms=5, metadata=ToolMetadata(),
             error=None if call.ok else ErrorInfo(code="tool_error", message=call.error or ""),
         )  # fmt: skip
@@ -127,7 +131,7 @@ async def publish_run(
         await RunStore(bus).save_transcript(encode(transcript), run_id)
     await bus.publish_event(
         s.run_event(task_id, run_id, "completed"),
-        run_event("completed", status="completed", source="full_llm", result="7-2"),
+        run_event("completed", status="completed", source="full_llm", result="7-2", **completed),
         msg_id=f"{run_id}:completed",
     )
 
@@ -237,3 +241,20 @@ async def test_a_call_that_never_reached_a_tools_service_is_left_out(
     ]
     assert trace.steps[2].model_text == "Calling browser_click."
     assert all(step.status == "ok" for step in trace.steps)
+
+
+async def test_a_trace_marks_cut_inputs_and_costs_one_full_loop(
+    settings: Settings, bus: Bus
+) -> None:
+    # A long text typed, cut in its tool event; a run redelivered once, whose dead
+    # attempt's spend is in cost_usd but no part of what a full run of the task costs.
+    calls = news_calls()
+    calls.insert(2, Call("browser_type", {"text": "x" * 100}, "typed", input_truncated=True))
+    async with tracer(settings, bus):
+        await publish_run(
+            bus, "r-cut", calls, transcript=transcript_of("r-cut", calls, {}),
+            cost_usd=0.05, loop_cost_usd=0.02,
+        )  # fmt: skip
+        trace, _ = await until(lambda: captured(bus, "r-cut"))
+    assert [step.input_truncated for step in trace.steps] == [False, False, True, False, False]
+    assert trace.cost_usd == pytest.approx(0.02)

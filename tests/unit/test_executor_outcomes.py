@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
+
 from contracts.runs import ModelTokens, ReplayOutcome, RunEvent
 from services.compiler.outcomes import full_run_cost, replay_report
 
@@ -68,3 +70,25 @@ def test_a_replay_failed_by_an_outage_is_not_reported_to_health() -> None:
     run = event("completed", source="full_llm", fell_back=True, cost_usd=0.05, replay=down)
     assert replay_report(run) is None
     assert full_run_cost(run) == 0.05  # the full run that followed still counts
+
+
+def test_a_redelivered_full_runs_cost_is_its_own_loop_not_the_dead_attempts() -> None:
+    """Attempt 1 died after spending $1.00; attempt 2's replay broke ($0.05) and its
+    full loop cost $1.00. A full run of the task costs $1.00: replays save against that."""
+    failed = ReplayOutcome(version=1, ok=False, step=1, reason="no items", cost_usd=0.05)
+    run = event(
+        "completed", source="full_llm", attempt=2, fell_back=True, cost_usd=2.05,
+        loop_cost_usd=1.0, replay=failed,
+    )  # fmt: skip
+    assert full_run_cost(run) == 1.0
+
+
+def test_a_run_event_from_before_loop_cost_usd_still_gives_a_full_run_cost() -> None:
+    written_before = {
+        "task_id": "t", "run_id": "r", "event": "completed", "at": "2025-06-01T00:00:00Z",
+        "status": "completed", "source": "full_llm", "cost_usd": 0.052,
+        "replay": {"version": 1, "ok": False, "cost_usd": 0.002},
+    }  # fmt: skip
+    run = msgspec.convert(written_before, RunEvent)
+    assert run.loop_cost_usd is None
+    assert full_run_cost(run) == 0.05  # cost_usd less the replay, as before

@@ -242,3 +242,86 @@ def test_a_result_step_has_room_for_an_answer_longer_than_its_example() -> None:
     result, asked = _small_model_answer("end_turn", "Top stories:\n1. Today's headline")
     assert result.ok and result.answer == "Top stories:\n1. Today's headline"
     assert asked[0] >= 2048 and asked[0] * 4 >= 2 * 6000  # twice the ~6,000-char example
+
+
+# --- the answer ------------------------------------------------------------------------
+
+
+def _replay(steps: list[object], exec_tool: object) -> ReplayResult:
+    executor = hand_built_executor("t", steps)  # type: ignore[arg-type]
+    scope = offline_scope()
+    scope = dataclasses.replace(scope, ports=dataclasses.replace(scope.ports, exec_tool=exec_tool))
+    return anyio.run(Replayer(executor, scope, retries=2, backoff_s=0.0).run)
+
+
+@pytest.mark.parametrize("price", ["", "  \n"])
+def test_a_replay_whose_answer_renders_blank_fails_at_its_result_step(price: str) -> None:
+    """A blank answer is no answer, as in the full loop: the run falls back instead of
+    completing with nothing (and the executor's health hears of it)."""
+    calls: list[str] = []
+
+    async def exec_tool(request: ExecTool) -> ToolResult:
+        calls.append(request.tool)
+        return ToolResult(ok=True, output={"price": price}, duration_ms=1)
+
+    steps = [
+        ToolStep(index=0, tool="browser_extract", input={"selector": ".p"}),
+        ResultStep(index=1, mode="template", template="{{step_0.price}}", example="$12"),
+    ]
+    result = _replay(steps, exec_tool)
+    assert not result.ok and result.answer is None
+    assert (result.failed_step, result.reason) == (1, "empty answer")
+    assert not result.infrastructure  # the executor's failure, not a service's
+    assert calls == ["browser_extract"]  # the same outputs render the same: no retry
+
+
+def test_an_executor_without_a_result_step_fails_before_any_step_acts() -> None:
+    """Nothing would write the answer, and the fallback run does the actions again: a
+    form submitted by the replay would be submitted twice."""
+    calls: list[str] = []
+
+    async def exec_tool(request: ExecTool) -> ToolResult:
+        calls.append(request.tool)
+        return ToolResult(ok=True, output="ok", duration_ms=1)
+
+    steps = [
+        ToolStep(index=0, tool="browser_navigate", input={"url": "http://x"}),
+        ToolStep(index=1, tool="browser_fill_form", input={"fields": {"#q": "1"}, "submit": True}),
+    ]
+    result = _replay(steps, exec_tool)
+    assert not result.ok and result.answer is None
+    assert result.reason == "the executor has no result step"
+    assert not result.infrastructure
+    assert calls == []
+
+
+# --- no reply from the tools service ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tool", "code", "tries"),
+    [
+        ("browser_fill_form", "timeout", 1),  # it may have submitted before the reply was lost
+        ("browser_fill_form", "internal", 1),
+        ("shell_exec", "timeout", 1),
+        ("file_write", "upstream", 1),
+        ("browser_fill_form", "unavailable", 3),  # no tools service took the call
+        ("browser_read_page", "timeout", 3),  # a read can be asked again
+    ],
+)
+def test_an_action_whose_call_may_have_reached_the_tools_service_is_not_done_twice(
+    tool: str, code: str, tries: int
+) -> None:
+    calls: list[str] = []
+
+    async def exec_tool(request: ExecTool) -> ToolResult:
+        calls.append(request.tool)
+        raise PortError(code, "no reply from rote.api.tools.exec within 45s")
+
+    steps = [
+        ToolStep(index=0, tool=tool, input={}),
+        ResultStep(index=1, mode="template", template="done", example="done"),
+    ]
+    result = _replay(steps, exec_tool)
+    assert not result.ok and result.failed_step == 0
+    assert calls == [tool] * tries

@@ -50,7 +50,8 @@ def test_long_keys_are_cut_too() -> None:
     assert [k[:1] for k in bounded["fields"]] == ["K", "L"]
     assert all(k.endswith("[... truncated]") for k in bounded["fields"])
     # The tools service's event input (services/tools/toolbox.py) relies on this.
-    assert encoded_size(event_input({"fields": fields}, 64 * 1024)) <= 64 * 1024
+    recorded, recorded_cut = event_input({"fields": fields}, 64 * 1024)
+    assert recorded_cut and encoded_size(recorded) <= 64 * 1024
 
 
 def test_keys_cut_to_the_same_prefix_stay_distinct() -> None:

@@ -177,6 +177,34 @@ def test_a_fallback_runs_trace_costs_its_full_loop_not_the_replay_that_broke() -
     assert trace.cost_usd == pytest.approx(0.010)
 
 
+def test_a_redelivered_runs_trace_costs_one_full_loop_not_the_dead_attempts() -> None:
+    # Attempt 1 died after $1.00; attempt 2 replayed ($0.05, broke) then ran its loop ($1.00).
+    run = RunEvent(
+        task_id="t", run_id="r", event="completed", at=AT, status="completed", attempt=2,
+        source="full_llm", fell_back=True, result="done", cost_usd=2.05, loop_cost_usd=1.0,
+        replay=ReplayOutcome(version=1, ok=False, step=2, reason="no items", cost_usd=0.05),
+    )  # fmt: skip
+    spec = TaskSpec(name="news", prompt="report the top 3 headlines")
+    trace = build_trace(run=run, spec=spec, tool_events=[], transcript=None, captured_at=AT)
+    assert trace.cost_usd == pytest.approx(1.0)
+
+
+def test_an_input_cut_in_its_tool_event_is_marked_in_the_trace() -> None:
+    # Replaying a cut input would write a cut file: the compiler must know.
+    run = RunEvent(task_id="t", run_id="r", event="completed", at=AT, status="completed")
+    cut = msgspec.structs.replace(
+        finished(1, "file_write", {"bytes": 110_000}),
+        input={"path": "report.txt", "content": "line 0\n[... truncated]"},
+        input_truncated=True,
+    )
+    events = [finished(0, "file_read", "data"), cut]
+    trace = build_trace(
+        run=run, spec=TaskSpec(name="n", prompt="p"), tool_events=events,
+        transcript=None, captured_at=AT,
+    )  # fmt: skip
+    assert [s.input_truncated for s in trace.steps] == [False, True]
+
+
 def test_a_failed_steps_preview_is_bounded_like_any_other() -> None:
     # Tool errors can quote whole pages or command output.
     run = RunEvent(task_id="t", run_id="r", event="completed", at=AT, status="completed")
