@@ -63,6 +63,7 @@ from services.compiler.dataflow import (
     Template,
     answer_provenance,
     apply_verdicts,
+    bind,
     judge_lists,
     list_position,
     provenance,
@@ -73,12 +74,13 @@ from services.compiler.references import Path, Ref, escape
 from services.compiler.toolkinds import is_content, is_read, navigates, value_kind
 from services.llm.pricing import PriceTable
 
-# An extract on replay must find at least this share of what the first run found; a page
-# read, this share of its lines, up to READ_LINES_CAP: enough to tell a page from an empty
-# one or a placeholder ("Loading...", an error stub), not so many that a page with less
-# content today (an emptier inbox, a shorter list) fails.
+# An extract on replay must find at least this share of what the first run found, and a
+# page read this share of its lines, up to MIN_ITEMS_CAP (or, for an extract, the items
+# the executor reads from it): enough to tell a page from an empty one or a placeholder
+# ("Loading...", an error stub), not so many that a page with less content today (an
+# emptier inbox, a shorter list) fails.
 MIN_ITEMS_FRACTION = 0.5
-READ_LINES_CAP = 5
+MIN_ITEMS_CAP = 5
 MIN_TOOL_STEPS = 2
 
 StepKind = Literal["tool", "templated", "llm"]
@@ -106,6 +108,11 @@ def skip_reason(task: TaskSpec, trace: Trace) -> str | None:
     ok = sum(1 for s in trace.steps if s.status == "ok")
     if ok < MIN_TOOL_STEPS:
         return f"fewer than {MIN_TOOL_STEPS} successful tool steps ({ok})"
+    cut = [str(s.index) for s in trace.steps if s.status == "ok" and s.input_truncated]
+    if cut:
+        # The trace keeps only the head of an oversized input: replayed, that head would
+        # be sent (a cut file written), and a small model could not write it out again.
+        return f"the trace holds cut inputs (step {', '.join(cut)}); replaying them would send less"
     masked = [s.index for s in trace.steps if s.status == "ok" and _holds_mask(s.input)]
     if masked:
         # The run sent the secret; the trace only knows the mask. Replayed as a constant,
@@ -146,8 +153,13 @@ def compile(
         # A small model asked to write the answer again with no data could only echo it.
         return Skip(reason="the answer needs the small model, but no step's output gives it data")
     kept, needed_by_steps = _prune(plans, answer)
-    if not kept:
-        return Skip(reason="no tool step is needed to produce the answer")
+    if len(kept) < MIN_TOOL_STEPS:
+        # The same rule as skip_reason's, on what is left: a run that read nothing it
+        # used may have had two steps, but its executor would not.
+        return Skip(
+            reason=f"fewer than {MIN_TOOL_STEPS} tool steps are needed to produce the answer "
+            f"({len(kept)})"
+        )
     if all(p.kind == "llm" for p in kept):
         return Skip(reason="every step needs the model")
     steps = _Assembler(task, trace, verdicts, needed_by_steps).run(kept, answer)
@@ -179,6 +191,7 @@ def _analyse(
         for path, value in leaves:
             kind = value_kind(step.tool, path)
             plan.values[path] = provenance(value, kind, sources, ctx, context_step=last_read)
+        plan.values = bind(plan.values)  # the values of one input say which item each reads
         for path, value in leaves:
             if plan.values[path].kind == "constant" and value_kind(step.tool, path) != "structure":
                 ctx.add_constant(value)
@@ -188,7 +201,7 @@ def _analyse(
         if is_content(step.tool) and _non_empty(step.output):
             last_read = position
     content = [p.position for p in plans if is_content(p.step.tool) and _non_empty(p.step.output)]
-    answer = answer_provenance(answer_text, sources, ctx, content)
+    answer = bind({(): answer_provenance(answer_text, sources, ctx, content)})[()]
 
     # Whether list picks follow a rule is decided over every consumer at once.
     uses = [
@@ -311,8 +324,10 @@ class _Assembler:
         # False once a step went somewhere that depends on the data (a picked link).
         self.page_fixed = True
         self.items = _structured_items(trace)
+        self.used_items: dict[int, int] = {}
 
     def run(self, kept: list[_Planned], answer: Provenance) -> list[ExecutorStep]:
+        self.used_items = _used_items(kept, answer, self.verdicts)
         for n, plan in enumerate(kept):
             later = [self.trace.answer, *(v for p in kept[n + 1 :] for v in _varying(p))]
             self._tool_step(plan, Content(tuple(later), self.items))
@@ -347,6 +362,7 @@ class _Assembler:
                     "tool" if not values else "templated",
                     page_fixed=self.page_fixed,
                     content=content,
+                    used_items=self.used_items.get(plan.position, 0),
                 ),
                 trace_step=step.index,
             )
@@ -368,9 +384,11 @@ class _Assembler:
 
     def _template(self, template: Template) -> str:
         out = []
-        for part in template.parts:
+        for n, part in enumerate(template.parts):
             if isinstance(part, str):
-                out.append(escape(part))
+                following = template.parts[n + 1 : n + 2]
+                before_reference = bool(following) and isinstance(following[0], Pointer)
+                out.append(escape(part, before_reference=before_reference))
                 continue
             picked = _pick_container(part, self.verdicts)
             if picked is None:
@@ -523,6 +541,23 @@ def _varying(plan: _Planned) -> list[str]:
     ]
 
 
+def _used_items(
+    kept: list[_Planned], answer: Provenance, verdicts: Mapping[Container, ListVerdict]
+) -> dict[int, int]:
+    """For each output the executor reads list items from, by position: how many items
+    its references need (the highest index they read, plus one). A pick's item is
+    whichever the small model picks; a last item ([-1]) needs only one."""
+    used: dict[int, int] = {}
+    for prov in [*(v for p in kept for v in p.values.values()), answer]:
+        if prov.template is None:
+            continue
+        for pointer in prov.template.pointers:
+            first = pointer.path[0] if pointer.path else None
+            if isinstance(first, int) and first >= 0 and _pick_container(pointer, verdicts) is None:
+                used[pointer.step] = max(used.get(pointer.step, 0), first + 1)
+    return used
+
+
 def _structured_items(trace: Trace) -> frozenset[str]:
     """Every string the run's reads found as structured data (extracted items)."""
     return frozenset(
@@ -586,9 +621,32 @@ class Content:
         return any(word.search(t.casefold()) for t in self.texts)
 
 
+# Words that date a text: "Canteen menu for Monday" reads "... for Tuesday" tomorrow.
+_DATED = re.compile(
+    r"\b(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|"
+    r"mon|tue|tues|wed|thu|thur|thurs|fri|sat|sun|"
+    r"january|february|march|april|may|june|july|august|september|october|november|"
+    r"december|jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec|"
+    r"today|tonight|tomorrow|yesterday|weekend)\b",
+    re.IGNORECASE,
+)
+# A title part that introduces today's story: the part after it is the story ("Top
+# story: Markets rally | Daily Planet").
+_HEADLINE_LABEL = re.compile(
+    r"(?:top|lead|main|cover|today's)\s+stor(?:y|ies)|(?:breaking|latest|live)(?:\s+news)?|"
+    r"headlines?|just in|developing|featured|now|update",
+    re.IGNORECASE,
+)
+
+
 def _stable_text(text: str) -> bool:
-    """Text with digits (dates, counts, prices) changes from run to run."""
-    return 0 < len(text) <= 120 and not any(ch.isdigit() for ch in text)
+    """Text with digits (dates, counts, prices), or naming a day or a month, changes from
+    run to run."""
+    return (
+        0 < len(text) <= 120
+        and not any(ch.isdigit() for ch in text)
+        and _DATED.search(text) is None
+    )
 
 
 # Words that state how something is right now: a title made of them is the page's
@@ -599,7 +657,10 @@ _STATE = re.compile(
     r"\b(?:operational|outages?|down|degraded|incidents?|maintenance|disruptions?|"
     r"(?:un)?healthy|failing|failures?|failed|offline|online|(?:un)?available|"
     r"(?:in|out of) stock|sold out|delayed|cancell?ed|suspended|resolved|investigating|"
-    r"all systems|all clear|(?:no|known) issues|up and running|errors?|closed|open now)\b",
+    r"all systems|all clear|(?:no|known) issues|up and running|errors?|closed|open now|"
+    # the weather is a state too ("Weather in Paris: Sunny")
+    r"sunny|cloudy|overcast|rain|rainy|showers|snow|snowy|snowing|storms?|stormy|fog|"
+    r"foggy|windy|drizzle|thunder\w*|hail|sleet)\b",
     re.IGNORECASE,
 )
 
@@ -614,9 +675,15 @@ def title_to_expect(title: str, content: Content) -> str | None:
     a condition ("All systems operational": `_STATE`) and is not content the run used
     (a headline in the answer, a name a later step typed, an extracted item): the whole
     title when every part is trusted, else its longest trusted part (the site's name
-    beside today's headline)."""
+    beside today's headline). A part after a headline's label ("Top story: ...") is the
+    headline."""
     parts = [p.strip() for p in _TITLE_PARTS.split(title) if p.strip()]
-    trusted = [p for p in parts if _stable_text(p) and not _states(p) and not content.holds(p)]
+    trusted: list[str] = []
+    after_label = False
+    for part in parts:
+        if not after_label and _stable_text(part) and not _states(part) and not content.holds(part):
+            trusted.append(part)
+        after_label = _HEADLINE_LABEL.fullmatch(part) is not None
     if not trusted:
         return None
     if len(trusted) == len(parts) and _stable_text(title):
@@ -631,11 +698,13 @@ def expectations_for(
     *,
     page_fixed: bool = True,
     content: Content | None = None,
+    used_items: int = 0,
 ) -> list[Expectation]:
     """What the replay checks after this step. A title is expected only of a page the
     run reaches the same way every time: not through a reference (`kind`), nor after an
     earlier step went somewhere that depends on the data (`page_fixed` false: the detail
-    page of today's pick), and only its parts that are not content (`title_to_expect`)."""
+    page of today's pick), and only its parts that are not content (`title_to_expect`).
+    `used_items`: how many items of this step's list output later steps read."""
     expect: list[Expectation] = []
     status = _status(step)
     content = content or Content()
@@ -647,14 +716,15 @@ def expectations_for(
             expect.append(ContainsText(text=title))
     elif step.tool == "browser_extract":
         if isinstance(step.output, list) and step.output:
-            count = max(1, math.floor(len(step.output) * MIN_ITEMS_FRACTION))
+            share = math.floor(len(step.output) * MIN_ITEMS_FRACTION)
+            count = max(1, min(share, max(MIN_ITEMS_CAP, used_items)))
             expect.append(MinItems(count=count))
     elif step.tool == "browser_read_page":
         # The page must have text: an empty page or a placeholder would pass for it, and
         # a small model would answer from nothing ("no service is down").
         lines = text_items(step.output) if isinstance(step.output, str) else 0
         if lines:
-            count = max(1, min(READ_LINES_CAP, math.floor(lines * MIN_ITEMS_FRACTION)))
+            count = max(1, min(MIN_ITEMS_CAP, math.floor(lines * MIN_ITEMS_FRACTION)))
             expect.append(MinItems(count=count))
         title = title_to_expect(_title(step), content) if page_fixed else None
         if isinstance(step.output, str) and title is not None and title in step.output:

@@ -6,6 +6,9 @@ For a string in a step's input (or the run's answer) the question is what produc
   template   an earlier step's output, found by exact string match against list items
              and object fields (or embedded in a longer string: a relative href behind a
              constant origin, extracted headlines inside an answer): becomes references;
+             text several items of a list hold ("Operational") reads the item its
+             neighbouring references read ("Web app: Operational"), else it is a
+             judgement (`bind`);
   judgement  content that changes between runs, picked or rewritten in a way no rule
              expresses: the small model decides again on replay.
 
@@ -27,27 +30,35 @@ whole by the small model.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 from urllib.parse import urljoin
 
 from services.compiler import references
 from services.compiler.references import Path
 from services.compiler.toolkinds import Kind
 
-_TOKEN = re.compile(r"[a-z0-9]+")
+# Letters and digits of any script (\w without "_", so snake_case splits into words).
+_TOKEN = re.compile(r"[^\W_]+")
+# Scripts written without spaces between words, where one or two characters are a word.
+_DENSE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 
 
 def tokens(text: str) -> set[str]:
-    """Words of 3+ characters and every number, lowercased: what content is made of."""
-    return {t for t in _TOKEN.findall(text.lower()) if len(t) >= 3 or t.isdigit()}
+    """Words of 3+ characters (any length in Chinese, Japanese or Korean) and every
+    number, casefolded: what content is made of."""
+    return {
+        t
+        for t in _TOKEN.findall(text.casefold())
+        if len(t) >= 3 or t.isdecimal() or _DENSE.search(t)
+    }
 
 
 def words(text: str) -> set[str]:
-    """Every word and number, lowercased, short ones too: "no", "up" and "ok" are what a
+    """Every word and number, casefolded, short ones too: "no", "up" and "ok" are what a
     verdict is made of."""
-    return set(_TOKEN.findall(text.lower()))
+    return set(_TOKEN.findall(text.casefold()))
 
 
 # --- sources: earlier outputs a value may come from -------------------------------------
@@ -61,6 +72,7 @@ class Source:
     leaves: tuple[tuple[Path, str], ...]
     tokens: frozenset[str]
     reads: bool  # its output is content: a page, a file, a command's output
+    numbers: frozenset[str] = frozenset()  # leaves that are a number and nothing else
 
     @classmethod
     def of(cls, step: int, tool: str, output: Any, *, reads: bool) -> Source:
@@ -68,7 +80,8 @@ class Source:
         words: set[str] = set()
         for _, leaf in leaves:
             words |= tokens(leaf)
-        return cls(step, tool, output, leaves, frozenset(words), reads)
+        numbers = frozenset(leaf.strip() for _, leaf in leaves if leaf.strip().isdecimal())
+        return cls(step, tool, output, leaves, frozenset(words), reads, numbers)
 
 
 @dataclass(frozen=True)
@@ -81,9 +94,13 @@ class Pointer:
 
 @dataclass(frozen=True)
 class Template:
-    """A string split into literal text and pointers to earlier outputs."""
+    """A string split into literal text and pointers to earlier outputs. `open` holds the
+    parts whose text several items of one list hold ("Operational" is the state of three
+    components): (the part's index, a pointer into each of those items); the part's
+    pointer is the first until `bind` decides which item it is."""
 
     parts: tuple[str | Pointer, ...]
+    open: tuple[tuple[int, tuple[Pointer, ...]], ...] = ()
 
     @property
     def exact(self) -> bool:
@@ -125,7 +142,6 @@ class Context:
     constant_words: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
-        self.prompt_lower = self.prompt.lower()
         self.prompt_tokens = tokens(self.prompt)
         self.prompt_words = words(self.prompt)
 
@@ -152,14 +168,42 @@ def _bounded(text: str, start: int, end: int) -> bool:
     return not (text[end - 1].isalnum() and after.isalnum())
 
 
-def find_exact(value: str, sources: Sequence[Source], ctx: Context) -> Pointer | None:
-    """The latest earlier output holding exactly `value` (first path in document order)."""
-    if value in ctx.constants:
+def _named(text: str, value: str) -> bool:
+    """Does `text` name `value` as a whole: not inside a longer word ("Tom" in "bottom")
+    nor a dotted or dashed token ("1" in "127.0.0.1", "Jean" in "Jean-Luc")?"""
+    if not value:
+        return False
+    joiner = r"[.,:/@-]"
+    left = rf"(?<!\w)(?<!\w{joiner})" if value[0].isalnum() else ""
+    right = rf"(?!\w)(?!{joiner}\w)" if value[-1].isalnum() else ""
+    return re.search(left + re.escape(value) + right, text, re.IGNORECASE) is not None
+
+
+def _item(pointer: Pointer) -> tuple[int, Path, int] | None:
+    """(step, list path, index): the list item `pointer` goes into, if any."""
+    position = list_position(pointer.path)
+    return None if position is None else (pointer.step, *position)
+
+
+def _occurrences(source: Source, leaf: str) -> tuple[Pointer, ...]:
+    return tuple(Pointer(source.step, path) for path, held in source.leaves if held == leaf)
+
+
+def _several_items(pointers: Sequence[Pointer]) -> bool:
+    """Do these pointers go into two or more list items (so which one is meant matters)?"""
+    return len({item for p in pointers if (item := _item(p)) is not None}) > 1
+
+
+def find_exact(value: str, sources: Sequence[Source], ctx: Context) -> Template | None:
+    """The latest earlier output holding exactly `value`. A short value ("1", "OK") is
+    too common to say where it came from: it is not matched. Where several items of a
+    list hold it, the template is open (`Template.open`)."""
+    if value in ctx.constants or not _embeddable(value, "data"):
         return None
     for source in reversed(sources):
-        for path, leaf in source.leaves:
-            if leaf == value:
-                return Pointer(source.step, path)
+        found = _occurrences(source, value)
+        if found:
+            return Template((found[0],), ((0, found),) if _several_items(found) else ())
     return None
 
 
@@ -182,23 +226,24 @@ def find_template(
     wins over what a navigation reported, then the longer one: in `origin/` + `/s/a`
     the page URL `origin/` is longer, but the extracted href is the data the run
     picked, and taking the URL would leave `s/a` a constant."""
-    found: dict[str, Pointer] = {}
+    found: dict[str, tuple[Pointer, ...]] = {}  # every occurrence, in the latest output
     read: set[str] = set()
     for source in reversed(sources):
-        for path, leaf in source.leaves:
+        for _, leaf in source.leaves:
             if (
-                leaf == value
+                leaf in found
+                or leaf == value
                 or leaf in ctx.constants
                 or leaf not in value
                 or not _embeddable(leaf, kind)
             ):
                 continue
-            found.setdefault(leaf, Pointer(source.step, path))
+            found[leaf] = _occurrences(source, leaf)
             if source.reads:
                 read.add(leaf)
     if not found:
         return None
-    taken: list[tuple[int, int, Pointer]] = []
+    taken: list[tuple[int, int, tuple[Pointer, ...]]] = []
     for leaf in sorted(found, key=lambda s: (s not in read, -len(s), s)):
         start = value.find(leaf)
         while start != -1:
@@ -210,15 +255,18 @@ def find_template(
         return None
     taken.sort(key=lambda t: t[0])
     parts: list[str | Pointer] = []
+    open_parts: list[tuple[int, tuple[Pointer, ...]]] = []
     cursor = 0
-    for start, end, pointer in taken:
+    for start, end, pointers in taken:
         if start > cursor:
             parts.append(value[cursor:start])
-        parts.append(pointer)
+        if _several_items(pointers):
+            open_parts.append((len(parts), pointers))
+        parts.append(pointers[0])
         cursor = end
     if cursor < len(value):
         parts.append(value[cursor:])
-    return Template(tuple(parts))
+    return Template(tuple(parts), tuple(open_parts))
 
 
 def _link_like(leaf: str) -> bool:
@@ -257,23 +305,50 @@ def resolved_link(
     return None
 
 
+# A number that numbers a line or a list item ("1. ", "2) ", "#3 "): at the start of a
+# line, or after a colon, comma or semicolon ("Deals: 1) Alpha, 2) Beta"). The answer's
+# form, not data.
+_NUMBER_MARK = r"(?:\d+[.)](?=\s|$)|#\d+(?!\w))"
+_LINE_NUMBER = re.compile(rf"^[ \t]*{_NUMBER_MARK}")
+_ITEM_NUMBER = re.compile(rf"(?<=[:,;])[ \t]*{_NUMBER_MARK}")
+
+
+def _form_text(template: Template) -> str:
+    """The template's literal text without the numbers that number its lines or items."""
+    out: list[str] = []
+    for n, part in enumerate(template.parts):
+        if isinstance(part, Pointer):
+            continue
+        lines = part.split("\n")
+        # The first line of text after a reference does not start a line.
+        first = 1 if n > 0 and isinstance(template.parts[n - 1], Pointer) else 0
+        lines[first:] = [_LINE_NUMBER.sub(" ", line, count=1) for line in lines[first:]]
+        out.append("\n".join(_ITEM_NUMBER.sub(" ", line) for line in lines))
+    return " ".join(out)
+
+
 def leaked_content(
     template: Template, sources: Sequence[Source], ctx: Context
 ) -> tuple[str, tuple[int, ...]] | None:
     """Does the literal text of a template still carry data? A word that the task prompt
-    does not have but an earlier read found on the page, or a number other than a small
-    enumerator ("1.", "Top 3"), means the text is more than its references. Returns why,
-    and every read whose content holds such a word or number: the small model must see
-    them to write the text again (a number from nowhere, a count or a sum, adds none)."""
+    does not have but an earlier read found on the page, or a number that does not
+    number a line ("1. ") and is neither the prompt's ("top three") nor the count of the
+    references ("Top 3" before three), means the text is more than its references. A
+    number an output holds as a whole value is data wherever else it appears ("first 3",
+    "127.0.0.1"): "(3 left)" is that item's stock. Returns why, and every step whose
+    output holds such a word or number: the small model must see them to write the text
+    again (a number from nowhere, a count or a sum, adds none)."""
     allowed = ctx.allowed_tokens
-    n_refs = len(template.pointers)
+    counts = numbers(ctx.prompt) | {len(template.pointers)}
     why: str | None = None
     steps: set[int] = set()
-    for token in sorted(tokens(template.literal) - allowed):
-        number = token.isdigit()
-        if number and n_refs and int(token) <= n_refs:
+    for token in sorted(tokens(_form_text(template))):
+        number = token.isdecimal()
+        held = [s.step for s in sources if token in s.numbers] if number else []
+        fixed = token in allowed or (number and len(token) < 7 and int(token) in counts)
+        if fixed and not held:
             continue
-        found = [s.step for s in sources if s.reads and token in s.tokens]
+        found = sorted({*held, *(s.step for s in sources if s.reads and token in s.tokens)})
         if not number and not found:
             continue  # a word of the model's own phrasing
         steps.update(found)
@@ -425,7 +500,8 @@ def provenance(
 ) -> Provenance:
     """Classify one string input value (or the answer, as kind "data").
     `context_step` is the read the small model would look at when the value came from
-    nowhere."""
+    nowhere. A template may be open (text several list items hold): `bind` the values of
+    one input (or the answer) together before use."""
     if kind == "structure":
         return Provenance("constant", "how, not what")
     if not value.strip():
@@ -433,19 +509,20 @@ def provenance(
     if value in ctx.constants:
         return Provenance("constant", "repeats an earlier constant input")
     decided: str | None = None
-    if value.lower() in ctx.prompt_lower:
+    if _named(ctx.prompt, value):
         # Named by the prompt is fixed, unless the prompt names it as one option the
         # page decides between: then the data flow below finds where it came from.
         decided = choice(value, kind, sources, ctx, context_step)
         if decided is None:
             return Provenance("constant", "from the task prompt")
-    pointer = find_exact(value, sources, ctx)
-    if pointer is not None:
+    exact = find_exact(value, sources, ctx)
+    if exact is not None:
+        step = exact.pointers[0].step
         return Provenance(
             "template",
-            f"the output of step {pointer.step}",
-            Template((pointer,)),
-            (pointer.step,),
+            f"the output of step {step}",
+            exact,
+            (step,),
             choice=decided is not None,
         )
     template = find_template(value, sources, ctx, kind)
@@ -491,6 +568,81 @@ def provenance(
     return Provenance(
         "judgement", "appears in no earlier output nor in the task prompt", sources=steps
     )
+
+
+# --- text several list items hold: which item a reference reads ----------------------
+
+
+_Key = TypeVar("_Key", bound=Hashable)
+
+
+def _lines(template: Template) -> list[int]:
+    """The line of the value each part starts on."""
+    line, out = 0, []
+    for part in template.parts:
+        out.append(line)
+        if isinstance(part, str):
+            line += part.count("\n")
+    return out
+
+
+def bind(values: Mapping[_Key, Provenance]) -> dict[_Key, Provenance]:
+    """Decide, for every open part (text several items of one list hold: "Operational"
+    is the state of items 0, 1 and 3), which item it reads: the one a neighbouring
+    reference reads from, on the same line of the same value ("Web app: Operational"),
+    else anywhere in that value, else in another value of the same input (a form's other
+    field). The first of these scopes with a reference into one of the items decides;
+    when none does, or it names two of them, the value is a judgement: the small model
+    reads it again rather than every replay reading the first item. `values` are the
+    values of one step's input, or the answer alone."""
+    anchors: list[tuple[_Key, int, tuple[int, Path, int]]] = []  # (value, line, item)
+    for key, prov in values.items():
+        if prov.template is None:
+            continue
+        open_parts = {i for i, _ in prov.template.open}
+        for i, (part, line) in enumerate(
+            zip(prov.template.parts, _lines(prov.template), strict=True)
+        ):
+            if isinstance(part, Pointer) and i not in open_parts:
+                item = _item(part)
+                if item is not None:
+                    anchors.append((key, line, item))
+    bound: dict[_Key, Provenance] = {}
+    for key, prov in values.items():
+        template = prov.template
+        if template is None or not template.open:
+            bound[key] = prov
+            continue
+        lines = _lines(template)
+        parts = list(template.parts)
+        for i, pointers in template.open:
+            by_item: dict[tuple[int, Path, int], Pointer] = {}
+            for pointer in pointers:
+                item = _item(pointer)
+                if item is not None:
+                    by_item.setdefault(item, pointer)
+            scopes = (
+                {a for k, line, a in anchors if k == key and line == lines[i]},
+                {a for k, _, a in anchors if k == key},
+                {a for _, _, a in anchors},
+            )
+            hits: list[Pointer] = []
+            for scope in scopes:
+                hits = [pointer for item, pointer in by_item.items() if item in scope]
+                if hits:
+                    break
+            if len(hits) != 1:
+                positions = ", ".join(str(item[2] + 1) for item in by_item)
+                why = (
+                    f"items {positions} of a list of step {pointers[0].step} hold the same "
+                    "text, and no reference beside it says which one it is"
+                )
+                bound[key] = Provenance("judgement", why, sources=prov.sources)
+                break
+            parts[i] = hits[0]
+        else:
+            bound[key] = replace(prov, template=Template(tuple(parts)))
+    return bound
 
 
 # --- the answer: a verdict on what the run read ----------------------------------------
@@ -621,7 +773,7 @@ def ordinals(prompt: str) -> set[int]:
 
 
 def numbers(prompt: str) -> set[int]:
-    found = {int(t) for t in _TOKEN.findall(prompt.lower()) if t.isdigit() and len(t) < 7}
+    found = {int(t) for t in _TOKEN.findall(prompt.casefold()) if t.isdecimal() and len(t) < 7}
     found |= {n for word, n in _NUMBER_WORDS.items() if re.search(rf"\b{word}\b", prompt, re.I)}
     return found
 

@@ -12,9 +12,12 @@ Whitespace just inside the braces is allowed (`{{ step_2[0] }}`). A string that 
 exactly one reference becomes the referenced value with its JSON type (a list stays a
 list); references inside a longer string are replaced by their text (strings as they
 are, anything else as compact JSON). Text that does not match the syntax is left alone,
-so `{{name}}` in a recorded input is not a reference. A backslash just before a
-reference makes it literal text: `\\{{step_1}}` renders as `{{step_1}}` (`escape` adds
-the backslash; every further backslash is kept).
+so `{{name}}` in a recorded input is not a reference. Backslashes just before a
+reference pair up, as in most escape syntaxes: each pair is one backslash of text, and an
+odd one left over makes the reference literal text. `\\{{step_1}}` renders as
+`{{step_1}}`, `\\\\{{step_1}}` as a backslash and step 1's output (a Windows path
+before a file name), `\\\\\\{{step_1}}` as `\\{{step_1}}`. Backslashes anywhere else
+are plain text.
 """
 
 from __future__ import annotations
@@ -117,7 +120,7 @@ def find(value: Any) -> list[Ref]:
 def _iter_refs(value: Any) -> Iterator[Ref]:
     if isinstance(value, str):
         for match in _REF.finditer(value):
-            if len(match.group("bs")) == 0:
+            if len(match.group("bs")) % 2 == 0:
                 yield Ref(int(match.group("step")), _parse_path(match.group("path")))
     elif isinstance(value, dict):
         for item in value.values():
@@ -178,10 +181,11 @@ def render_string(text: str, outputs: Mapping[int, Any]) -> Any:
 
     def substitute(match: re.Match[str]) -> str:
         backslashes = match.group("bs")
-        if backslashes:  # escaped: drop one backslash, keep the reference as text
-            return backslashes[1:] + match.group(0)[len(backslashes) :]
+        text = "\\" * (len(backslashes) // 2)
+        if len(backslashes) % 2:  # escaped: the reference is text
+            return text + match.group(0)[len(backslashes) :]
         ref = Ref(int(match.group("step")), _parse_path(match.group("path")))
-        return stringify(resolve(ref, outputs))
+        return text + stringify(resolve(ref, outputs))
 
     return _REF.sub(substitute, text)
 
@@ -203,9 +207,20 @@ def render_text(template: str, outputs: Mapping[int, Any]) -> str:
     return stringify(render_string(template, outputs))
 
 
-def escape(text: str) -> str:
-    """Make every reference-shaped part of `text` literal, so render(escape(t)) == t."""
-    return _REF.sub(lambda m: "\\" + m.group(0), text)
+def escape(text: str, *, before_reference: bool = False) -> str:
+    """Make every reference-shaped part of `text` literal, so render(escape(t)) == t.
+    `before_reference`: a live reference follows the text, so its trailing backslashes
+    are doubled too (else they would pair with the reference)."""
+
+    def literal(match: re.Match[str]) -> str:
+        backslashes = match.group("bs")  # each one a backslash of text: doubled
+        return backslashes * 2 + "\\" + match.group(0)[len(backslashes) :]
+
+    escaped = _REF.sub(literal, text)
+    if before_reference:
+        trailing = len(escaped) - len(escaped.rstrip("\\"))
+        escaped += "\\" * trailing
+    return escaped
 
 
 def escape_value(value: Any) -> Any:

@@ -378,12 +378,87 @@ def test_a_title_a_later_step_uses_is_not_expected() -> None:
         ("Paper Filters", Content(items=frozenset({"paper filters"})), None),  # an extracted item
         ("Shop", Content(("Workshop tools",)), "Shop"),  # whole words only
         ("", Content(), None),
+        # a day or a month, a headline, the weather: tomorrow they are different
+        ("Canteen menu for Monday", Content(), None),
+        ("Inbox - January newsletter", Content(), "Inbox"),
+        ("Top story: Markets rally | Daily Planet", Content(), "Daily Planet"),
+        ("Weather in Paris: Sunny", Content(), "Weather in Paris"),
     ],
 )  # fmt: skip
 def test_which_part_of_a_title_a_replay_expects(
     title: str, content: Content, expected: str | None
 ) -> None:
     assert title_to_expect(title, content) == expected
+
+
+def test_a_title_naming_the_day_does_not_fail_the_next_day() -> None:
+    soups = [{"name": "Tomato"}, {"name": "Leek"}]
+    trace = _trace(
+        f"Open {SITE}/menu and list today's soups.",
+        [
+            _navigated(0, f"{SITE}/menu", "Canteen menu for Monday"),
+            _step(1, "browser_extract", {}, soups),
+        ],
+        "Tomato, Leek",
+    )
+    executor = compile(trace.task, trace)
+    assert isinstance(executor, Executor)
+    tuesday = copy.deepcopy(trace)
+    tuesday.steps[0] = _navigated(0, f"{SITE}/menu", "Canteen menu for Tuesday")
+    simulate(executor, tuesday)  # every expectation holds
+
+
+@pytest.mark.parametrize(
+    ("prompt", "used", "expected"),
+    [
+        ("report the subject of the newest unread mail", 1, 5),  # 40 found, item 0 used
+        ("report the subjects of the first 8 unread mails", 8, 8),  # the items it reads
+    ],
+)
+def test_an_extract_expects_a_capped_share_of_its_items(
+    prompt: str, used: int, expected: int
+) -> None:
+    mails = [{"subject": f"Mail {i}"} for i in range(40)]
+    trace = _trace(
+        f"Open {SITE}/inbox and {prompt}.",
+        [_navigated(0, f"{SITE}/inbox", "Inbox"), _step(1, "browser_extract", {}, mails)],
+        "\n".join(m["subject"] for m in mails[:used]),
+    )
+    executor = compile(trace.task, trace)
+    assert isinstance(executor, Executor)
+    extract = executor.steps[1]
+    assert isinstance(extract, ToolStep) and extract.expect == [MinItems(count=expected)]
+    emptier = copy.deepcopy(trace)
+    emptier.steps[1].output = mails[:12]  # a quieter day still replays
+    simulate(executor, emptier)
+
+
+def test_a_trace_left_with_one_tool_step_after_pruning_is_not_compiled() -> None:
+    # The page read decided nothing (the answer is the task's own words): only the
+    # navigation remains, and one step is not worth an executor.
+    trace = _trace(
+        f"Open {SITE}/ and say done.",
+        [_navigated(0, f"{SITE}/", "Home"), _step(1, "browser_read_page", {}, "Welcome\nNews")],
+        "done",
+    )
+    result = compile(trace.task, trace)
+    assert isinstance(result, Skip)
+    assert result.reason == "fewer than 2 tool steps are needed to produce the answer (1)"
+
+
+def test_a_backslash_before_a_reference_is_kept() -> None:
+    files = [{"name": "report-2025-01.pdf"}, {"name": "notes.txt"}]
+    trace = _trace(
+        f"Open {SITE}/share and give the Windows path of the first file listed.",
+        [_navigated(0, f"{SITE}/share", "Share"), _step(1, "browser_extract", {}, files)],
+        "\\\\fileserver\\reports\\report-2025-01.pdf",
+    )
+    executor = compile(trace.task, trace)
+    assert isinstance(executor, Executor)
+    assert simulate(executor, trace) == trace.answer
+    today = copy.deepcopy(trace)
+    today.steps[1].output = [{"name": "report-2025-02.pdf"}]
+    assert simulate(executor, today) == "\\\\fileserver\\reports\\report-2025-02.pdf"
 
 
 @pytest.mark.parametrize(
@@ -630,3 +705,14 @@ def test_a_trace_with_masked_secrets_is_not_compiled() -> None:
     assert isinstance(compile(trace.task, trace), Skip)
     form.status = "error"
     assert isinstance(compile(trace.task, trace), Executor)
+
+
+def test_a_trace_with_a_cut_input_is_not_compiled() -> None:
+    # The tools service keeps only the head of an oversized input in its events; replayed
+    # as recorded, a file_write would write that head and call it done.
+    trace = load("news_top3")
+    assert isinstance(compile(trace.task, trace), Executor)
+    trace.steps[1].input_truncated = True
+    result = compile(trace.task, trace)
+    assert isinstance(result, Skip)
+    assert result.reason == ("the trace holds cut inputs (step 1); replaying them would send less")

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import copy
+from typing import Any
+
 import pytest
 
+from contracts.executors import Executor, ResultStep, ToolStep
+from contracts.traces import Trace, TraceStep
+from services.compiler import references
+from services.compiler.compile import compile
 from services.compiler.dataflow import (
     Context,
     ListVerdict,
@@ -12,6 +19,7 @@ from services.compiler.dataflow import (
     judge_lists,
     provenance,
 )
+from tests.unit.test_compile import SITE, _navigated, _step, _trace, simulate
 
 ITEMS = ["a1", "b2", "c3", "d4", "e5"]
 
@@ -244,3 +252,206 @@ def test_a_list_chosen_from_by_named_options_is_a_pick_without_a_judgement_word(
     assert plain.ok  # the last item, by position
     chosen = judge_lists(uses, {1: PRODUCTS}, "click Widget or Gizmo", {}, {(1, ())})[(1, ())]
     assert (chosen.ok, chosen.pick) == (False, 2)
+
+
+# --- replayed on another day: each value read from where the run took it ----------------
+
+
+def _executor(trace: Trace) -> Executor:
+    result = compile(trace.task, trace)
+    assert isinstance(result, Executor), result
+    return result
+
+
+def _on(trace: Trace, **outputs: Any) -> Trace:
+    """The trace as a replay sees it on a day when trace step N answers outputs["step_N"]."""
+    today = copy.deepcopy(trace)
+    for name, output in outputs.items():
+        today.steps[int(name.removeprefix("step_"))].output = output
+    return today
+
+
+def _result(executor: Executor) -> ResultStep:
+    result = executor.steps[-1]
+    assert isinstance(result, ResultStep)
+    return result
+
+
+COMPONENTS = [
+    {"name": "API", "state": "Operational"},
+    {"name": "Web app", "state": "Operational"},
+    {"name": "Database", "state": "Degraded"},
+    {"name": "Queue", "state": "Operational"},
+]
+
+
+def _status_trace(prompt: str, answer: str, *more: TraceStep) -> Trace:
+    steps = [
+        _navigated(0, f"{SITE}/status", "Status"),
+        _step(1, "browser_extract", {"selector": ".component"}, COMPONENTS),
+        *more,
+    ]
+    return _trace(prompt, steps, answer)
+
+
+def test_a_value_several_items_hold_is_read_from_the_item_its_line_names() -> None:
+    # "Operational" is the state of items 0, 1 and 3: each line reads the state of the
+    # component that line names, not of the first component.
+    trace = _status_trace(
+        f"Open {SITE}/status and list the first 3 components with their state.",
+        "API: Operational\nWeb app: Operational\nDatabase: Degraded",
+    )
+    executor = _executor(trace)
+    assert simulate(executor, trace) == trace.answer
+    today = [dict(c) for c in COMPONENTS]
+    today[1]["state"], today[2]["state"] = "Major outage", "Operational"
+    assert simulate(executor, _on(trace, step_1=today)) == (
+        "API: Operational\nWeb app: Major outage\nDatabase: Operational"
+    )
+
+
+def test_a_value_several_items_hold_follows_the_other_fields_of_the_same_input() -> None:
+    trace = _status_trace(
+        f"Open {SITE}/status and report the second component's state in the form.",
+        "Sent",
+        _step(
+            2,
+            "browser_fill_form",
+            {"fields": {"#component": "Web app", "#state": "Operational"}},
+            {"url": f"{SITE}/form", "title": "Form"},
+        ),
+    )
+    executor = _executor(trace)
+    form = next(s for s in executor.steps if isinstance(s, ToolStep) and s.trace_step == 2)
+    assert form.input["fields"] == {
+        "#component": "{{step_1[1].name}}",
+        "#state": "{{step_1[1].state}}",
+    }
+
+
+def test_a_value_several_items_hold_with_nothing_to_say_which_is_a_judgement() -> None:
+    # Which "Operational" the run reported, the Queue's or another's, no reference
+    # says: the small model answers again rather than read the first component.
+    trace = _status_trace(f"Open {SITE}/status and report the state of the Queue.", "Operational")
+    result = _result(_executor(trace))
+    assert result.mode == "llm" and result.variables == ["step_1"]
+
+
+DEALS_TODAY = [{"name": n, "left": "0"} for n in ("Omega", "Psi", "Chi", "Phi")]
+
+
+def _deals(
+    stock: list[str], answer: str, first: str = "the first 3 deals with how many are left"
+) -> Trace:
+    names = ["Alpha Widget", "Beta Gadget", "Gamma Gizmo", "Delta Doohickey"]
+    deals = [{"name": n, "left": left} for n, left in zip(names, stock, strict=True)]
+    return _trace(
+        f"Open {SITE}/deals and list {first} in stock.",
+        [_navigated(0, f"{SITE}/deals", "Deals"), _step(1, "browser_extract", {}, deals)],
+        answer,
+    )
+
+
+@pytest.mark.parametrize(
+    ("stock", "answer"),
+    [
+        (["2", "1", "3", "9"], "1. Alpha Widget (2 left)\n2. Beta Gadget (1 left)\n3. Gamma Gizmo"),
+        # 1 and 3 are in the prompt too ("127.0.0.1", "first 3"), but here they are stock
+        (["1", "3", "5", "9"], "1. Alpha Widget (1 left)\n2. Beta Gadget (3 left)"),
+    ],
+)  # fmt: skip
+def test_small_numbers_beside_references_are_data(stock: list[str], answer: str) -> None:
+    result = _result(_executor(_deals(stock, answer)))
+    assert result.mode == "llm" and result.variables == ["step_1"], result.template
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "1. Alpha Widget\n2) Beta Gadget\n#3 Gamma Gizmo",
+        "Picks: 1) Alpha Widget, 2) Beta Gadget; 3) Gamma Gizmo",
+        "Top 3:\n1. Alpha Widget\n2. Beta Gadget\n3. Gamma Gizmo",  # the count listed
+    ],
+)
+def test_numbers_that_number_the_lines_are_the_answer_s_form(answer: str) -> None:
+    result = _result(_executor(_deals(["7", "8", "9", "9"], answer, "the top three deals")))
+    assert result.mode == "template"
+    assert references.render(result.template or "", {1: DEALS_TODAY}) == (
+        answer.replace("Alpha Widget", "Omega")
+        .replace("Beta Gadget", "Psi")
+        .replace("Gamma Gizmo", "Chi")
+    )
+    # When the items' stock is those numbers, only where a number stands tells: "Top 3"
+    # may be Gamma's stock, a line's "3." is not.
+    held = _result(_executor(_deals(["2", "1", "3", "9"], answer, "the top three deals")))
+    assert held.mode == ("llm" if answer.startswith("Top 3") else "template")
+
+
+def test_an_answer_in_cyrillic_is_written_again_from_today_s_page() -> None:
+    page = "Новости дня\nКурс рубля вырос на фоне нефти\nПогода: дождь"  # noqa: RUF001
+    trace = _trace(
+        f"Открой {SITE}/news и перескажи главную новость одной фразой.",
+        [_navigated(0, f"{SITE}/news", "Новости"), _step(1, "browser_read_page", {}, page)],
+        "Главная новость: рубль укрепился благодаря росту нефти.",
+    )
+    result = _result(_executor(trace))
+    assert result.mode == "llm" and result.variables == ["step_1"]
+
+
+def _typed_from_page(prompt: str, name: str) -> Executor:
+    trace = _trace(
+        prompt,
+        [
+            _navigated(0, f"{SITE}/oncall", "On call"),
+            _step(1, "browser_read_page", {}, f"Rota\nOn call today: {name}"),
+            _step(2, "browser_type", {"selector": "#q", "text": name}, {"url": f"{SITE}/dir"}),
+            _step(3, "browser_read_page", {}, "Phone: 555-0101"),
+        ],
+        "Phone: 555-0101",
+    )
+    return _executor(trace)
+
+
+def _typed(executor: Executor) -> Any:
+    return next(s for s in executor.steps if isinstance(s, ToolStep) and s.trace_step == 2).input
+
+
+@pytest.mark.parametrize("name", ["Казань", "東京都"])
+def test_a_non_latin_name_read_off_the_page_is_not_a_constant(name: str) -> None:
+    executor = _typed_from_page(
+        f"Open {SITE}/oncall, find today's city and search the directory for it.", name
+    )
+    assert _typed(executor)["text"] != name
+
+
+def test_a_name_inside_a_longer_word_of_the_prompt_is_not_named_by_it() -> None:
+    # "Tom" is in "bottom", not in the prompt: who is on call is read off the page.
+    prompt = (
+        f"Open {SITE}/oncall, read who is on call today (listed at the bottom of the page) "
+        "and look them up in the directory; report their phone number."
+    )
+    assert _typed(_typed_from_page(prompt, "Tom"))["text"] != "Tom"
+    assert _typed(_typed_from_page(prompt.replace("bottom", "Tom"), "Tom"))["text"] == "Tom"
+
+
+def test_a_short_value_is_not_bound_to_an_unrelated_field_holding_it() -> None:
+    # The quantity 1 is the task's; that the cart holds 1 bag today is a coincidence.
+    def order(prompt: str) -> Any:
+        shop = "http://shop.example"
+        cart = [{"item": "Coffee beans", "qty": "1"}, {"item": "Filter papers", "qty": "4"}]
+        form = {"fields": {"#product": "Coffee beans", "#qty": "1"}, "submit": "#order"}
+        trace = _trace(
+            prompt,
+            [
+                _navigated(0, f"{shop}/cart", "Cart"),
+                _step(1, "browser_extract", {"selector": ".line"}, cart),
+                _step(2, "browser_fill_form", form, {"url": f"{shop}/ok"}),
+                _step(3, "browser_read_page", {}, "Order confirmed: ORD-7781"),
+            ],
+            "Order confirmed: ORD-7781",
+        )
+        return _typed(_executor(trace))["fields"]["#qty"]
+
+    shop = "http://shop.example"  # no "1" in the origin
+    assert "step_1" not in order(f"Open {shop}/cart, then order a single bag of Coffee beans.")
+    assert order(f"Open {shop}/cart, then order 1 bag of Coffee beans.") == "1"

@@ -134,9 +134,16 @@ def test_a_verdict_between_named_answers_is_decided_again_from_the_page(
 
 
 def test_an_answer_the_prompt_fixes_stays_a_constant() -> None:
-    trace = _status_trace(f"Open {SITE}/status and, once it loads, answer done.", "done")
+    trace = _status_trace(
+        f"Open {SITE}/status and, once it loads, take a screenshot and answer done.", "done"
+    )
+    trace.steps.append(_step(2, "browser_screenshot", {}, {"sha256": "ab" * 32}))
     executor = compiled(trace)
-    assert kinds(executor) == ["tool:browser_navigate", "result:template"]
+    assert kinds(executor) == [
+        "tool:browser_navigate",
+        "tool:browser_screenshot",
+        "result:template",
+    ]
     result = executor.steps[-1]
     assert isinstance(result, ResultStep) and result.template == "done"
 

@@ -145,8 +145,12 @@ def test_a_check_of_two_pages_is_written_from_both() -> None:
         ),
         # Content read, but the task fixes the answer and asks no verdict.
         (
-            f"Open {SITE}/status and, once it loads, answer done.",
-            [_navigated(0, f"{SITE}/status", "Status"), _step(1, "browser_read_page", {}, UP)],
+            f"Open {SITE}/status and, once it loads, take a screenshot and answer done.",
+            [
+                _navigated(0, f"{SITE}/status", "Status"),
+                _step(1, "browser_read_page", {}, UP),
+                _step(2, "browser_screenshot", {}, {"sha256": "ab" * 32}),
+            ],
             "done",
         ),
     ],

@@ -95,7 +95,10 @@ def test_unresolved_references_say_why(text: str, message: str) -> None:
 
 def test_escaped_references_are_literal() -> None:
     assert r.render("\\{{step_0}}", OUTPUTS) == "{{step_0}}"
-    assert r.render("\\\\{{step_0.title}}", OUTPUTS) == "\\{{step_0.title}}"
+    # Backslashes before a reference pair up: each pair is one backslash of text, an odd
+    # one left over makes the reference text.
+    assert r.render("\\\\\\{{step_0.title}}", OUTPUTS) == "\\{{step_0.title}}"
+    assert r.render("C:\\\\{{step_0.title}}", OUTPUTS) == "C:\\" + OUTPUTS[0]["title"]
     assert r.find("\\{{step_0}} {{step_2[0]}}") == [Ref(2, (0,))]
     assert r.escape("see {{step_1}} and {{x}}") == "see \\{{step_1}} and {{x}}"
 
@@ -120,6 +123,14 @@ def test_render_of_escape_is_identity(text: str) -> None:
 @given(st.text(max_size=60))
 def test_render_of_escape_is_identity_for_any_text(text: str) -> None:
     assert r.render(r.escape(text), {}) == text
+
+
+@given(st.text(alphabet=st.sampled_from(list('{}\\step_0123.[]" ax')), max_size=30))
+def test_text_escaped_before_a_reference_keeps_its_last_backslashes(text: str) -> None:
+    # A Windows path before a file name: "C:\\dir\\" + {{step_0.name}}.
+    template = r.escape(text, before_reference=True) + "{{step_9}}"
+    assert r.render(template, {9: "v"}) == text + "v"
+    assert r.find(template) == [Ref(9)]
 
 
 def _paths(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
