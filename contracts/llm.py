@@ -195,12 +195,47 @@ class PriceBand(msgspec.Struct, kw_only=True):
 
 
 class ModelPrice(msgspec.Struct, kw_only=True):
+    """A model's prices, and whether it takes `effort` (the 4.5 Haiku and Sonnet answer
+    400 to it, so rote leaves it out for them)."""
+
     id: str
     bands: list[PriceBand]
     cache_write_5m_multiplier: float = 1.25
     cache_write_1h_multiplier: float = 2.0
     cache_read_multiplier: float = 0.1
     retires_on: date | None = None
+    accepts_effort: bool = True
+
+
+# --- the price file (ROTE_PRICES_FILE) ---------------------------------------------------
+# Strict twins, like the request blocks above: ModelsReply stays tolerant, but a typo in a
+# hand-written price file ("cache_read_multipler") must be an error naming the field, not
+# a default price applied without a word.
+
+
+class PriceFileBand(PriceBand, forbid_unknown_fields=True):
+    pass
+
+
+class PriceFileModel(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A ModelPrice as the file gives it."""
+
+    id: NonEmptyStr
+    bands: list[PriceFileBand]
+    cache_write_5m_multiplier: float = 1.25
+    cache_write_1h_multiplier: float = 2.0
+    cache_read_multiplier: float = 0.1
+    retires_on: date | None = None
+    # None: as the built-in table says for this id (True for a model it does not know).
+    accepts_effort: bool | None = None
+
+
+class PriceFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """ROTE_PRICES_FILE: aliases merged over the defaults; a model replaces the default
+    entry with the same id or adds a new one."""
+
+    aliases: dict[NonEmptyStr, NonEmptyStr] = {}
+    models: list[PriceFileModel] = []
 
 
 class ModelsReply(Reply, kw_only=True):

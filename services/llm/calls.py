@@ -12,6 +12,7 @@ import anthropic
 import anyio
 
 from services.kernel.logs import get_logger
+from services.kernel.secrets import CREDENTIAL_ENV, register_credentials
 from services.llm.failures import Failure, backoff_s, classify
 
 log = get_logger("rote.llm")
@@ -37,13 +38,25 @@ class CallResult:
     attempts: int
 
 
+def credentials(env: Mapping[str, str]) -> dict[str, str]:
+    """The SDK's credential argument (api_key, else auth_token), trimmed of surrounding
+    whitespace: a key copied from a CRLF env file ends in "\\r", which no HTTP header may
+    hold (and the HTTP library's refusal quotes the key). Registered as secrets first."""
+    register_credentials(env)
+    for name, argument in zip(CREDENTIAL_ENV, ("api_key", "auth_token"), strict=True):
+        value = (env.get(name) or "").strip()
+        if value:
+            return {argument: value}
+    return {}
+
+
 def make_client(env: Mapping[str, str] | None = None) -> anthropic.AsyncAnthropic:
     """An AsyncAnthropic that honours ANTHROPIC_API_KEY / ANTHROPIC_AUTH_TOKEN and
     ANTHROPIC_BASE_URL, with the SDK's retries off."""
     env = os.environ if env is None else env
-    kwargs: dict[str, Any] = {"max_retries": 0, "timeout": ATTEMPT_TIMEOUT_S}
-    has_key = env.get("ANTHROPIC_API_KEY") or env.get("ANTHROPIC_AUTH_TOKEN")
-    if not has_key and env.get("ANTHROPIC_BASE_URL"):
+    # Passed explicitly, so the SDK never reads the untrimmed values from the environment.
+    kwargs: dict[str, Any] = {"max_retries": 0, "timeout": ATTEMPT_TIMEOUT_S, **credentials(env)}
+    if "api_key" not in kwargs and "auth_token" not in kwargs and env.get("ANTHROPIC_BASE_URL"):
         # Local Anthropic-compatible servers (rote model serve, Ollama) want no key, but
         # the SDK refuses to send a request without one.
         kwargs["api_key"] = "no-key"

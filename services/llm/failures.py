@@ -3,8 +3,9 @@ again can help, and how long to wait before the next attempt.
 
 Codes (contracts.errors): rate_limited (429), overloaded (529), upstream (other 5xx,
 409, connection failures, answers the SDK cannot read), timeout (no answer in time,
-408), auth (401, 403, 402, no credentials), invalid_request (other 4xx: the request
-itself is wrong, so repeating it cannot succeed).
+408), auth (401, 403, 402, no credentials, credentials no HTTP header can carry),
+invalid_request (other 4xx: the request itself is wrong, so repeating it cannot
+succeed).
 """
 
 from __future__ import annotations
@@ -85,6 +86,30 @@ def _status_failure(exc: anthropic.APIStatusError) -> Failure:
     )
 
 
+def _is_local_protocol_error(exc: BaseException) -> bool:
+    # By name: the HTTP library under the SDK has changed (httpx, httpx2) and may again.
+    return any(cls.__name__ == "LocalProtocolError" for cls in type(exc).__mro__)
+
+
+def _unsendable(cause: BaseException) -> Failure:
+    """The HTTP library refused to send our own request: the same request fails the same
+    way, so it is not retried. Its message quotes the offending header, credentials
+    included, so none of it is passed on."""
+    if "header" in str(cause).lower():
+        return Failure(
+            code="auth",
+            retryable=False,
+            message="the model API credentials cannot be sent: ANTHROPIC_API_KEY or "
+            "ANTHROPIC_AUTH_TOKEN holds a character no HTTP header may carry (a line "
+            "break or another control character); check how the variable is set",
+        )
+    return Failure(
+        code="upstream",
+        retryable=False,
+        message=f"the request could not be sent to the model API ({type(cause).__name__})",
+    )
+
+
 def classify(exc: BaseException) -> Failure | None:
     """Map an exception from `AsyncAnthropic.messages.create` to a Failure; None for
     anything that is not a model API failure (a bug of ours)."""
@@ -96,6 +121,8 @@ def classify(exc: BaseException) -> Failure | None:
         )
     if isinstance(exc, anthropic.APIConnectionError):
         cause = exc.__cause__ or exc
+        if _is_local_protocol_error(cause):
+            return _unsendable(cause)
         return Failure(
             code="upstream",
             retryable=True,
@@ -129,8 +156,10 @@ def backoff_s(
     rand: Callable[[], float] = random.random,
 ) -> float:
     """How long to wait after failed attempt number `attempt` (1-based): the server's
-    retry-after when it gave one, else exponential backoff with jitter."""
-    if failure.retry_after_s is not None:
+    retry-after when it asked for a wait, else exponential backoff with jitter."""
+    # retry-after: 0 (or a date already past) asks for no wait at all: retrying at once
+    # would hammer a server that just said it is overloaded, so our backoff applies.
+    if failure.retry_after_s is not None and failure.retry_after_s > 0:
         return min(failure.retry_after_s, MAX_RETRY_AFTER_S)
     delay = min(cap_s, base_s * 2 ** (attempt - 1))
     # Up to 25% less, so callers that failed together do not retry together.

@@ -6,7 +6,8 @@ redacted_thinking blocks), because the current models reject a conversation whos
 earlier thinking was dropped or altered. rote never sends what the 5.5 models refuse:
 `thinking: {"type": "disabled"}`, a forced `tool_choice`, sampling parameters
 (temperature, top_p, top_k) or assistant prefill. The contract has no field for the
-first three; prefill is refused here before any call is made.
+first three; prefill is refused here before any call is made. `effort` goes only to
+the models that take it (not the 4.5 Haiku and Sonnet).
 """
 
 from __future__ import annotations
@@ -57,8 +58,12 @@ def check_request(req: CompleteRequest) -> None:
         )
 
 
-def api_params(req: CompleteRequest, model_id: str) -> dict[str, Any]:
-    """Keyword arguments for `AsyncAnthropic.messages.create`."""
+def api_params(
+    req: CompleteRequest, model_id: str, *, accepts_effort: bool = True
+) -> dict[str, Any]:
+    """Keyword arguments for `AsyncAnthropic.messages.create`. `effort` is left out for
+    a model that does not take it (it would answer 400): it tunes the work, it is not
+    the work, so the call is still worth making."""
     params: dict[str, Any] = {
         "model": model_id,
         "max_tokens": req.max_tokens,
@@ -68,7 +73,7 @@ def api_params(req: CompleteRequest, model_id: str) -> dict[str, Any]:
         params["system"] = req.system
     if req.tools:
         params["tools"] = msgspec.to_builtins(req.tools)
-    if req.effort is not None:
+    if req.effort is not None and accepts_effort:
         params["output_config"] = {"effort": req.effort}
     if req.cache is not None:
         params["cache_control"] = {"type": "ephemeral", "ttl": req.cache}

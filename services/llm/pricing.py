@@ -8,7 +8,12 @@ like the `rote.api.llm.models` reply:
                  "bands": [{"input_per_mtok": 2.0, "output_per_mtok": 10.0}]}]}
 
 File aliases are merged over the defaults; a file model replaces the default entry with
-the same id or adds a new one.
+the same id or adds a new one. The file is read strictly: an unknown field (a typo) is an
+error naming it, and so is an alias whose model has no price.
+
+A model's `accepts_effort` says whether it takes the `effort` parameter: the 4.5 Haiku
+and Sonnet answer 400 to it, so rote leaves it out for them. A file model that does not
+say keeps what the built-in table says for its id (True for an id it does not know).
 
 A model may be priced in bands by prompt size (input + cache write + cache read tokens):
 the first band whose `up_to_prompt_tokens` is at least the prompt size applies to the
@@ -26,7 +31,7 @@ from pathlib import Path
 
 import msgspec
 
-from contracts.llm import ModelPrice, ModelsReply, PriceBand, Usage
+from contracts.llm import ModelPrice, ModelsReply, PriceBand, PriceFile, PriceFileModel, Usage
 
 DEFAULT_ALIASES: dict[str, str] = {
     "sonnet": "claude-sonnet-5-5",
@@ -38,11 +43,19 @@ DEFAULT_ALIASES: dict[str, str] = {
 HAIKU_5_5_BAND_LIMIT = 100_000
 
 
-def _flat(model_id: str, inp: float, out: float, retires_on: date | None = None) -> ModelPrice:
+def _flat(
+    model_id: str,
+    inp: float,
+    out: float,
+    retires_on: date | None = None,
+    *,
+    accepts_effort: bool = True,
+) -> ModelPrice:
     return ModelPrice(
         id=model_id,
         bands=[PriceBand(input_per_mtok=inp, output_per_mtok=out)],
         retires_on=retires_on,
+        accepts_effort=accepts_effort,
     )
 
 
@@ -58,9 +71,9 @@ DEFAULT_PRICES: tuple[ModelPrice, ...] = (
             PriceBand(input_per_mtok=0.50, output_per_mtok=2.50),
         ],
     ),
-    # Older ids still in use.
-    _flat("claude-haiku-4-5", 1.0, 5.0),
-    _flat("claude-sonnet-4-5", 3.0, 15.0, retires_on=date(2026, 11, 30)),
+    # Older ids still in use; of these only Opus 4.5 takes `effort`.
+    _flat("claude-haiku-4-5", 1.0, 5.0, accepts_effort=False),
+    _flat("claude-sonnet-4-5", 3.0, 15.0, retires_on=date(2026, 11, 30), accepts_effort=False),
     _flat("claude-opus-4-5", 5.0, 25.0),
 )
 
@@ -70,11 +83,6 @@ _SNAPSHOT = re.compile(r"^(?P<base>.+)-\d{8}$")
 
 class PriceTableError(ValueError):
     """The price file cannot be read or does not describe a usable table."""
-
-
-class PriceFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    aliases: dict[str, str] = {}
-    models: list[ModelPrice] = []
 
 
 def check_price(price: ModelPrice) -> None:
@@ -144,6 +152,12 @@ class PriceTable:
             return self.models.get(snapshot.group("base"))
         return None
 
+    def accepts_effort(self, model_id: str) -> bool:
+        """Whether to send `effort` to this model: a model the table does not know (a
+        local one) gets what the caller asked for."""
+        price = self.price(model_id)
+        return True if price is None else price.accepts_effort
+
     def cost(self, model_id: str, usage: Usage) -> float | None:
         """None when the model has no price (a local model behind ANTHROPIC_BASE_URL)."""
         price = self.price(model_id)
@@ -174,9 +188,44 @@ def load_price_table(path: Path | None) -> PriceTable:
         override = msgspec.json.decode(raw, type=PriceFile)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise PriceTableError(f"price file {path}: {exc}") from None
+    ids = [entry.id for entry in override.models]
+    twice = sorted({model_id for model_id in ids if ids.count(model_id) > 1})
+    if twice:
+        # One would silently win: say which, rather than guess which price was meant.
+        raise PriceTableError(f"price file {path}: models listed more than once: {twice}")
     models = dict(table.models)
-    for price in override.models:
+    for entry in override.models:
+        price = _from_file(entry, models.get(entry.id))
         check_price(price)
         models[price.id] = price
-    aliases = {**table.aliases, **override.aliases}
-    return PriceTable(aliases=aliases, models=models)
+    merged = PriceTable(aliases={**table.aliases, **override.aliases}, models=models)
+    for alias, model_id in merged.aliases.items():
+        # Priced at $0 it would hide every call's cost behind one warning in the log.
+        if merged.price(model_id) is None:
+            raise PriceTableError(
+                f"price file {path}: alias {alias!r} points to {model_id!r}, which has no "
+                f'price; add {model_id!r} to "models" (a price of 0 suits a local model)'
+            )
+    return merged
+
+
+def _from_file(entry: PriceFileModel, default: ModelPrice | None) -> ModelPrice:
+    accepts_effort = entry.accepts_effort
+    if accepts_effort is None:
+        accepts_effort = True if default is None else default.accepts_effort
+    return ModelPrice(
+        id=entry.id,
+        bands=[
+            PriceBand(
+                input_per_mtok=band.input_per_mtok,
+                output_per_mtok=band.output_per_mtok,
+                up_to_prompt_tokens=band.up_to_prompt_tokens,
+            )
+            for band in entry.bands
+        ],
+        cache_write_5m_multiplier=entry.cache_write_5m_multiplier,
+        cache_write_1h_multiplier=entry.cache_write_1h_multiplier,
+        cache_read_multiplier=entry.cache_read_multiplier,
+        retires_on=entry.retires_on,
+        accepts_effort=accepts_effort,
+    )

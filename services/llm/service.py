@@ -20,7 +20,7 @@ from services.kernel.endpoints import Endpoint, start_service, stop_service
 from services.kernel.errors import ServiceError
 from services.kernel.logs import get_logger
 from services.kernel.runtime import ServiceContext
-from services.kernel.secrets import redact, register_secret
+from services.kernel.secrets import redact, register_credentials
 from services.llm.calls import CallFailed, ModelCaller, make_client
 from services.llm.messages import (
     RequestRefused,
@@ -63,7 +63,8 @@ class LlmService:
         call_id = uuid.uuid4().hex
         started = time.perf_counter()
         try:
-            result = await self.caller.call(api_params(req, model_id))
+            params = api_params(req, model_id, accepts_effort=self.prices.accepts_effort(model_id))
+            result = await self.caller.call(params)
         except CallFailed as exc:
             failure = exc.failure
             log.warning(
@@ -182,8 +183,8 @@ class LlmService:
 async def serve(
     ctx: ServiceContext, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
 ) -> None:
-    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"):
-        register_secret(os.environ.get(name))
+    # Before anything can log: every form of the API key the SDK will send is a secret.
+    register_credentials(os.environ)
     try:
         prices = load_price_table(ctx.settings.prices_file)
     except PriceTableError as exc:

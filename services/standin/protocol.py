@@ -4,9 +4,11 @@ response JSON. Pure apart from the prompt cache's clock.
 
 Rules enforced like the 5.5 models: no `thinking: {"type": "disabled"}`, no forced
 `tool_choice` (`any` or `tool`), no sampling parameters (temperature, top_p, top_k), no
-assistant prefill (the last message must be the user's), and every earlier assistant
-turn with a tool call must come back with its thinking blocks intact (signatures are
-checked). Token counts are estimates: one token per 4 characters of JSON.
+assistant prefill (the last message must be the user's), max_tokens of at least 1, and
+every earlier assistant turn with a tool call must come back with its thinking blocks
+intact, all of them and in order (signatures are checked). Like the real API, the 4.5
+Haiku and Sonnet ids answer 400 to `effort`. Token counts are estimates: one token per
+4 characters of JSON.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import threading
 import time
 import uuid
@@ -26,6 +29,9 @@ from services.standin.policy import Answer, ApiFailure, Decision, ToolCall
 
 SAMPLING_PARAMETERS = ("temperature", "top_p", "top_k")
 EFFORTS = ("low", "medium", "high", "xhigh", "max")
+# Older models that answer 400 to `effort` (their dated snapshot ids too).
+NO_EFFORT_MODELS = ("claude-haiku-4-5", "claude-sonnet-4-5")
+_SNAPSHOT = re.compile(r"^(?P<base>.+)-\d{8}$")
 THINKING_TYPES = ("enabled", "adaptive", "between_tools")
 CACHE_TTLS = {"5m": 300.0, "1h": 3600.0}
 # The API caches nothing shorter than this (per model family; one value here).
@@ -71,13 +77,20 @@ def count_input_tokens(body: dict[str, Any]) -> int:
 # --- validation -------------------------------------------------------------------------
 
 
+def _is_model(model: str, ids: tuple[str, ...]) -> bool:
+    snapshot = _SNAPSHOT.match(model)
+    return model in ids or (snapshot is not None and snapshot.group("base") in ids)
+
+
 def _check_params(body: dict[str, Any]) -> None:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise invalid("model: Field required")
     max_tokens = body.get("max_tokens")
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
-        raise invalid("max_tokens: Field required (a non-negative integer)")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
+        raise invalid("max_tokens: Field required (an integer)")
+    if max_tokens < 1:
+        raise invalid("max_tokens: Input should be greater than or equal to 1")
     if body.get("stream"):
         raise invalid("stream: the stand-in model does not stream; send stream=false")
     for name in SAMPLING_PARAMETERS:
@@ -110,6 +123,8 @@ def _check_params(body: dict[str, Any]) -> None:
         effort = output_config.get("effort")
         if effort is not None and effort not in EFFORTS:
             raise invalid(f"output_config.effort: must be one of {', '.join(EFFORTS)}")
+        if effort is not None and _is_model(model, NO_EFFORT_MODELS):
+            raise invalid(f"output_config.effort: the effort parameter is not supported on {model}")
     system = body.get("system")
     if system is not None and not isinstance(system, str | list):
         raise invalid("system: must be a string or a list of text blocks")
@@ -334,12 +349,10 @@ def build_message(
                 "input": decision.input,
             }
         )
-        thinking: list[dict[str, Any]] = [
-            {"type": "thinking", "thinking": "", "signature": signing.sign_thinking(key, "", turn)}
-        ]
+        thinking: list[dict[str, Any]] = [{"type": "thinking", "thinking": "", "signature": ""}]
         if decision.redacted:
-            thinking.append({"type": "redacted_thinking", "data": signing.redacted_data(key, turn)})
-        content, stop_reason = thinking + turn, "tool_use"
+            thinking.append({"type": "redacted_thinking", "data": ""})
+        content, stop_reason = signing.sign_turn(key, thinking + turn), "tool_use"
     else:
         text, stop_reason = decision.text, "end_turn"
         if estimate_tokens(text) > max_tokens:

@@ -187,6 +187,19 @@ async def test_haiku_cost_uses_its_band_and_effort_reaches_the_api(
     assert standin.received[-1]["output_config"] == {"effort": "low"}
 
 
+@pytest.mark.filterwarnings("ignore:The model .* is deprecated:DeprecationWarning")
+@pytest.mark.parametrize("model", ["claude-sonnet-4-5", "claude-haiku-4-5-20251001"])
+async def test_effort_is_not_sent_to_older_models_that_refuse_it(
+    settings: Settings, bus: Bus, standin: StandinServer, model: str
+) -> None:
+    async with llm(settings, llm_max_attempts=1):
+        reply = await complete(
+            bus, [Message(role="user", content=PROMPT)], model=model, effort="low"
+        )
+    assert reply.stop_reason == "tool_use"
+    assert "output_config" not in standin.received[-1]
+
+
 async def test_prompt_caching_is_priced_with_the_cache_multipliers(
     settings: Settings, bus: Bus, standin: StandinServer
 ) -> None:
@@ -335,22 +348,24 @@ async def test_redacted_thinking_survives_too(
         types = [type(b).__name__ for b in first.content]
         assert types[:2] == ["ThinkingBlock", "RedactedThinkingBlock"]
         tool_use = next(b for b in first.content if isinstance(b, ToolUseBlock))
-        second = await complete(
-            bus,
-            [
+
+        def conversation(turn: list[Any]) -> list[Message]:
+            result = ToolResultBlock(
+                tool_use_id=tool_use.id, content=json.dumps(tool_output(tool_use))
+            )
+            return [
                 Message(role="user", content=redacted_prompt),
-                Message(role="assistant", content=first.content),
-                Message(
-                    role="user",
-                    content=[
-                        ToolResultBlock(
-                            tool_use_id=tool_use.id, content=json.dumps(tool_output(tool_use))
-                        )
-                    ],
-                ),
-            ],
-        )
+                Message(role="assistant", content=turn),
+                Message(role="user", content=[result]),
+            ]
+
+        second = await complete(bus, conversation(first.content))
+        # Left with only its redacted_thinking, the turn is not the one the model wrote.
+        only_redacted = [b for b in first.content if not isinstance(b, ThinkingBlock)]
+        with pytest.raises(RemoteError, match="redacted_thinking") as caught:
+            await complete(bus, conversation(only_redacted))
     assert second.stop_reason == "tool_use"
+    assert caught.value.code == "invalid_request"
 
 
 async def test_dropped_or_altered_thinking_comes_back_as_invalid_request(
@@ -711,3 +726,59 @@ async def test_the_api_key_appears_in_no_log_event_or_error(
     assert any("llm_call_failed" in line for line in everything)  # logs were captured
     for line in everything:
         assert SECRET not in line
+
+
+@pytest.mark.parametrize(
+    ("key", "telling"),
+    [
+        ("rote-it-crlf-key-77a1\r\n", "crlf-key"),  # an env file with Windows line ends
+        ("k3y!", "k3y!"),  # short keys are keys too
+    ],
+)
+async def test_a_key_with_stray_whitespace_works_and_no_form_of_a_key_leaks(
+    settings: Settings,
+    bus: Bus,
+    monkeypatch: pytest.MonkeyPatch,
+    written_logs: list[dict[str, Any]],
+    key: str,
+    telling: str,
+) -> None:
+    with StandinServer(api_key=key.strip()) as standin:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", standin.url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", key)
+        async with llm(settings, llm_max_attempts=3):
+            ok = await complete(bus, [Message(role="user", content="hi")])
+            # The server now wants another key and echoes the one it got in its 401.
+            standin.api_key = "a-different-key-123"
+            raw = await bus.nc.request(
+                s.LLM_COMPLETE,
+                msgspec.json.encode(CompleteRequest(messages=[Message(role="user", content="hi")])),
+                timeout=10,
+            )
+    assert ok.stop_reason == "end_turn"
+    error = json.loads(raw.data)["error"]
+    assert (error["code"], error["details"]["attempts"]) == ("auth", 1)
+    assert "[redacted]" in error["message"]
+    everything = [raw.data.decode(), *(json.dumps(e, default=str) for e in written_logs)]
+    assert any("llm_call_failed" in line for line in everything)
+    for line in everything:
+        assert telling not in line, line
+
+
+async def test_a_key_no_header_can_carry_is_auth_at_once_without_quoting_it(
+    settings: Settings,
+    bus: Bus,
+    standin: StandinServer,
+    monkeypatch: pytest.MonkeyPatch,
+    written_logs: list[dict[str, Any]],
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "rote-it-split\rkey-88")  # a line break inside
+    async with llm(settings, llm_max_attempts=3):
+        with pytest.raises(RemoteError) as caught:
+            await complete(bus, [Message(role="user", content="hi")])
+    assert caught.value.code == "auth"
+    assert caught.value.info.details == {"attempts": 1, "model": "claude-sonnet-5-5"}
+    assert "ANTHROPIC_API_KEY" in caught.value.info.message
+    everything = [caught.value.info.message, *(json.dumps(e, default=str) for e in written_logs)]
+    for line in everything:
+        assert "split" not in line and "key-88" not in line, line

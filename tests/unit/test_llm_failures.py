@@ -9,7 +9,8 @@ import anthropic
 import httpx2
 import pytest
 
-from services.kernel.secrets import register_secret
+from services.kernel import secrets
+from services.kernel.secrets import redact, register_secret
 from services.llm.calls import make_client
 from services.llm.failures import (
     BACKOFF_CAP_S,
@@ -151,3 +152,59 @@ def test_client_honours_the_environment(monkeypatch: pytest.MonkeyPatch) -> None
     assert local.max_retries == 0  # rote retries itself, counting attempts
     monkeypatch.setenv("ANTHROPIC_API_KEY", "from-the-env-1234")
     assert make_client().api_key == "from-the-env-1234"
+
+
+def test_retry_after_zero_waits_the_normal_backoff() -> None:
+    plain = Failure(code="rate_limited", retryable=True, message="x")
+    at_once = Failure(code="rate_limited", retryable=True, message="x", retry_after_s=0.0)
+    for attempt in (1, 3):
+        assert backoff_s(attempt, at_once, rand=lambda: 0.0) == backoff_s(
+            attempt, plain, rand=lambda: 0.0
+        )
+    assert backoff_s(1, at_once, rand=lambda: 0.0) == 0.5
+
+
+@pytest.mark.parametrize("key", ["rote-unit-crlf-key-91\r", "rote-unit-mid\rkey-92"])
+def test_a_key_no_http_header_can_carry_is_auth_not_retried_and_not_quoted(key: str) -> None:
+    escaped = key.encode("unicode_escape").decode()
+    exc = anthropic.APIConnectionError(request=REQUEST)
+    exc.__cause__ = httpx2.LocalProtocolError(f"Illegal header value b'Bearer {escaped}'")
+    failure = classify(exc)
+    assert failure is not None
+    assert (failure.code, failure.retryable) == ("auth", False)
+    assert "rote-unit" not in failure.message and "Bearer" not in failure.message
+    assert "ANTHROPIC_API_KEY" in failure.message
+
+
+@pytest.mark.parametrize(
+    ("env", "api_key", "auth_token"),
+    [
+        ({"ANTHROPIC_API_KEY": "from-a-crlf-file-1234\r\n"}, "from-a-crlf-file-1234", None),
+        ({"ANTHROPIC_AUTH_TOKEN": " \tbearer-token-5678\n"}, None, "bearer-token-5678"),
+        # Only whitespace is no key: a local server gets the placeholder.
+        (
+            {"ANTHROPIC_API_KEY": "\r\n", "ANTHROPIC_BASE_URL": "http://127.0.0.1:9/"},
+            "no-key",
+            None,
+        ),
+    ],
+)
+def test_client_credentials_are_trimmed(
+    monkeypatch: pytest.MonkeyPatch,
+    env: dict[str, str],
+    api_key: str | None,
+    auth_token: str | None,
+) -> None:
+    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    client = make_client(env)
+    assert (client.api_key, client.auth_token) == (api_key, auth_token)
+
+
+def test_the_client_s_credentials_are_secrets_in_every_form(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(secrets, "_secrets", set())
+    make_client({"ANTHROPIC_API_KEY": "abcd\r"})  # a 4-character key from a CRLF env file
+    for text in ("invalid x-api-key: 'abcd'", "Illegal header value b'abcd\\r'", "abcd\r"):
+        assert "abcd" not in redact(text), text

@@ -60,6 +60,12 @@ def test_params_are_the_minimum_and_never_include_refused_options() -> None:
         assert refused not in full
 
 
+def test_effort_is_left_out_for_a_model_that_does_not_take_it() -> None:
+    req = _request(effort="low")
+    assert "output_config" not in api_params(req, "claude-haiku-4-5", accepts_effort=False)
+    assert api_params(req, "claude-opus-4-5")["output_config"] == {"effort": "low"}
+
+
 def test_assistant_turns_are_sent_verbatim() -> None:
     turn = [
         ThinkingBlock(thinking="", signature="sig-1"),

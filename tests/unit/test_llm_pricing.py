@@ -150,6 +150,25 @@ def test_price_file_overrides_merges_and_adds(tmp_path: Path) -> None:
             '{"models": [{"id": "x", "bands": [{"input_per_mtok": -1, "output_per_mtok": 1}]}]}',
             "negative",
         ),
+        # A typo is named, not ignored in favour of the default price.
+        (
+            '{"models": [{"id": "x", "bands": [{"input_per_mtok": 1, "output_per_mtok": 1}],'
+            ' "cache_read_multipler": 0.05}]}',
+            r"cache_read_multipler.*\$\.models\[0\]",
+        ),
+        (
+            '{"models": [{"id": "x", "bands": [{"input_per_mtok": 1, "output_per_mtok": 1,'
+            ' "up_to_prompt_token": 5}]}]}',
+            r"up_to_prompt_token.*\$\.models\[0\]\.bands\[0\]",
+        ),
+        # An alias to a model without a price would make every call through it free.
+        ('{"aliases": {"sonnet": "claude-sonet-5-5"}}', "'sonnet' points to 'claude-sonet-5-5'"),
+        (
+            '{"models": [{"id": "x", "bands": [{"input_per_mtok": 1, "output_per_mtok": 1}]},'
+            ' {"id": "x", "bands": [{"input_per_mtok": 9, "output_per_mtok": 9}]}]}',
+            "more than once",
+        ),
+        ('{"models": [{"id": "", "bands": [{"input_per_mtok": 1, "output_per_mtok": 1}]}]}', "id"),
     ],
 )
 def test_bad_price_files_are_refused_with_a_reason(
@@ -164,3 +183,30 @@ def test_bad_price_files_are_refused_with_a_reason(
 def test_missing_price_file_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(PriceTableError, match="cannot read price file"):
         load_price_table(tmp_path / "nope.json")
+
+
+def test_only_the_older_haiku_and_sonnet_refuse_effort() -> None:
+    refusing = {m for m in TABLE.models if not TABLE.accepts_effort(m)}
+    assert refusing == {"claude-haiku-4-5", "claude-sonnet-4-5"}
+    assert not TABLE.accepts_effort("claude-sonnet-4-5-20250929")  # a dated snapshot
+    assert TABLE.accepts_effort("llama3.2")  # unknown: what the caller asked for goes
+
+
+def test_a_price_file_keeps_or_sets_whether_a_model_takes_effort(tmp_path: Path) -> None:
+    path = tmp_path / "prices.json"
+    band = [{"input_per_mtok": 1.0, "output_per_mtok": 1.0}]
+    path.write_text(
+        json.dumps(
+            {
+                "models": [
+                    {"id": "claude-sonnet-4-5", "bands": band},  # a new price, same model
+                    {"id": "old-local-model", "bands": band, "accepts_effort": False},
+                    {"id": "new-local-model", "bands": band},
+                ]
+            }
+        )
+    )
+    table = load_price_table(path)
+    assert not table.accepts_effort("claude-sonnet-4-5")
+    assert not table.accepts_effort("old-local-model")
+    assert table.accepts_effort("new-local-model")

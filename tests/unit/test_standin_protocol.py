@@ -63,6 +63,11 @@ def rejection(request: Any) -> str:
         ({"stream": True}, "stream"),
         ({"model": ""}, "model"),
         ({"max_tokens": "many"}, "max_tokens"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"max_tokens": -1}, "max_tokens"),
+        # The older Haiku and Sonnet answer 400 to effort, dated snapshots too.
+        ({"model": "claude-haiku-4-5", "output_config": {"effort": "low"}}, "effort"),
+        ({"model": "claude-sonnet-4-5-20250929", "output_config": {"effort": "high"}}, "effort"),
         ({"messages": []}, "at least one message"),
         ({"messages": [{"role": "system", "content": "x"}]}, "role"),
         ({"messages": [{"role": "assistant", "content": "x"}]}, "first message"),
@@ -83,6 +88,10 @@ def test_allowed_options_pass() -> None:
         ),
         KEY,
     )
+    protocol.validate(body(max_tokens=1), KEY)
+    for model in ("claude-opus-4-5", "claude-haiku-5-5"):
+        protocol.validate(body(model=model, output_config={"effort": "low"}), KEY)
+    protocol.validate(body(model="claude-haiku-4-5"), KEY)  # no effort: fine
 
 
 def test_assistant_prefill_is_refused() -> None:
@@ -125,6 +134,42 @@ def test_redacted_thinking_is_verified_too() -> None:
     altered = copy.deepcopy(turn)
     altered["content"][1]["data"] = "forged"
     assert "redacted_thinking" in rejection(with_turn(altered))
+
+
+def _without(turn: dict[str, Any], kind: str) -> dict[str, Any]:
+    return {**turn, "content": [b for b in turn["content"] if b["type"] != kind]}
+
+
+def _thinking_swapped(turn: dict[str, Any]) -> dict[str, Any]:
+    first, second, *rest = turn["content"]
+    return {**turn, "content": [second, first, *rest]}
+
+
+def _redacted_twice(turn: dict[str, Any]) -> dict[str, Any]:
+    first, second, *rest = turn["content"]
+    return {**turn, "content": [first, second, second, *rest]}
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda turn: _without(turn, "redacted_thinking"),
+        # Only the redacted block left: still a thinking block, but not the turn's own.
+        lambda turn: _without(turn, "thinking"),
+        _thinking_swapped,
+        _redacted_twice,
+    ],
+    ids=["redacted dropped", "thinking dropped", "reordered", "duplicated"],
+)
+def test_the_thinking_sequence_of_a_turn_is_bound_whole(change: Any) -> None:
+    turn = tool_turn(redacted=True)
+    assert "Invalid `" in rejection(with_turn(change(turn)))
+
+
+def test_a_forged_signature_with_any_character_is_a_400_not_a_crash() -> None:
+    turn = copy.deepcopy(tool_turn())
+    turn["content"][0]["signature"] = "standin1.ßigné"
+    assert "Invalid `signature`" in rejection(with_turn(turn))
 
 
 def test_tool_use_needs_its_tool_result_next() -> None:
