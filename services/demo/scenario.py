@@ -19,6 +19,7 @@ from contracts.executors import ExecutorEvent, ExecutorHealth, ExecutorRef
 from contracts.llm import ModelsReply
 from contracts.runs import RunEvent
 from contracts.tasks import CreateTask, RunAccepted, RunTask, TaskView
+from services.compiler.outcomes import full_run_cost
 from services.demo.site import DemoSite
 from services.kernel.bus import Bus
 from services.kernel.codec import decode
@@ -37,6 +38,7 @@ SERVICES = ["system", "llm", "tools", "compiler", "tracer", "runner", "scheduler
 class RunRow:
     number: int
     run_id: str
+    layout: str  # the site's layout this run saw
     status: str
     source: str
     executor_version: int | None
@@ -47,6 +49,10 @@ class RunRow:
     saved_usd: float
     duration_ms: int
     result: str
+    # A completed full LLM run's own cost: a fallback's cost_usd also holds the replay
+    # attempt that broke before it, which no always-full run would have paid for.
+    full_run_cost_usd: float | None = None
+    failed_replay_cost_usd: float = 0.0
 
 
 @dataclass
@@ -59,14 +65,27 @@ class DemoReport:
         return sum(r.cost_usd for r in self.rows)
 
     @property
-    def full_run_cost_usd(self) -> float:
-        """The measured mean cost of this task's full LLM runs."""
-        full = [r.cost_usd for r in self.rows if r.source == "full_llm"]
-        return statistics.fmean(full) if full else 0.0
+    def full_run_cost_by_layout(self) -> dict[str, float]:
+        """What one full LLM run of the task costs on each layout, as measured: a new
+        layout's page (and so the conversation) differs, and so may its cost."""
+        costs: dict[str, list[float]] = {}
+        for r in self.rows:
+            if r.full_run_cost_usd is not None:
+                costs.setdefault(r.layout, []).append(r.full_run_cost_usd)
+        return {layout: statistics.fmean(c) for layout, c in costs.items()}
+
+    def full_run_cost_of(self, row: RunRow) -> float:
+        """What `row` would have cost as a full LLM run: its layout's full run, or (no
+        full run measured on that layout: a replay that survived the change) the mean
+        of every measured full run."""
+        by_layout = self.full_run_cost_by_layout
+        if row.layout in by_layout:
+            return by_layout[row.layout]
+        return statistics.fmean(by_layout.values()) if by_layout else 0.0
 
     @property
     def all_full_cost_usd(self) -> float:
-        return self.full_run_cost_usd * len(self.rows)
+        return sum(self.full_run_cost_of(r) for r in self.rows)
 
     @property
     def full_runs_after_change(self) -> int:
@@ -80,7 +99,9 @@ class DemoReport:
             "versions": self.versions,
             "total_cost_usd": round(self.total_cost_usd, 8),
             "all_full_cost_usd": round(self.all_full_cost_usd, 8),
-            "full_run_cost_usd": round(self.full_run_cost_usd, 8),
+            "full_run_cost_usd_by_layout": {
+                layout: round(cost, 8) for layout, cost in self.full_run_cost_by_layout.items()
+            },
             "full_runs_caused_by_site_change": self.full_runs_after_change,
         }
 
@@ -129,14 +150,16 @@ async def _compiled(bus: Bus, version: int, timeout: float) -> ExecutorEvent | N
             await anyio.sleep(0.2)
 
 
-def _row(number: int, event: RunEvent, large: str, small: str) -> RunRow:
+def _row(number: int, layout: str, event: RunEvent, large: str, small: str) -> RunRow:
     def tokens(model: str) -> int:
         t = event.tokens.get(model)
         return (t.input_tokens + t.output_tokens) if t else 0
 
+    replay = event.replay
     return RunRow(
         number=number,
         run_id=event.run_id,
+        layout=layout,
         status=event.status,
         source=event.source or "-",
         executor_version=event.executor_version,
@@ -147,6 +170,8 @@ def _row(number: int, event: RunEvent, large: str, small: str) -> RunRow:
         saved_usd=event.cost_saved_usd,
         duration_ms=event.duration_ms or 0,
         result=event.result or (event.error or ""),
+        full_run_cost_usd=full_run_cost(event),
+        failed_replay_cost_usd=replay.cost_usd if replay is not None and not replay.ok else 0.0,
     )
 
 
@@ -199,7 +224,7 @@ async def run_demo(
             site.edition = number - 1  # fresh headlines every run: a replay must read the page
             accepted = await bus.request(s.TASKS_RUN, RunTask(task_id=TASK_ID), RunAccepted)
             event = await _finished(bus, accepted.run_id, run_timeout_s)
-            row = _row(number, event, large, small)
+            row = _row(number, site.layout, event, large, small)
             report.rows.append(row)
             out(format_row(row))
             if event.status == "completed" and event.source == "full_llm":
@@ -228,10 +253,13 @@ async def run_demo(
     out("")
     saved = report.all_full_cost_usd - report.total_cost_usd
     share = saved / report.all_full_cost_usd * 100 if report.all_full_cost_usd else 0.0
+    per_layout = ", ".join(
+        f"{layout} ${cost:.6f}" for layout, cost in report.full_run_cost_by_layout.items()
+    )
     out(
         f"total cost ${report.total_cost_usd:.6f} vs ${report.all_full_cost_usd:.6f} for the "
-        f"same {len(report.rows)} runs all as full LLM runs "
-        f"(mean full run ${report.full_run_cost_usd:.6f}): {share:.1f}% saved"
+        f"same {len(report.rows)} runs all as full LLM runs (each at its layout's full run: "
+        f"{per_layout}): {share:.1f}% saved"
     )
     # success_count is the current version's; the savings are the task's, every version's.
     out(

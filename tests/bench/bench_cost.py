@@ -228,6 +228,16 @@ def _full_loop_cost(done: RunEvent) -> float:
     return done.cost_usd - (done.replay.cost_usd if done.replay else 0.0)
 
 
+def _always_full(base: RunEvent, task_id: str, run: int) -> RunEvent:
+    """A baseline run, checked to be what it stands for: a full LLM run from scratch. One
+    that replayed (or tried to) would turn agreement into replay-vs-replay unnoticed."""
+    assert base.source == "full_llm" and base.replay is None, (
+        f"{task_id} run {run}: the always-full baseline {base.run_id} ran as "
+        f"{base.source or 'no source'}{' after a replay attempt' if base.replay else ''}"
+    )
+    return base
+
+
 def _as_baseline(done: RunEvent) -> RunEvent:
     replay_ms = done.replay.duration_ms if done.replay else 0
     return msgspec.structs.replace(
@@ -268,12 +278,14 @@ async def drive(
                     base, baseline_kind = _as_baseline(done), "own_full_loop"
                 else:
                     base = await watcher.run(always_full, f"{task.task_id}-full")
+                    base = _always_full(base, task.task_id, run)
             else:
                 # Both read the same page state (neither changes it): run them side by side.
                 done, base = await _both(
                     watcher.run(rote, task.task_id),
                     watcher.run(always_full, f"{task.task_id}-full"),
                 )
+                base = _always_full(base, task.task_id, run)
             compiled, compile_wait_ms = None, None
             if _full_loop(done):
                 # An hourly task has all the time in the world to compile before its next

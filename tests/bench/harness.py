@@ -48,6 +48,19 @@ def percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[max(0, min(98, round(q) - 1))]
 
 
+# How every quoted quartile is computed (the sections' and the README's alike).
+QUARTILE_METHOD = "statistics.quantiles(values, n=4, method='exclusive')"
+
+
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    """Q1, median, Q3 by QUARTILE_METHOD."""
+    if len(values) < 2:
+        only = values[0] if values else float("nan")
+        return only, only, only
+    q1, q2, q3 = statistics.quantiles(values, n=4, method="exclusive")
+    return q1, q2, q3
+
+
 def _proc_field(path: str, key: str) -> str | None:
     """One `key: value` line of a /proc file (Linux); None elsewhere."""
     try:
