@@ -47,6 +47,7 @@ from contracts.base import utc_now
 from contracts.executors import ExecutorEvent
 from contracts.runs import RunEvent, RunStarted, StartRun
 from contracts.tasks import OnceTrigger, TaskSpec
+from services.compiler.outcomes import full_run_cost
 from services.demo.corpus import SITES, TASKS, TASKS_BY_ID, CorpusTask, Layout, SiteServer
 from services.kernel.bus import Bus
 from services.kernel.embedded_nats import EmbeddedNats, free_port
@@ -224,8 +225,9 @@ def _full_loop(done: RunEvent) -> bool:
 
 
 def _full_loop_cost(done: RunEvent) -> float:
-    """What the full loop of a rote run cost: a fallback also paid for the failed replay."""
-    return done.cost_usd - (done.replay.cost_usd if done.replay else 0.0)
+    """What the full loop of a rote run cost, as the compiler counts it (a fallback's
+    failed replay and a redelivered run's dead attempts left out)."""
+    return full_run_cost(done) or 0.0
 
 
 def _always_full(base: RunEvent, task_id: str, run: int) -> RunEvent:
