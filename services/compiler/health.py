@@ -9,7 +9,8 @@ record: every status change is an explicit event, so the bus shows why it happen
 Rules:
 - a new compilation gets the next version and supersedes the active one, unless that
   one is pinned: a pinned version stays current (the new one waits, active, for the pin
-  to go) and still records its failures;
+  to go) and still records its failures; a compilation for an edited task (another task
+  fingerprint) unpins and supersedes it, since no run of the edited task replays it;
 - 3 consecutive replay failures supersede a version (a success resets the count), a
   pinned one too (its pin goes with it); pinning starts the count afresh (an operator
   vouches for the version; failure_count still holds every failure); a replay that
@@ -449,9 +450,23 @@ def decide_trace(
             source_cost_usd=executor.stats.source_run_cost_usd,
         )
     ]
+    pinned = health.version(health.pinned) if health.pinned is not None else None
+    if pinned is not None and _task_changed(pinned, executor):
+        # The pin vouches for a version of the task as it was: the runner never replays
+        # it for the edited task, so keeping it would make every run a full one.
+        reason = f"the task changed; v{version} is compiled for it as it is now"
+        events.append(Unpinned(at=at, version=pinned.version, reason=reason))
+        return events + _settle(health, at, {version}, reason)
     keep = {version} | ({health.pinned} if health.pinned is not None else set())
     events += _settle(health, at, keep, f"replaced by v{version}")
     return events
+
+
+def _task_changed(version: VersionState, executor: Executor) -> bool:
+    """Whether `executor` was compiled for a different task spec than `version` was
+    (unknown fingerprints, from executors compiled before they existed, never differ)."""
+    old = version.executor.get("task_fingerprint")
+    return None not in (old, executor.task_fingerprint) and old != executor.task_fingerprint
 
 
 def decide_replay(

@@ -245,6 +245,36 @@ def test_a_pinned_version_survives_new_compilations_and_still_counts_failures() 
     assert current is not None and current.version == 2
 
 
+def test_a_compilation_for_an_edited_task_unpins_the_old_pin() -> None:
+    # The runner never replays a version compiled for the task as it was; a pin that
+    # held on to it would make every run of the edited task a full one.
+    state = h.new("t")
+    compiled(state, "r1")
+    run(state, h.decide_pin(state, version=1, by="ops", at=T0))
+    edited = msgspec.structs.replace(executor(), task_fingerprint="edited")
+    events = run(state, h.decide_trace(state, edited, None, "r2", T0))
+    assert [type(e) for e in events] == [h.Compiled, h.Unpinned, h.Superseded]
+    assert state.pinned is None and state.versions[0].status == "superseded"
+    assert state.versions[0].status_reason == (
+        "the task changed; v2 is compiled for it as it is now"
+    )
+    current = h.current(state)
+    assert current is not None and current.version == 2
+    # A version from before fingerprints (None) keeps its pin: nothing says it differs.
+    state = h.new("t")
+    run(
+        state,
+        h.decide_trace(
+            state, msgspec.structs.replace(executor(), task_fingerprint=None), None, "r1", T0
+        ),
+    )
+    run(state, h.decide_pin(state, version=1, by="ops", at=T0))
+    assert [type(e) for e in run(state, h.decide_trace(state, edited, None, "r2", T0))] == [
+        h.Compiled
+    ]
+    assert state.pinned == 1
+
+
 def test_a_pinned_version_that_keeps_failing_is_superseded_and_unpinned() -> None:
     state = h.new("t")
     compiled(state, "r1")
