@@ -217,17 +217,13 @@ class PriceFileBand(PriceBand, forbid_unknown_fields=True):
     pass
 
 
-class PriceFileModel(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+class PriceFileModel(ModelPrice, forbid_unknown_fields=True):
     """A ModelPrice as the file gives it."""
 
     id: NonEmptyStr
     bands: list[PriceFileBand]
-    cache_write_5m_multiplier: float = 1.25
-    cache_write_1h_multiplier: float = 2.0
-    cache_read_multiplier: float = 0.1
-    retires_on: date | None = None
     # None: as the built-in table says for this id (True for a model it does not know).
-    accepts_effort: bool | None = None
+    accepts_effort: bool | None = None  # type: ignore[assignment]
 
 
 class PriceFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -165,28 +165,35 @@ def test_build_trace_carries_outputs_previews_and_run_facts() -> None:
     assert trace.task == spec
 
 
-def test_a_fallback_runs_trace_costs_its_full_loop_not_the_replay_that_broke() -> None:
+@pytest.mark.parametrize(
+    ("attempt", "cost_usd", "loop_cost_usd", "replay_cost_usd", "full_loop"),
+    [
+        # A fallback: the replay that broke ($0.002) is not the full loop's cost.
+        (1, 0.012, None, 0.002, 0.010),
+        # Attempt 1 died after $1.00; attempt 2 replayed ($0.05, broke), then its loop
+        # cost $1.00: the dead attempt is not the full loop's cost either.
+        (2, 2.05, 1.0, 0.05, 1.0),
+    ],
+)
+def test_a_traces_cost_is_one_full_loop(
+    attempt: int,
+    cost_usd: float,
+    loop_cost_usd: float | None,
+    replay_cost_usd: float,
+    full_loop: float,
+) -> None:
     # What an executor compiled from this run saves is measured against this cost.
     run = RunEvent(
-        task_id="t", run_id="r", event="completed", at=AT, status="completed",
-        source="full_llm", fell_back=True, result="done", cost_usd=0.012,
-        replay=ReplayOutcome(version=1, ok=False, step=2, reason="no items", cost_usd=0.002),
+        task_id="t", run_id="r", event="completed", at=AT, status="completed", attempt=attempt,
+        source="full_llm", fell_back=True, result="done", cost_usd=cost_usd,
+        loop_cost_usd=loop_cost_usd,
+        replay=ReplayOutcome(
+            version=1, ok=False, step=2, reason="no items", cost_usd=replay_cost_usd
+        ),
     )  # fmt: skip
     spec = TaskSpec(name="news", prompt="report the top 3 headlines")
     trace = build_trace(run=run, spec=spec, tool_events=[], transcript=None, captured_at=AT)
-    assert trace.cost_usd == pytest.approx(0.010)
-
-
-def test_a_redelivered_runs_trace_costs_one_full_loop_not_the_dead_attempts() -> None:
-    # Attempt 1 died after $1.00; attempt 2 replayed ($0.05, broke) then ran its loop ($1.00).
-    run = RunEvent(
-        task_id="t", run_id="r", event="completed", at=AT, status="completed", attempt=2,
-        source="full_llm", fell_back=True, result="done", cost_usd=2.05, loop_cost_usd=1.0,
-        replay=ReplayOutcome(version=1, ok=False, step=2, reason="no items", cost_usd=0.05),
-    )  # fmt: skip
-    spec = TaskSpec(name="news", prompt="report the top 3 headlines")
-    trace = build_trace(run=run, spec=spec, tool_events=[], transcript=None, captured_at=AT)
-    assert trace.cost_usd == pytest.approx(1.0)
+    assert trace.cost_usd == pytest.approx(full_loop)
 
 
 def test_an_input_cut_in_its_tool_event_is_marked_in_the_trace() -> None:
