@@ -95,6 +95,31 @@ def last_delivery_error(failure: BaseException) -> str:
     return f"unexpected error on the last of {MAX_DELIVERIES} deliveries: " + abandon_error(failure)
 
 
+def elapsed_since(first_started_at: datetime | None, now: datetime) -> float:
+    """Seconds since the run first started (0 if it never did). The first start may be
+    stamped by another runner host whose clock is ahead: a start "in the future" counts
+    as just now, never as extra time beyond the deadline."""
+    if first_started_at is None:
+        return 0.0
+    return max(0.0, (now - first_started_at).total_seconds())
+
+
+def deadline_error(deadline_s: float, attempt: int, elapsed_s: float) -> str:
+    """What a run cut off by its deadline says; `elapsed_s` is what earlier deliveries
+    had used of it when this one (`attempt`) began."""
+    if elapsed_s <= 0:
+        return f"the run passed its {deadline_s:g} s deadline"
+    if elapsed_s >= deadline_s:
+        return (
+            f"the run's {deadline_s:g} s deadline passed across its deliveries: it first"
+            f" started {elapsed_s:.1f} s before delivery {attempt}, which had no time left"
+        )
+    return (
+        f"the run passed its {deadline_s:g} s deadline across {attempt} deliveries: it"
+        f" first started {elapsed_s:.1f} s before delivery {attempt}"
+    )
+
+
 class ExecutorCache:
     """Each task's active executor, as the compiler last said, kept until an executor
     event for that task (compiled, superseded, invalidated, a replay or a full run
@@ -499,12 +524,59 @@ class Runner:
             log.warning("earlier_spend_unknown", error=str(exc))
             return Ledger()
 
+    async def _first_started(self, request: RunRequest) -> datetime | None:
+        """When the run first started, from its `started` events; None if it never did
+        (an earlier delivery broke before starting it) or they cannot be read."""
+        try:
+            msgs = await read_all(
+                self.bus.js,
+                s.STREAM_RUNS,
+                s.run_event(request.task_id, request.run_id, "started"),
+            )
+        except Exception as exc:
+            # Better a run that may overrun than one that cannot run at all.
+            log.warning("first_start_unknown", error=str(exc))
+            return None
+        starts = []
+        for msg in msgs:
+            try:
+                starts.append(decode(msg.data, RunEvent).at)
+            except (msgspec.ValidationError, msgspec.DecodeError):
+                continue  # not a run event rote wrote: the others still say when
+        return min(starts, default=None)
+
+    async def _carry_over(self, transcript: TranscriptRecorder, run_id: str) -> None:
+        """An attempt with no time left runs nothing: rather than write over the earlier
+        attempts' record (what they did, what broke them), it adds how the run ended."""
+        try:
+            earlier = await self.store.transcript(run_id)
+        except Exception as exc:
+            log.warning("transcript_unreadable", error=str(exc))
+            return
+        if earlier is None:
+            return
+        transcript.truncated |= earlier.truncated
+        for entry in earlier.entries:
+            if entry.kind == "message" and entry.message is not None:
+                transcript.message(entry.message, at=entry.at)
+            elif entry.kind == "replay_step" and entry.step is not None:
+                transcript.replay_step(entry.step, entry.detail or {}, at=entry.at)
+            else:
+                detail = dict(entry.detail or {})
+                detail.pop("at", None)
+                transcript.note(str(detail.pop("text", "")), at=entry.at, **detail)
+
     async def execute(
         self, request: RunRequest, attempt: int, claim: Lease | None = None
     ) -> RunEvent:
         spec = request.spec
+        # The deadline bounds the run's wall-clock time, not each delivery's: a
+        # redelivered run gets only what its first start left of it.
+        first_started_at = await self._first_started(request) if attempt > 1 else None
         started = time.monotonic()
         started_at = utc_now()
+        elapsed = elapsed_since(first_started_at, started_at)
+        remaining = spec.deadline_s - elapsed
         await self.publish(
             RunEvent(
                 task_id=request.task_id,
@@ -530,14 +602,22 @@ class Runner:
         )
         ledger = Ledger()
         attempt_ = _Attempt()
+        if remaining <= 0:
+            # Still `started` above: the ledger shows every delivery that took the run
+            # up, and this one's `failed` says why it ran nothing.
+            log.warning("run_deadline_passed_before_delivery", elapsed_s=round(elapsed, 3))
+            await self._carry_over(transcript, request.run_id)
         try:
-            with anyio.move_on_after(spec.deadline_s) as deadline:
-                await self._path_a(scope, request, ledger, attempt_)
-                if attempt_.outcome is None:
-                    attempt_.loop_from_usd = ledger.cost_usd
-                    attempt_.outcome = await AgentLoop(
-                        scope, ledger=ledger, tool_timeout_s=min(60.0, spec.deadline_s)
-                    ).run()
+            with anyio.move_on_after(remaining) as deadline:
+                # Nothing starts with no time left (a replay cut off before its first
+                # step would count as the executor's failure): it ends below, `deadline`.
+                if remaining > 0:
+                    await self._path_a(scope, request, ledger, attempt_)
+                    if attempt_.outcome is None:
+                        attempt_.loop_from_usd = ledger.cost_usd
+                        attempt_.outcome = await AgentLoop(
+                            scope, ledger=ledger, tool_timeout_s=min(60.0, remaining)
+                        ).run()
         except BaseException as broke:
             # Whatever broke the attempt (the message is redelivered), its browser
             # context must not outlive it: the next attempt starts from a clean one.
@@ -560,7 +640,7 @@ class Runner:
             raise
         outcome = attempt_.outcome
         if deadline.cancelled_caught or outcome is None:
-            error = f"the run passed its {spec.deadline_s:g} s deadline"
+            error = deadline_error(spec.deadline_s, attempt, elapsed)
             attempt_.cut_off_replay(ledger, error)
             outcome = AgentOutcome(ok=False, reason="deadline", error=error, ledger=ledger)
         # Before the earlier attempts' spend joins the ledger: a full run's cost, which

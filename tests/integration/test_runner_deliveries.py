@@ -34,8 +34,9 @@ from contracts.tasks import TaskSpec
 from contracts.tools import ToolList
 from services.compiler.outcomes import full_run_cost
 from services.kernel.bus import Bus
-from services.kernel.codec import encode
+from services.kernel.codec import decode, encode
 from services.kernel.lease import Lease, run_key
+from services.kernel.replay_read import read_all
 from services.kernel.run_store import RunStore
 from services.kernel.runtime import open_stack
 from services.kernel.settings import Settings
@@ -77,9 +78,9 @@ async def watch(bus: Bus, run_id: str) -> Watch:
     return seen
 
 
-async def start(bus: Bus, run_id: str) -> None:
+async def start(bus: Bus, run_id: str, spec: TaskSpec = SPEC) -> None:
     await bus.request(
-        s.RUNS_START, StartRun(spec=SPEC, task_id="claimed", run_id=run_id), RunStarted
+        s.RUNS_START, StartRun(spec=spec, task_id="claimed", run_id=run_id), RunStarted
     )
 
 
@@ -203,6 +204,125 @@ async def test_a_redelivered_runs_full_run_cost_is_its_last_loop_alone(runner_bu
     # The compiler's and the tracer's full-run cost: the live attempt's loop only.
     assert full_run_cost(done) == pytest.approx(0.01)
     assert full_loop_cost(done) == pytest.approx(0.01)
+
+
+async def first_start(bus: Bus, run_id: str) -> RunEvent:
+    started = await read_all(bus.js, s.STREAM_RUNS, s.run_event("claimed", run_id, "started"))
+    return min((decode(m.data, RunEvent) for m in started), key=lambda e: e.at)
+
+
+async def test_a_redelivered_run_gets_only_what_is_left_of_its_deadline(runner_bus: Bus) -> None:
+    """A deadline bounds the run's wall-clock time: a delivery that dies after using
+    most of it leaves the next only the rest, not a fresh deadline."""
+    bus, run_id, deadline_s = runner_bus, "deadline-left", 6.0
+    lists = model_calls = 0
+
+    async def tools_list(msg: Msg) -> None:
+        nonlocal lists
+        lists += 1
+        if lists == 1:  # the first delivery uses most of the deadline, then breaks
+            await anyio.sleep(deadline_s - 2.5)
+            await msg.respond(b'{"tools": "not a list"}')
+        else:
+            await msg.respond(encode(ToolList(tools=[])))
+
+    async def never_answers(msg: Msg) -> None:  # only the deadline ends the second
+        nonlocal model_calls
+        model_calls += 1
+
+    await bus.nc.subscribe(s.TOOLS_LIST, cb=tools_list)
+    await bus.nc.subscribe(s.LLM_COMPLETE, cb=never_answers)
+    await start(
+        bus, run_id, TaskSpec(name="claimed", prompt="Read the news", deadline_s=deadline_s)
+    )
+
+    done = await finished(bus, run_id)
+    assert (done.status, done.reason, done.attempt) == ("failed", "deadline", 2)
+    assert (lists, model_calls) == (2, 1)  # the second delivery did run, and was cut off
+    # Cut off at what was left, well short of a fresh deadline...
+    assert done.duration_ms is not None and done.duration_ms < deadline_s * 1000
+    assert done.error is not None and "6 s deadline across 2 deliveries" in done.error
+    # ...so the whole run, from its first start, kept (about) to its deadline.
+    first = await first_start(bus, run_id)
+    assert first.attempt == 1
+    assert (done.at - first.at).total_seconds() < deadline_s + 2.5
+
+
+async def test_a_run_redelivered_past_its_deadline_fails_at_once(runner_bus: Bus) -> None:
+    bus, run_id, deadline_s = runner_bus, "deadline-gone", 3.0
+    lists = 0
+
+    async def tools_list(msg: Msg) -> None:
+        nonlocal lists
+        lists += 1
+        if lists == 1:
+            # The first delivery breaks just short of the deadline; its redelivery
+            # comes a second later (the runner's retry delay), past it.
+            await anyio.sleep(deadline_s - 0.6)
+            await msg.respond(b'{"tools": "not a list"}')
+        else:
+            await msg.respond(encode(ToolList(tools=[])))
+
+    await bus.nc.subscribe(s.TOOLS_LIST, cb=tools_list)
+    seen = await watch(bus, run_id)
+    # A model call the dead first delivery made, as the llm service reports it.
+    billed = UsageEvent(
+        run_id=run_id, model="claude-sonnet-5-5", at=utc_now(), cost_usd=0.0123,
+        usage=Usage(input_tokens=1000, output_tokens=200),
+    )  # fmt: skip
+    await bus.publish_event(s.llm_event(run_id, "usage"), billed, msg_id="usage-dead")
+    await start(
+        bus, run_id, TaskSpec(name="claimed", prompt="Read the news", deadline_s=deadline_s)
+    )
+
+    done = await finished(bus, run_id)
+    assert (done.status, done.reason, done.attempt) == ("failed", "deadline", 2)
+    assert done.error is not None and "deadline passed across its deliveries" in done.error
+    assert lists == 1  # nothing ran on the second delivery
+    assert done.duration_ms is not None and done.duration_ms < deadline_s * 1000
+    assert done.cost_usd == pytest.approx(0.0123)  # what the dead delivery spent counts
+    assert done.tokens["claude-sonnet-5-5"].input_tokens == 1000
+    await work_queue_settled(bus)
+    await anyio.sleep(0.5)
+    assert seen.published == ["requested", "started", "started", "failed"]
+    # The transcript keeps what the first delivery did and broke on, then how it ended.
+    transcript = await bus.request(s.RUNS_TRANSCRIPT, RunRef(run_id=run_id), Transcript)
+    notes = [(e.detail or {}).get("text", "") for e in transcript.entries if e.kind == "note"]
+    assert any(n.startswith("attempt 1 broke: ValidationError") for n in notes)
+    assert "deadline passed across its deliveries" in notes[-1]
+
+
+async def test_a_first_start_stamped_by_a_clock_ahead_takes_nothing_off_the_deadline(
+    runner_bus: Bus,
+) -> None:
+    """Runner hosts' clocks differ: a first start that reads as in the future counts as
+    just now, so the redelivery gets the full deadline and no more."""
+    bus, run_id, deadline_s = runner_bus, "clock-ahead", 2.0
+    lists = 0
+
+    async def tools_list(msg: Msg) -> None:
+        nonlocal lists
+        lists += 1
+        await msg.respond(b'{"tools": "not a list"}' if lists == 1 else encode(ToolList(tools=[])))
+
+    async def never_answers(msg: Msg) -> None:
+        pass
+
+    await bus.nc.subscribe(s.TOOLS_LIST, cb=tools_list)
+    await bus.nc.subscribe(s.LLM_COMPLETE, cb=never_answers)
+    # The first delivery's `started`, as a runner a minute ahead stamped it (the
+    # runner's own publish under the same message id is then a duplicate).
+    await publish_run_event(
+        bus, run_id, "started", f"{run_id}:started:1", at=utc_now() + timedelta(minutes=1)
+    )
+    spec = TaskSpec(name="claimed", prompt="Read the news", deadline_s=deadline_s)
+    request = RunRequest(run_id=run_id, task_id="claimed", spec=spec, requested_at=utc_now())
+    await bus.publish_event(s.WORK_RUNS, request, msg_id=run_id)
+
+    done = await finished(bus, run_id)
+    assert (done.status, done.reason, done.attempt) == ("failed", "deadline", 2)
+    assert done.error == "the run passed its 2 s deadline"
+    assert done.duration_ms is not None and deadline_s * 1000 <= done.duration_ms < 20_000
 
 
 async def test_a_run_whose_runner_stops_during_every_delivery_still_ends(
