@@ -122,6 +122,16 @@ async def other_runners_claim(bus: Bus, run_id: str) -> Lease:
     return claim
 
 
+async def bill_dead_attempt(bus: Bus, run_id: str) -> None:
+    """A model call a dead attempt made ($0.0123, 1000 tokens in), as the llm service
+    reports it."""
+    billed = UsageEvent(
+        run_id=run_id, model="claude-sonnet-5-5", at=utc_now(), cost_usd=0.0123,
+        usage=Usage(input_tokens=1000, output_tokens=200),
+    )  # fmt: skip
+    await bus.publish_event(s.llm_event(run_id, "usage"), billed, msg_id=f"usage-{run_id}")
+
+
 async def test_the_last_failed_delivery_ends_the_run_failed_abandoned(runner_bus: Bus) -> None:
     bus, run_id = runner_bus, "breaks-every-time"
     # A tools service that answers what this runner cannot read (a peer on another
@@ -135,12 +145,7 @@ async def test_the_last_failed_delivery_ends_the_run_failed_abandoned(runner_bus
 
     await bus.nc.subscribe(s.TOOLS_LIST, cb=unreadable_tools)
     seen = await watch(bus, run_id)
-    # A model call one of the broken attempts made, as the llm service reports it.
-    billed = UsageEvent(
-        run_id=run_id, model="claude-sonnet-5-5", at=utc_now(), cost_usd=0.0123,
-        usage=Usage(input_tokens=1000, output_tokens=200),
-    )  # fmt: skip
-    await bus.publish_event(s.llm_event(run_id, "usage"), billed, msg_id="usage-1")
+    await bill_dead_attempt(bus, run_id)
     await start(bus, run_id)
 
     done = await finished(bus, run_id)
@@ -189,12 +194,7 @@ async def test_a_redelivered_runs_full_run_cost_is_its_last_loop_alone(runner_bu
 
     await bus.nc.subscribe(s.TOOLS_LIST, cb=tools_list)
     await bus.nc.subscribe(s.LLM_COMPLETE, cb=complete)
-    # What the first, dead attempt spent, as the llm service reported it.
-    billed = UsageEvent(
-        run_id=run_id, model="claude-sonnet-5-5", at=utc_now(), cost_usd=0.0123,
-        usage=Usage(input_tokens=1000, output_tokens=200),
-    )  # fmt: skip
-    await bus.publish_event(s.llm_event(run_id, "usage"), billed, msg_id="usage-dead")
+    await bill_dead_attempt(bus, run_id)
     await start(bus, run_id)
 
     done = await finished(bus, run_id)
@@ -265,12 +265,7 @@ async def test_a_run_redelivered_past_its_deadline_fails_at_once(runner_bus: Bus
 
     await bus.nc.subscribe(s.TOOLS_LIST, cb=tools_list)
     seen = await watch(bus, run_id)
-    # A model call the dead first delivery made, as the llm service reports it.
-    billed = UsageEvent(
-        run_id=run_id, model="claude-sonnet-5-5", at=utc_now(), cost_usd=0.0123,
-        usage=Usage(input_tokens=1000, output_tokens=200),
-    )  # fmt: skip
-    await bus.publish_event(s.llm_event(run_id, "usage"), billed, msg_id="usage-dead")
+    await bill_dead_attempt(bus, run_id)
     await start(
         bus, run_id, TaskSpec(name="claimed", prompt="Read the news", deadline_s=deadline_s)
     )
