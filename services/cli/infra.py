@@ -22,7 +22,7 @@ from nats.js import JetStreamContext
 
 from services.cli.common import load_settings
 from services.kernel.bus import connect
-from services.kernel.secrets import redact
+from services.kernel.secrets import redact, register_url_credentials
 from services.kernel.streams import STREAMS, StreamSpec, ensure_streams
 
 DEFAULT_DIR = "infra/streams"
@@ -219,6 +219,7 @@ def run_streams(args: argparse.Namespace) -> int:
 def run_provision(args: argparse.Namespace) -> int:
     settings = load_settings()
     url = args.nats_url or settings.nats_url
+    register_url_credentials(url)  # --nats-url: masked like ROTE_NATS_URL
     replicas = settings.stream_replicas if args.replicas is None else args.replicas
     if url is None:
         print("rote: set ROTE_NATS_URL or pass --nats-url", file=sys.stderr)

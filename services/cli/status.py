@@ -13,7 +13,7 @@ from services.cli.common import load_settings
 from services.kernel.bus import connect
 from services.kernel.discovery import service_infos
 from services.kernel.runtime import running_embedded_url
-from services.kernel.secrets import redact
+from services.kernel.secrets import redact, register_url_credentials
 
 CONNECT_TIMEOUT_S = 5.0
 
@@ -31,6 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def run(args: argparse.Namespace) -> int:
     settings = load_settings()
     url = args.nats_url or settings.nats_url or running_embedded_url(settings)
+    register_url_credentials(url)  # --nats-url: masked like ROTE_NATS_URL
     if url is None:
         print(
             f"rote: nothing running (no ROTE_NATS_URL, no embedded NATS in {settings.data_dir})",

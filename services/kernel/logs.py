@@ -11,14 +11,27 @@ import sys
 from typing import Any, TextIO
 
 import structlog
+from structlog.tracebacks import ExceptionDictTransformer
 
-from services.kernel.secrets import redact_value
+from services.kernel.secrets import redact, redact_value
 
 _configured = False
 
 
 def _redact(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
     return redact_value(event_dict)
+
+
+class _Masked:
+    """The renderer, with the line it writes masked once more: a value that was no
+    string before rendering (an object's repr, a Settings holding a URL) is text only
+    now. One processor, so the renderer stays the last one."""
+
+    def __init__(self, renderer: Any) -> None:
+        self.renderer = renderer
+
+    def __call__(self, logger: Any, name: str, event_dict: dict[str, Any]) -> str:
+        return redact(self.renderer(logger, name, event_dict))
 
 
 def configure_logging(fmt: str = "auto", level: str = "info", stream: TextIO | None = None) -> None:
@@ -40,13 +53,14 @@ def configure_logging(fmt: str = "auto", level: str = "info", stream: TextIO | N
         structlog.processors.StackInfoRenderer(),
     ]
     # Tracebacks become plain data before redaction, so a secret inside an exception
-    # message is masked like any other value.
+    # message is masked like any other value. No local variables: their reprs are cut to
+    # 80 characters, and a secret cut in two is no longer the registered value.
     processors.append(
         structlog.processors.format_exc_info
         if use_console
-        else structlog.processors.dict_tracebacks
+        else structlog.processors.ExceptionRenderer(ExceptionDictTransformer(show_locals=False))
     )
-    processors += [_redact, renderer]
+    processors += [_redact, _Masked(renderer)]
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(

@@ -1,9 +1,10 @@
 """Keeps secrets (API keys, passwords) out of logs, events and error replies.
 
-Values of secret-looking environment variables are registered at start-up, and the
-credentials rote hands to a client are registered by name (`register_credential`, with
-the forms they take when quoted); every log line and every error message passes through
-`redact`, which also hides the password part of any URL.
+Values of secret-looking environment variables (and the passwords of URLs held by any
+variable) are registered at start-up, and the credentials rote hands to a client are
+registered by name (`register_credential`, with the forms they take when quoted); every
+log line and every error message passes through `redact`, which also hides the password
+part of any URL and the values of credential query parameters.
 """
 
 from __future__ import annotations
@@ -13,24 +14,37 @@ import os
 import re
 from collections.abc import Mapping
 from typing import Any, TypeVar
+from urllib.parse import unquote
 
 import msgspec
 
-_SECRET_ENV = re.compile(r"(API_KEY|AUTH_TOKEN|TOKEN|PASSWORD|SECRET)$")
 # The credentials rote itself hands to a client: registered whatever their length.
 CREDENTIAL_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
 # The scheme starts at a word boundary and is short: without both, a long unbroken run
-# of letters (a base64 blob in a tool output) is rescanned from every position.
+# of letters (a base64 blob in a tool output) is rescanned from every position. The user
+# may be empty (postgresql://:pw@host, nats://:token@host). The password runs to the
+# last `@` before the host: an unencoded `@` in it must not leave its tail behind. It
+# never holds `/?#`, whitespace, a double quote or a backslash (a URL's userinfo cannot),
+# so a later `@` in a path (https://host:443/@user) or in the next field of a JSON log
+# line is not taken for its end.
 _URL_PASSWORD = re.compile(
-    r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]{0,31}://[^:/@\s]+):(?P<pw>[^@\s]+)@"
+    r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]{0,31}://[^:/@\s]*):(?P<pw>[^/?#\s\"\\]+)@"
 )
 # NATS URLs take a token as their whole userinfo (nats://TOKEN@host); for other schemes
 # a lone userinfo is a user name, not a secret.
 _NATS_TOKEN = re.compile(r"(?P<scheme>\b(?:nats|tls|ws|wss)://)(?P<token>[^:/@\s]+)@")
-# A password passed as a query parameter (postgresql://host/db?password=...). Only
-# passwords: a page's links may carry tokens of their own, and masking those in a tool's
-# output would keep its run from ever compiling (a trace with a mask is not compiled).
-_QUERY_PASSWORD = re.compile(r"(?P<key>[?&](?:password|passwd|pwd)=)[^&#\s]+", re.IGNORECASE)
+# Query parameters that carry a credential, matched by their exact name: pagination
+# cursors (page_token, next_token) and a page's signed links (sig, signature: short-lived
+# grants for one URL, common on CDN images) stay readable, since a masked value in a
+# tool's input keeps its run from ever compiling.
+_QUERY_SECRET_NAMES = (
+    "password|passwd|pwd|secret|client_secret|token|access_token|refresh_token|id_token"
+    "|api_key|apikey|api-key|auth|auth_token|x-amz-security-token"
+)
+_QUERY_SECRET = re.compile(
+    rf"(?P<key>(?:[?&]|&amp;)(?:{_QUERY_SECRET_NAMES})=)(?P<value>[^&#\s\"'<>\\]+)",
+    re.IGNORECASE,
+)
 _KEY_SHAPES = re.compile(r"sk-ant-[A-Za-z0-9_-]{8,}")
 MASK = "[redacted]"
 
@@ -38,17 +52,109 @@ MASK = "[redacted]"
 # from 4 characters up: a 4-character key is still a key, while 1-3 characters would mask
 # ordinary words and numbers everywhere (and guard nothing: such a key is guessable).
 MIN_SECRET_CHARS = 4
-# A variable found by a scan of the environment only because its name looks secret
-# (..._TOKEN, ..._PASSWORD) may hold a flag or a count; only long values are masked.
+# A variable whose name only hints at a secret (..._KEY, ..._AUTH, ..._DSN) may hold a
+# sort key or a mode: only long values are masked.
 MIN_SCANNED_SECRET_CHARS = 8
 
 _secrets: set[str] = set()
 S = TypeVar("S", bound=msgspec.Struct)
 
+# --- secret names ------------------------------------------------------------------------
+
+# Words that name a secret wherever they stand (AWS_SECRET_ACCESS_KEY, SECRET_KEY_BASE).
+_SECRET_WORDS = frozenset(
+    {"PASSWORD", "PASSWD", "PASSPHRASE", "SECRET", "CREDENTIAL", "CREDENTIALS"}
+)
+# Words that name a secret as the last word only: TOKEN_URL is an endpoint, MYSQL_PWD a
+# password.
+_SECRET_LAST_WORDS = frozenset({"PWD", "PASS", "TOKEN", "PAT"})
+# The same for weaker hints: CACHE_KEY_PREFIX is no secret, and SORT_KEY=name would mask
+# "name" everywhere, hence the higher floor.
+_HINT_LAST_WORDS = frozenset({"KEY", "APIKEY", "AUTH", "DSN"})
+# Glued names: PGPASSWORD, APIKEY, MYTOKEN.
+_SECRET_SUFFIX = re.compile(r"(PASSWORD|PASSWD|SECRET|TOKEN)$")
+_HINT_SUFFIX = re.compile(r"KEY$")
+# A name ending so says where a secret is (SSL_KEY_FILE, SSH_AUTH_SOCK), not what it is.
+_LOCATOR_WORDS = frozenset({"FILE", "PATH", "DIR", "SOCK", "SOCKET"})
+# PWD alone is the shell's working directory.
+_NOT_SECRET = frozenset({"PWD", "OLDPWD"})
+# Values that are switches, not secrets, whatever the variable is called.
+_FLAGS = frozenset(
+    {"true", "false", "yes", "no", "on", "off", "none", "null", "enabled", "disabled"}
+)
+
+
+def secret_floor(name: str) -> int | None:
+    """The length from which the value of variable `name` is masked; None when the name
+    does not say it holds a secret. Case-insensitive: db_password is DB_PASSWORD."""
+    upper = name.upper()
+    words = [w for w in re.split(r"[^A-Z0-9]+", upper) if w]
+    if not words or upper in _NOT_SECRET or words[-1] in _LOCATOR_WORDS:
+        return None
+    if (
+        _SECRET_WORDS.intersection(words)
+        or words[-1] in _SECRET_LAST_WORDS
+        or _SECRET_SUFFIX.search(upper)
+    ):
+        return MIN_SECRET_CHARS
+    if (
+        words[-1] in _HINT_LAST_WORDS
+        or _HINT_SUFFIX.search(upper)
+        or "WEBHOOK" in words
+        or upper.endswith("DATABASE_URL")
+    ):
+        return MIN_SCANNED_SECRET_CHARS
+    return None
+
+
+def is_secret_name(name: str) -> bool:
+    return secret_floor(name) is not None
+
+
+# Typed into a page: a form field or selector whose words say password, PIN, one-time
+# code... (`#pw`, `newPassword`, `pin-code`, `input[type=password]`), not `#spinner`.
+_FIELD_WORDS = frozenset(
+    {"pass", "pwd", "pw", "secret", "token", "otp", "totp", "pin", "cvv", "cvc"}
+)
+_FIELD_SUFFIX = re.compile(r"(password|passwd|passcode|passphrase)$")
+_FIELD_WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
+
+
+def is_secret_field(name: str) -> bool:
+    return any(
+        word in _FIELD_WORDS or _FIELD_SUFFIX.search(word)
+        for word in (w.lower() for w in _FIELD_WORD.findall(name))
+    )
+
+
+# --- registering -------------------------------------------------------------------------
+
 
 def register_secret(value: str | None, *, min_chars: int = MIN_SECRET_CHARS) -> None:
     if value and len(value) >= min_chars:
         _secrets.add(value)
+
+
+# A short secret (a 4-7 character password) is masked where it stands as a word of its
+# own: as a substring, DB_PASSWORD=rote would mask "rote" inside every word holding it,
+# and a mask in a tool output keeps that run from ever compiling.
+_short_pattern: tuple[tuple[str, ...], re.Pattern[str] | None] = ((), None)
+
+
+def _by_length(value: str) -> tuple[int, str]:
+    return len(value), value
+
+
+def _short_secrets() -> re.Pattern[str] | None:
+    global _short_pattern
+    short = tuple(
+        sorted((v for v in _secrets if len(v) < MIN_SCANNED_SECRET_CHARS), key=_by_length)
+    )
+    if short != _short_pattern[0]:
+        words = "|".join(re.escape(v) for v in reversed(short))
+        pattern = re.compile(rf"(?<![A-Za-z0-9])(?:{words})(?![A-Za-z0-9])") if short else None
+        _short_pattern = (short, pattern)
+    return _short_pattern[1]
 
 
 def quoted_forms(value: str) -> set[str]:
@@ -63,11 +169,11 @@ def quoted_forms(value: str) -> set[str]:
     return {form for form in forms if form}
 
 
-def register_credential(value: str | None) -> None:
+def register_credential(value: str | None, *, min_chars: int = MIN_SECRET_CHARS) -> None:
     """A value rote sends as a credential: masked in every form it may be quoted in."""
     if value:
         for form in quoted_forms(value):
-            register_secret(form)
+            register_secret(form, min_chars=min_chars)
 
 
 def register_credentials(env: Mapping[str, str] | None = None) -> None:
@@ -77,22 +183,57 @@ def register_credentials(env: Mapping[str, str] | None = None) -> None:
         register_credential(env.get(name))
 
 
+def url_credentials(text: str) -> set[str]:
+    """The passwords, NATS tokens and credential query values of the URLs in `text`, as
+    written and percent-decoded (the form a client sends and may quote back)."""
+    found = {m.group("pw") for m in _URL_PASSWORD.finditer(text)}
+    found |= {m.group("token") for m in _NATS_TOKEN.finditer(text)}
+    found |= {m.group("value") for m in _QUERY_SECRET.finditer(text)}
+    return found | {unquote(value) for value in found}
+
+
+def register_url_credentials(text: str | None) -> None:
+    """The credentials in the URLs of `text` (a NATS URL, an event store URL): masked
+    wherever they surface, decoded or quoted, not only inside a URL. Inside a URL any
+    length is masked; outside, only from 8 characters: a dev password (`user:pass@`)
+    would otherwise mask "pass" in every word holding it."""
+    for secret in url_credentials(text or ""):
+        register_credential(secret, min_chars=MIN_SCANNED_SECRET_CHARS)
+
+
+def _worth_masking(value: str) -> bool:
+    # A switch or a small count under a secret-looking name would mask ordinary words
+    # and numbers in every output.
+    plain = value.strip()
+    return plain.lower() not in _FLAGS and not (
+        plain.isdigit() and len(plain) < MIN_SCANNED_SECRET_CHARS
+    )
+
+
 def register_from_env(env: Mapping[str, str] | None = None) -> None:
     env = os.environ if env is None else env
     register_credentials(env)
     for name, value in env.items():
-        if _SECRET_ENV.search(name):
-            register_secret(value, min_chars=MIN_SCANNED_SECRET_CHARS)
+        floor = secret_floor(name)
+        if floor is not None and _worth_masking(value):
+            register_credential(value, min_chars=floor)
+        register_url_credentials(value)
+
+
+# --- masking -----------------------------------------------------------------------------
 
 
 def redact(text: str) -> str:
     # Longest first: a secret containing another is masked whole, not around the shorter.
     for secret in sorted(_secrets, key=len, reverse=True):
-        if secret in text:
+        if len(secret) >= MIN_SCANNED_SECRET_CHARS and secret in text:
             text = text.replace(secret, MASK)
+    short = _short_secrets()
+    if short is not None:
+        text = short.sub(MASK, text)
     text = _URL_PASSWORD.sub(lambda m: f"{m.group('scheme')}:{MASK}@", text)
     text = _NATS_TOKEN.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
-    text = _QUERY_PASSWORD.sub(lambda m: f"{m.group('key')}{MASK}", text)
+    text = _QUERY_SECRET.sub(lambda m: f"{m.group('key')}{MASK}", text)
     return _KEY_SHAPES.sub(MASK, text)
 
 

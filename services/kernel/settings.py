@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Literal
+
+from services.kernel.secrets import redact, register_url_credentials
 
 LogFormat = Literal["auto", "json", "console"]
 
@@ -122,6 +124,17 @@ class Settings:
     # Replicas of every JetStream stream rote provisions: 1 on a single server, 3 on a
     # 3-node cluster (infra/nats/cluster). An embedded server always uses 1.
     stream_replicas: int = 1
+
+    def __post_init__(self) -> None:
+        # However the URLs came (environment, --nats-url), their passwords are masked
+        # wherever they surface, decoded or quoted by a driver's error.
+        register_url_credentials(self.nats_url)
+        register_url_credentials(self.event_store)
+
+    def __repr__(self) -> str:
+        # A repr reaches tracebacks and debug logs; its URLs may carry a password.
+        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))
+        return redact(f"Settings({shown})")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

@@ -17,7 +17,7 @@ import msgspec
 from contracts import subjects as s
 from contracts.runs import RunEvent, RunRequest
 from contracts.tasks import TaskEvent, TaskEventName, TaskSpec
-from services.kernel.secrets import redact_struct
+from services.kernel.secrets import redact, redact_struct
 from services.scheduler.task import Task
 
 
@@ -25,6 +25,12 @@ def _shown(spec: TaskSpec | None) -> TaskSpec | None:
     # Events show a spec with secrets masked; the run request carries it as written
     # (the run needs it).
     return None if spec is None else redact_struct(spec)
+
+
+def _said(text: str | None) -> str | None:
+    # An operator's pause/update reason or a run's error may quote a secret (a URL
+    # with its password, a key pasted by mistake).
+    return None if text is None else redact(text)
 
 
 @dataclass(frozen=True)
@@ -64,12 +70,12 @@ def messages_for(e: Any, task_id: str) -> list[Message]:
         version=e.originator_version,
         at=at,
         spec=_shown(_get(e, "spec")),
-        reason=_get(e, "reason"),
+        reason=_said(_get(e, "reason")),
         run_id=_get(e, "run_id"),
         status=_get(e, "status"),
         cost_usd=_get(e, "cost_usd"),
         origin=_get(e, "origin"),
-        error=_get(e, "error"),
+        error=_said(_get(e, "error")),
         changed=_get(e, "changed"),
     )
     out: list[Message] = []
@@ -108,8 +114,8 @@ def messages_for(e: Any, task_id: str) -> list[Message]:
                     event="failed",
                     at=at,
                     status="failed",
-                    reason=e.reason,
-                    error=e.error,
+                    reason=e.reason,  # a FailureReason code
+                    error=_said(e.error),
                 ),
                 # The runner's terminal msg-id: a late completion of this run is dropped
                 # by the stream, so runs.get and the scheduler's ledger stay agreed.

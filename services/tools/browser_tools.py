@@ -296,6 +296,8 @@ async def type_text(
     before = session.navigations
     try:
         await locator.fill(args.text, timeout=budget.ms(limits.element_timeout_s))
+        # Before Enter: a submitted form's field is gone with its page.
+        secret = await _is_password_field(locator, budget.ms(limits.element_timeout_s))
         if args.submit:
             await locator.press("Enter", timeout=budget.ms(limits.element_timeout_s))
     except PlaywrightTimeout as exc:
@@ -307,7 +309,32 @@ async def type_text(
     page = await current_page(session)
     if args.submit:
         await _settle(page, budget, limits)
-    return await _page_state(session, page, navigated=session.navigations != before)
+    state = await _page_state(session, page, navigated=session.navigations != before)
+    return _reporting(state, [args.selector] if secret else [])
+
+
+# A field whose value is a secret: a password input, or one the page marks as taking a
+# password or a one-time code (a "show password" toggle turns type=password into text).
+_PASSWORD_FIELD_JS = """
+el => el.type === 'password'
+  || /(^|\\s)(current-password|new-password|one-time-code)(\\s|$)/
+       .test(el.getAttribute('autocomplete') || '')
+"""
+
+
+async def _is_password_field(locator: Locator, timeout_ms: float) -> bool:
+    try:
+        return bool(await locator.evaluate(_PASSWORD_FIELD_JS, timeout=timeout_ms))
+    except PlaywrightError:
+        return True  # filled, then gone or unreadable: assume the worst
+
+
+def _reporting(state: Outcome, password_fields: list[str]) -> Outcome:
+    """The page state, naming the targets that were password fields: the tools service
+    masks what was typed into them in its events."""
+    if password_fields:
+        state.output["password_fields"] = password_fields
+    return state
 
 
 async def _field(page: Page, key: str) -> Locator | None:
@@ -332,12 +359,14 @@ async def _field(page: Page, key: str) -> Locator | None:
     return None
 
 
-async def _set_value(locator: Locator, value: t.FormValue, timeout_ms: float) -> None:
+async def _set_value(locator: Locator, value: t.FormValue, timeout_ms: float) -> bool:
+    """Set the control's value; whether it is a password field."""
     first = locator.first
     kind = await first.evaluate(
-        "el => [el.tagName.toLowerCase(), (el.getAttribute('type') || '').toLowerCase()]"
+        "el => [el.tagName.toLowerCase(), (el.getAttribute('type') || '').toLowerCase(),"
+        f" ({_PASSWORD_FIELD_JS})(el)]"
     )
-    tag, input_type = kind
+    tag, input_type, secret = kind
     text = value if isinstance(value, str) else ("true" if value is True else str(value))
     if tag == "select":
         try:
@@ -354,6 +383,7 @@ async def _set_value(locator: Locator, value: t.FormValue, timeout_ms: float) ->
         await target.check(timeout=timeout_ms)
     else:
         await first.fill(text, timeout=timeout_ms)
+    return bool(secret)
 
 
 # The submit button of the field's form, "form" when it has none, null outside a form.
@@ -396,6 +426,7 @@ async def fill_form(
     page = await current_page(session)
     before = session.navigations
     last: Locator | None = None
+    secret: list[str] = []
     for key, value in args.fields.items():
         locator = await _field(page, key)
         if locator is None:
@@ -403,7 +434,8 @@ async def fill_form(
                 "element_not_found", f"no form field is named, labelled or selected by {key!r}"
             )
         try:
-            await _set_value(locator, value, budget.ms(limits.element_timeout_s))
+            if await _set_value(locator, value, budget.ms(limits.element_timeout_s)):
+                secret.append(key)
         except PlaywrightError as exc:
             raise ToolFailure(
                 "element_not_actionable", f"cannot set {key!r}: {_first_line(exc)}"
@@ -418,7 +450,8 @@ async def fill_form(
             ) from None
         await _settle(await current_page(session), budget, limits)
     page = await current_page(session)
-    return await _page_state(session, page, navigated=session.navigations != before)
+    state = await _page_state(session, page, navigated=session.navigations != before)
+    return _reporting(state, secret)
 
 
 async def scroll(

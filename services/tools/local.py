@@ -18,16 +18,23 @@ from anyio.abc import ByteReceiveStream
 
 from contracts.tools import ToolMetadata
 from services.kernel.errors import ServiceError
+from services.kernel.secrets import is_secret_name, url_credentials
 from services.tools.outcome import Outcome, ToolFailure
 
-# Variables a command must not see: credentials, and rote's own configuration (a NATS
-# URL may carry a password).
-_HIDDEN_ENV = re.compile(r"(KEY|TOKEN|PASSWORD|SECRET|CREDENTIALS?)$|^ROTE_|^ANTHROPIC_", re.I)
+# rote's own configuration: a NATS or event store URL may carry a password.
+_ROTE_ENV = re.compile(r"^(ROTE|ANTHROPIC)_", re.IGNORECASE)
+
+
+def _hidden(name: str, value: str) -> bool:
+    """A variable a command must not see: one the secrets module masks by its name (the
+    same rule, so what a command could print is what start-up registered), rote's own
+    configuration, or any holding a URL with a password (HTTP_PROXY=http://u:pw@proxy)."""
+    return is_secret_name(name) or bool(_ROTE_ENV.match(name) or url_credentials(value))
 
 
 def command_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
     env = os.environ if env is None else env
-    return {k: v for k, v in env.items() if not _HIDDEN_ENV.search(k)}
+    return {k: v for k, v in env.items() if not _hidden(k, v)}
 
 
 class _Capture:

@@ -4,6 +4,7 @@ started/finished events on JetStream), and closing a run's browser context."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -30,7 +31,14 @@ from services.kernel.endpoints import Endpoint, start_service, stop_service
 from services.kernel.errors import ServiceError
 from services.kernel.logs import get_logger
 from services.kernel.runtime import ServiceContext
-from services.kernel.secrets import redact, redact_struct, redact_value
+from services.kernel.secrets import (
+    MASK,
+    is_secret_field,
+    redact,
+    redact_struct,
+    redact_value,
+    register_from_env,
+)
 from services.tools.browser import BrowserPool
 from services.tools.specs import check_nesting, definitions
 from services.tools.toolbox import ToolBox, ToolsConfig, event_input
@@ -60,8 +68,14 @@ class ToolEvents:
             msg_id=f"{call.run_id}:{call_id}:{event.event}",
         )
 
-    def started(self, call: ExecTool, call_id: str) -> ToolEvent:
+    def _input(self, call: ExecTool, shown: Callable[[str], bool]) -> tuple[dict[str, Any], bool]:
         bounded, cut = event_input(call.input, self.config.max_event_input_bytes)
+        return redact_value(_mask_typed(call.tool, bounded, shown)), cut
+
+    def started(self, call: ExecTool, call_id: str) -> ToolEvent:
+        # Sent before the page is looked at, so whether a field is a password field is
+        # not known yet: no typed text at all (the trace is built from finished events).
+        masked, cut = self._input(call, lambda _: False)
         return ToolEvent(
             run_id=call.run_id,
             task_id=call.task_id,
@@ -71,34 +85,80 @@ class ToolEvents:
             attempt=call.attempt,
             tool_use_id=call.tool_use_id,
             tool=call.tool,
-            input=redact_value(bounded),
+            input=masked,
             input_truncated=cut,
             at=utc_now(),
             source=call.source,
         )
 
     def finished(
-        self, started: ToolEvent, result: ToolResult | None, error: ErrorInfo, output: Any
+        self,
+        started: ToolEvent,
+        call: ExecTool,
+        result: ToolResult | None,
+        error: ErrorInfo,
+        password_fields: set[str],
     ) -> ToolEvent:
-        """The finished event of a call that produced a result (`output`: its output,
-        redacted), or of one that was refused (or cancelled) with `error`."""
+        """The finished event of a call that produced a result (already masked), or of
+        one that was refused (or cancelled) with `error`. Typed text is shown unless its
+        target is named like a secret or was a password field (`password_fields`); when
+        the call failed, which field it reached is unknown: none is shown."""
         if result is None:
             return msgspec.structs.replace(
                 started, event="finished", at=utc_now(), ok=False, error=error, duration_ms=0
             )
+        shown_input = started.input
+        if call.tool in _TYPING_TOOLS:
+            ok = result.ok
+
+            def shown(target: str) -> bool:
+                return ok and target not in password_fields and not is_secret_field(target)
+
+            shown_input, _ = self._input(call, shown)
         return msgspec.structs.replace(
             started,
             event="finished",
             at=utc_now(),
+            input=shown_input,
             ok=result.ok,
-            # Already bounded by the toolbox to the same limit, and redacted.
-            output=output,
+            # Already bounded by the toolbox to the same limit, and masked.
+            output=result.output,
             truncated=result.truncated,
             error=result.error,
             duration_ms=result.duration_ms,
-            # The page's URL keeps a password it was opened with.
-            metadata=redact_struct(result.metadata) or ToolMetadata(),
+            metadata=result.metadata,
         )
+
+
+# The tools that type text into a page, and where that text is in their input.
+_TYPING_TOOLS = ("browser_type", "browser_fill_form")
+
+
+def _mask_typed(tool: str, input: dict[str, Any], shown: Callable[[str], bool]) -> dict[str, Any]:
+    """`input` with the text typed into targets not `shown` replaced by the mask (a
+    password typed into a login form is not registered anywhere: only its target says
+    what it is). Booleans (checkboxes) and empty text hide nothing."""
+    if tool == "browser_type":
+        selector, text = input.get("selector"), input.get("text")
+        if isinstance(text, str) and text and not (isinstance(selector, str) and shown(selector)):
+            return {**input, "text": MASK}
+    elif tool == "browser_fill_form" and isinstance(input.get("fields"), dict):
+        fields = {
+            key: MASK if isinstance(value, str) and value and not shown(key) else value
+            for key, value in input["fields"].items()
+        }
+        return {**input, "fields": fields}
+    return input
+
+
+def _password_fields(result: ToolResult) -> set[str]:
+    """The targets a typing tool found to be password fields (browser_tools reports them
+    in its output)."""
+    output = result.output
+    if not (result.ok and isinstance(output, dict)):
+        return set()
+    reported = output.get("password_fields")
+    return {t for t in reported if isinstance(t, str)} if isinstance(reported, list) else set()
 
 
 def _masked_error(error: ErrorInfo | None) -> ErrorInfo | None:
@@ -121,10 +181,23 @@ async def _redacted(output: Any) -> Any:
     return await anyio.to_thread.run_sync(redact_value, output)
 
 
+async def _masked(result: ToolResult) -> ToolResult:
+    """`result` with secrets masked in its output, metadata (the page's URL keeps a
+    password it was opened with) and error: the reply goes to the model and into the
+    run's durable transcript, as the finished event goes into the trace."""
+    result.output = await _redacted(result.output)
+    result.metadata = redact_struct(result.metadata) or ToolMetadata()
+    result.error = _masked_error(result.error)
+    return result
+
+
 async def serve(
     ctx: ServiceContext, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
 ) -> None:
     config = ToolsConfig.from_settings(ctx.settings)
+    # Commands and files can show this process's environment (/proc/<pid>/environ):
+    # its secrets are masked here whoever started the service (idempotent).
+    register_from_env()
     async with BrowserPool(config.browser) as browsers:
         toolbox = ToolBox(config, browsers)
         events = ToolEvents(ctx.bus, config)
@@ -159,11 +232,14 @@ async def serve(
                 ) from None
             result: ToolResult | None = None
             refusal: ServiceError | None = None
+            password_fields: set[str] = set()
             try:
-                result = await toolbox.run(toolbox.prepare(call))
-                # Masked for the event and the reply alike: the runner logs it, puts it
-                # in the run's failure reason and shows it to the model.
-                result.error = _masked_error(result.error)
+                ran = await toolbox.run(toolbox.prepare(call))
+                # Read before masking: compared with the call's input as written.
+                password_fields = _password_fields(ran)
+                # Masked for the event and the reply alike: the runner logs the reply,
+                # keeps it in the run's transcript and shows it to the model.
+                result = await _masked(ran)
             except ServiceError as exc:
                 refusal = exc
             except Exception as exc:
@@ -187,8 +263,7 @@ async def serve(
                 # event must still go out; otherwise nothing here waits.
                 with anyio.CancelScope(shield=result is None and refusal is None):
                     try:
-                        output = await _redacted(result.output if result else None)
-                        finished = events.finished(started, result, error, output)
+                        finished = events.finished(started, call, result, error, password_fields)
                         await events.publish(call, call_id, finished)
                     except Exception as exc:
                         # The tool ran: its result matters more than the event.

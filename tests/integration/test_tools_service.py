@@ -94,6 +94,16 @@ FORM = """<!doctype html><title>Sign up</title>
 </form>
 """
 
+# A password field whose id says nothing, and a PIN field that is plain text.
+LOGIN = """<!doctype html><title>Sign in</title>
+<form action="/submit" method="post">
+  <input id="user" name="user">
+  <input id="field2" name="field2" type="password">
+  <input id="pin" name="pin">
+  <button type="submit">Sign in</button>
+</form>
+"""
+
 SEARCH = """<!doctype html><title>Search</title>
 <form action="/results"><input id="q" name="q"></form>
 """
@@ -125,6 +135,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(FORM)
             case "/search":
                 self._send(SEARCH)
+            case "/login":
+                self._send(LOGIN)
             case "/results":
                 q = html.escape(query.get("q", [""])[0])
                 self._send(f"<title>Results</title><h1>Results for {q}</h1>")
@@ -912,9 +924,94 @@ async def test_tool_errors_are_masked_in_reply_and_event(tools: Tools, site: str
         assert "hunter2pw" not in error and secret not in error
     finished = [event for _, event in events if event.event == "finished"]
     assert [e.error for e in finished[:2]] == [nav.error, read.error]
-    # The page opened keeps its password in its URL: masked in the event's metadata too.
+    # The page opened keeps its password in its URL: masked in the event's metadata and
+    # in the reply, which the runner keeps in the run's transcript and shows the model.
     assert finished[2].metadata is not None
     assert finished[2].metadata.url == opened.replace("hunter2pw", MASK)
+    assert ok.metadata.url == opened.replace("hunter2pw", MASK)
+    assert ok.output["url"] == opened.replace("hunter2pw", MASK)
+
+
+async def test_token_query_parameters_are_masked_in_reply_and_event(
+    tools: Tools, site: str
+) -> None:
+    url = f"{site}/?access_token=QTok-5521&page_token=p2"
+    nav = await tools.call("browser_navigate", {"url": url}, run_id="run-query")
+    shown = f"{site}/?access_token={MASK}&page_token=p2"  # a pagination cursor is no secret
+    assert nav.ok and nav.output["url"] == shown and nav.metadata.url == shown
+    events = await _tool_events(tools.bus, "run-query", 2)
+    assert b"QTok-5521" not in b"".join(msgspec.json.encode(e) for _, e in events)
+    assert [e.input["url"] for _, e in events] == [shown, shown]
+
+
+async def test_text_typed_into_password_fields_is_masked_in_events(tools: Tools, site: str) -> None:
+    run_id = "run-login"
+    await tools.call("browser_navigate", {"url": site + "/login"}, run_id=run_id)
+    password = {"selector": "#field2", "text": "Typed-Pw-1"}  # type=password, a dull id
+    user = {"selector": "#user", "text": "ada"}
+    missing = {"selector": "#nope", "text": "Typed-Pw-3"}  # never reached a field
+    form = {"fields": {"user": "ada", "pin": "PIN-2468", "#field2": "Typed-Pw-2"}}
+    typed = await tools.call("browser_type", password, run_id=run_id)
+    plain = await tools.call("browser_type", user, run_id=run_id)
+    failed = await tools.call("browser_type", missing, run_id=run_id, timeout_s=3)
+    filled = await tools.call("browser_fill_form", form, run_id=run_id)
+    # The tool says which fields were password fields (it saw their type).
+    assert typed.ok and typed.output["password_fields"] == ["#field2"]
+    assert plain.ok and "password_fields" not in plain.output
+    assert not failed.ok
+    assert filled.ok and filled.output["title"] == "Thanks"
+    assert filled.output["password_fields"] == ["#field2"]
+
+    events = await _tool_events(tools.bus, run_id, 10)
+    stored = b"".join(msgspec.json.encode(e) for _, e in events)
+    assert b"Typed-Pw-" not in stored and b"PIN-2468" not in stored
+    started = [e.input for _, e in events if e.event == "started"]
+    finished = [e.input for _, e in events if e.event == "finished"]
+    # Sent before the page is looked at: a started event carries no typed text.
+    assert started[1:] == [
+        {**password, "text": MASK},
+        {**user, "text": MASK},
+        {**missing, "text": MASK},
+        {"fields": {"user": MASK, "pin": MASK, "#field2": MASK}},
+    ]
+    # The finished event (what a trace is built from) shows what is no secret.
+    assert finished[1:] == [
+        {**password, "text": MASK},
+        user,
+        {**missing, "text": MASK},  # failed: which field it reached is unknown
+        {"fields": {"user": "ada", "pin": MASK, "#field2": MASK}},  # pin: by its name
+    ]
+
+
+async def test_secrets_of_the_environment_are_masked_in_replies_and_events(
+    bus: Bus, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Values whose names say secret, in the tools process's environment: a file (an
+    # env file, /proc/<pid>/environ) can show them to a command or to file_read.
+    secrets = {
+        "AWS_SECRET_ACCESS_KEY": "AwsAuditSecretKey0123456789",
+        "STRIPE_KEY": "StripeAuditKey_998877",
+        "db_password": "lowercaseAuditPw88",
+        "SHORT_PASSWORD": "pw12345",
+        "MYSQL_PWD": "MysqlAuditPwd777",
+        "GITHUB_PAT": "ghp_AuditGithubPat0000",
+        "DATABASE_URL": "postgresql://:EmptyUserAuditPw@db/x",
+    }
+    for name, value in secrets.items():
+        monkeypatch.setenv(name, value)
+    root = tmp_path / "files"
+    root.mkdir()
+    (root / "deploy.env").write_text("".join(f"{k}={v}\n" for k, v in secrets.items()))
+    settings = settings.with_(allowed_commands=("cat **",), path_roots=(str(root),))
+    async with running(bus, settings, root) as tools:
+        read = await tools.call("file_read", {"path": "deploy.env"}, run_id="run-env")
+        cat = await tools.call("shell_exec", {"command": "cat deploy.env"}, run_id="run-env")
+        events = await _tool_events(bus, "run-env", 4)
+    expected = "".join(f"{name}={MASK}\n" for name in secrets)
+    assert (read.output, cat.output["stdout"]) == (expected, expected)
+    stored = b"".join(msgspec.json.encode(e) for _, e in events)
+    for value in secrets.values():
+        assert value.encode() not in stored
 
 
 # --- the browser dying ---------------------------------------------------------------------

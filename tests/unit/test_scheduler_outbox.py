@@ -36,3 +36,30 @@ def test_a_spec_without_secrets_is_shown_as_it_is() -> None:
     task = Task("news", spec, T0)
     (message,) = [m for e in task.collect_events() for m in messages_for(e, "news")]
     assert isinstance(message.event, TaskEvent) and message.event.spec == spec
+
+
+def test_reasons_and_errors_are_masked_in_events() -> None:
+    # An operator's pause reason and a run's error may quote a secret or a URL with
+    # its password; the events keep them readable around the mask.
+    register_secret(SECRET)
+    task = Task("deploy-check", TaskSpec(name="deploy check", prompt="Check"), T0)
+    task.pause(f"rotating {SECRET}", T0)
+    task.resume(T0)
+    task.request_run("r-1", "manual", T0)
+    task.dispatch_run("r-1", "manual", T0)
+    task.finish_run(
+        "r-1",
+        status="failed",
+        at=T0,
+        reason="abandoned",
+        error="cannot reach postgresql://rote:Pg@hunter22@db/rote",
+        reported_by="scheduler",
+    )
+    messages = [m for e in task.collect_events() for m in messages_for(e, "deploy-check")]
+    events = [m.event for m in messages if isinstance(m.event, TaskEvent | RunEvent)]
+    (paused,) = [e for e in events if isinstance(e, TaskEvent) and e.event == "paused"]
+    assert paused.reason == "rotating [redacted]"
+    finished = [e for e in events if e.error is not None]
+    assert len(finished) == 2  # the task's run_finished and the run's failed event
+    for event in finished:
+        assert event.error == "cannot reach postgresql://rote:[redacted]@db/rote"

@@ -100,18 +100,29 @@ async def test_output_is_bounded_and_the_pipe_never_blocks(tmp_path: Path) -> No
 async def test_commands_see_no_secrets(tmp_path: Path) -> None:
     env = {
         "PATH": os.environ["PATH"],
+        "PWD": "/srv/app",  # the working directory, not a password
         "ANTHROPIC_API_KEY": "sk-ant-secret-value-123",
         "MY_SERVICE_TOKEN": "tok-123456789",
         "ROTE_NATS_URL": "nats://u:pw@host:4222",
+        "db_password": "lowercase-pw-88",
+        "MYSQL_PWD": "mysql-pwd-777",
+        "DB_PASS": "db-pass-555",
+        "GITHUB_PAT": "ghp-pat-000",
+        "SLACK_WEBHOOK_URL": "https://hooks.slack.test/services/slack-hook-123",
+        "DATABASE_URL": "postgresql://:empty-user-pw@db/x",
+        "HTTP_PROXY": "http://proxy:proxy-pw-9@proxy:3128",
         "HARMLESS": "yes",
     }
     outcome = await local.shell_exec(
         ["env"], timeout=10, cwd=tmp_path, max_output_bytes=100_000, env=env
     )
     out = outcome.output["stdout"]
-    assert "HARMLESS=yes" in out
-    for hidden in ("sk-ant-secret", "tok-123456789", "pw@host"):
-        assert hidden not in out
+    assert "HARMLESS=yes" in out and "PWD=" in out and "PATH=" in out
+    for hidden in env.keys() - {"PATH", "PWD", "HARMLESS"}:
+        assert f"{hidden}=" not in out, hidden
+    for value in ("sk-ant-secret", "tok-123456789", "pw@host", "-pw-", "-pwd-", "-pass-", "-pat-"):
+        assert value not in out
+    assert "slack-hook" not in out
 
 
 async def test_unknown_command_is_a_failure(tmp_path: Path) -> None:
