@@ -624,19 +624,31 @@ class Content:
 # Words that date a text: "Canteen menu for Monday" reads "... for Tuesday" tomorrow.
 _DATED = re.compile(
     r"\b(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|"
-    r"mon|tue|tues|wed|thu|thur|thurs|fri|sat|sun|"
-    r"january|february|march|april|may|june|july|august|september|october|november|"
-    r"december|jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec|"
+    r"january|february|march|april|june|july|august|september|october|november|december|"
     r"today|tonight|tomorrow|yesterday|weekend)\b",
     re.IGNORECASE,
+)
+# Their short forms are words too ("You may also like", "Sun Valley"): one dates a text
+# only written as one, capitalised, where a date stands: at the end, before a number,
+# a date's punctuation or another day ("Menu for Wed", "Sat & Sun", "Mon-Fri", "May 3").
+_SHORT_DATE = (
+    r"(?:Mon|Tue|Tues|Wed|Thu|Thur|Thurs|Fri|Sat|Sun|"
+    r"Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)"
+)
+_SHORT_DATED = re.compile(
+    rf"\b(?:{_SHORT_DATE}|{_SHORT_DATE.upper()})\b\.?"
+    rf"(?=\s*(?:$|\d|[,;:/&|)\u2013\u2014-]|(?:to|and|through)\s+{_SHORT_DATE}\b))"
 )
 # A title part that introduces today's story: the part after it is the story ("Top
 # story: Markets rally | Daily Planet").
 _HEADLINE_LABEL = re.compile(
-    r"(?:top|lead|main|cover|today's)\s+stor(?:y|ies)|(?:breaking|latest|live)(?:\s+news)?|"
-    r"headlines?|just in|developing|featured|now|update",
+    r"(?:top|lead|main|cover|today's)\s+stor(?:y|ies)|breaking(?:\s+news)?|headlines?|"
+    r"just in|developing",
     re.IGNORECASE,
 )
+# Plainer labels name a section as often ("Latest | Acme Blog", "Featured - Acme"): they
+# introduce a story only before a colon ("Update: Storm hits coast").
+_SECTION_LABEL = re.compile(r"(?:latest|live)(?:\s+news)?|featured|now|updates?", re.IGNORECASE)
 
 
 def _stable_text(text: str) -> bool:
@@ -646,6 +658,7 @@ def _stable_text(text: str) -> bool:
         0 < len(text) <= 120
         and not any(ch.isdigit() for ch in text)
         and _DATED.search(text) is None
+        and _SHORT_DATED.search(text) is None
     )
 
 
@@ -675,15 +688,23 @@ def title_to_expect(title: str, content: Content) -> str | None:
     a condition ("All systems operational": `_STATE`) and is not content the run used
     (a headline in the answer, a name a later step typed, an extracted item): the whole
     title when every part is trusted, else its longest trusted part (the site's name
-    beside today's headline). A part after a headline's label ("Top story: ...") is the
-    headline."""
-    parts = [p.strip() for p in _TITLE_PARTS.split(title) if p.strip()]
+    beside today's headline). A part after a headline's label ("Top story: ...", or
+    "Update: ..." where a plainer label goes on after a colon) is the headline."""
+    parts: list[tuple[str, str]] = []  # each part, and the separator after it
+    cursor = 0
+    for separator in [*_TITLE_PARTS.finditer(title), None]:
+        end = separator.start() if separator else len(title)
+        if title[cursor:end].strip():
+            parts.append((title[cursor:end].strip(), separator.group() if separator else ""))
+        cursor = separator.end() if separator else end
     trusted: list[str] = []
     after_label = False
-    for part in parts:
+    for part, after in parts:
         if not after_label and _stable_text(part) and not _states(part) and not content.holds(part):
             trusted.append(part)
-        after_label = _HEADLINE_LABEL.fullmatch(part) is not None
+        after_label = _HEADLINE_LABEL.fullmatch(part) is not None or (
+            _SECTION_LABEL.fullmatch(part) is not None and after.strip() == ":"
+        )
     if not trusted:
         return None
     if len(trusted) == len(parts) and _stable_text(title):

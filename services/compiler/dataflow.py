@@ -6,9 +6,9 @@ For a string in a step's input (or the run's answer) the question is what produc
   template   an earlier step's output, found by exact string match against list items
              and object fields (or embedded in a longer string: a relative href behind a
              constant origin, extracted headlines inside an answer): becomes references;
-             text several items of a list hold ("Operational") reads the item its
-             neighbouring references read ("Web app: Operational"), else it is a
-             judgement (`bind`);
+             text several items hold ("Operational"), or a short word an item holds
+             ("OK"), reads the item its neighbouring references read ("Web app:
+             Operational"), else it is a judgement (`bind`);
   judgement  content that changes between runs, picked or rewritten in a way no rule
              expresses: the small model decides again on replay.
 
@@ -43,6 +43,14 @@ from services.compiler.toolkinds import Kind
 _TOKEN = re.compile(r"[^\W_]+")
 # Scripts written without spaces between words, where one or two characters are a word.
 _DENSE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+# Those, and the scripts of South-East Asia (Thai, Lao, Myanmar, Khmer): a word there runs
+# into its neighbours ("で東京の", "서울의", "อากาศกรุงเทพที่") with no space to bound it.
+_UNSPACED = re.compile(
+    r"[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff"
+    r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]"
+)
+# Short words that state how something is: on a page they are what an answer reports.
+_SHORT_STATES = frozenset({"ok", "up", "no"})
 
 
 def tokens(text: str) -> set[str]:
@@ -61,6 +69,12 @@ def words(text: str) -> set[str]:
     return set(_TOKEN.findall(text.casefold()))
 
 
+def _short_word(text: str) -> bool:
+    """A word too short to stand inside a longer value by itself ("OK", "No", "Up"):
+    found there, it may be an item's value all the same."""
+    return 0 < len(text) <= 2 and text.isalpha()
+
+
 # --- sources: earlier outputs a value may come from -------------------------------------
 
 
@@ -73,15 +87,36 @@ class Source:
     tokens: frozenset[str]
     reads: bool  # its output is content: a page, a file, a command's output
     numbers: frozenset[str] = frozenset()  # leaves that are a number and nothing else
+    # Every path of each leaf text, indexed once: values are looked up, not rescanned.
+    paths: Mapping[str, tuple[Path, ...]] = field(default_factory=dict, compare=False)
+    shorts: frozenset[str] = frozenset()  # leaves that are a short word, casefolded
+    said: frozenset[str] = frozenset()  # `_SHORT_STATES` the content says, in its text
 
     @classmethod
     def of(cls, step: int, tool: str, output: Any, *, reads: bool) -> Source:
         leaves = tuple(references.leaves(output))
-        words: set[str] = set()
-        for _, leaf in leaves:
-            words |= tokens(leaf)
-        numbers = frozenset(leaf.strip() for _, leaf in leaves if leaf.strip().isdecimal())
-        return cls(step, tool, output, leaves, frozenset(words), reads, numbers)
+        found: set[str] = set()
+        paths: dict[str, list[Path]] = {}
+        for path, leaf in leaves:
+            if leaf not in paths:
+                found |= tokens(leaf)
+                paths[leaf] = []
+            paths[leaf].append(path)
+        numbers = frozenset(t.strip() for t in paths if t.strip().isdecimal())
+        shorts = frozenset(t.strip().casefold() for t in paths if _short_word(t.strip()))
+        said = {w for t in paths for w in words(t) & _SHORT_STATES} if reads else set()
+        return cls(
+            step,
+            tool,
+            output,
+            leaves,
+            frozenset(found),
+            reads,
+            numbers,
+            {leaf: tuple(found_at) for leaf, found_at in paths.items()},
+            shorts,
+            frozenset(said),
+        )
 
 
 @dataclass(frozen=True)
@@ -168,42 +203,83 @@ def _bounded(text: str, start: int, end: int) -> bool:
     return not (text[end - 1].isalnum() and after.isalnum())
 
 
+_JOINER = re.compile(r"[.,:/@-]")
+
+
+def _edge(text: str, at: int, step: int) -> bool:
+    """Does a name end at `at` (looking outwards by `step`, -1 to the left, 1 to the right)?
+    Not when a word character goes on, nor a joiner and a word character ("127.0.0.1",
+    "Jean-Luc"); in a script without spaces, a neighbour bounds nothing ("で東京の")."""
+    near = at - 1 if step < 0 else at
+    if near < 0 or near >= len(text):
+        return True
+    if _UNSPACED.match(text[near]):
+        return True
+    if text[near].isalnum() or text[near] == "_":
+        return False
+    beyond = near + step
+    return not (
+        _JOINER.match(text[near])
+        and 0 <= beyond < len(text)
+        and (text[beyond].isalnum() or text[beyond] == "_")
+    )
+
+
 def _named(text: str, value: str) -> bool:
     """Does `text` name `value` as a whole: not inside a longer word ("Tom" in "bottom")
     nor a dotted or dashed token ("1" in "127.0.0.1", "Jean" in "Jean-Luc")?"""
-    if not value:
+    if not value or len(value) > len(text):
         return False
-    joiner = r"[.,:/@-]"
-    left = rf"(?<!\w)(?<!\w{joiner})" if value[0].isalnum() else ""
-    right = rf"(?!\w)(?!{joiner}\w)" if value[-1].isalnum() else ""
-    return re.search(left + re.escape(value) + right, text, re.IGNORECASE) is not None
+    for match in re.finditer(re.escape(value), text, re.IGNORECASE):
+        start, end = match.span()
+        if (not value[0].isalnum() or _edge(text, start, -1)) and (
+            not value[-1].isalnum() or _edge(text, end, 1)
+        ):
+            return True
+    return False
 
 
-def _item(pointer: Pointer) -> tuple[int, Path, int] | None:
-    """(step, list path, index): the list item `pointer` goes into, if any."""
-    position = list_position(pointer.path)
-    return None if position is None else (pointer.step, *position)
+Record = tuple[int, Path]
+
+
+def _record(pointer: Pointer) -> Record:
+    """The record whose field `pointer` reads, so that one item's fields tell its text
+    from another item's: the deepest list item around the field (`groups[0].items[1]`,
+    not `groups[0]`), a table row for a cell, a string of a list of strings itself, else
+    the object holding the field."""
+    path = pointer.path
+    if path and isinstance(path[-1], int):
+        cell = len(path) >= 2 and isinstance(path[-2], int)
+        return pointer.step, path[:-1] if cell else path
+    deepest = max((i for i, key in enumerate(path) if isinstance(key, int)), default=None)
+    return pointer.step, path[: deepest + 1] if deepest is not None else path[:-1]
+
+
+def _index(record: Record) -> int | None:
+    """The record's position in its list, if it is a list item."""
+    path = record[1]
+    return path[-1] if path and isinstance(path[-1], int) else None
 
 
 def _occurrences(source: Source, leaf: str) -> tuple[Pointer, ...]:
-    return tuple(Pointer(source.step, path) for path, held in source.leaves if held == leaf)
+    return tuple(Pointer(source.step, path) for path in source.paths.get(leaf, ()))
 
 
-def _several_items(pointers: Sequence[Pointer]) -> bool:
-    """Do these pointers go into two or more list items (so which one is meant matters)?"""
-    return len({item for p in pointers if (item := _item(p)) is not None}) > 1
+def _several_records(pointers: Sequence[Pointer]) -> bool:
+    """Do these pointers go into two or more records (so which one is meant matters)?"""
+    return len({_record(p) for p in pointers}) > 1
 
 
 def find_exact(value: str, sources: Sequence[Source], ctx: Context) -> Template | None:
     """The latest earlier output holding exactly `value`. A short value ("1", "OK") is
-    too common to say where it came from: it is not matched. Where several items of a
-    list hold it, the template is open (`Template.open`)."""
+    too common to say where it came from: it is not matched. Where several records hold
+    it, the template is open (`Template.open`)."""
     if value in ctx.constants or not _embeddable(value, "data"):
         return None
     for source in reversed(sources):
         found = _occurrences(source, value)
         if found:
-            return Template((found[0],), ((0, found),) if _several_items(found) else ())
+            return Template((found[0],), ((0, found),) if _several_records(found) else ())
     return None
 
 
@@ -225,42 +301,59 @@ def find_template(
     (whole words only, latest step first). Where matches overlap, what a read found
     wins over what a navigation reported, then the longer one: in `origin/` + `/s/a`
     the page URL `origin/` is longer, but the extracted href is the data the run
-    picked, and taking the URL would leave `s/a` a constant."""
+    picked, and taking the URL would leave `s/a` a constant. In data, a short word an
+    output holds ("OK") is a part too, open until a neighbouring reference says whose it
+    is (`bind`); a number where a line's numbering may stand ("1. ") is left to
+    `leaked_content`."""
     found: dict[str, tuple[Pointer, ...]] = {}  # every occurrence, in the latest output
     read: set[str] = set()
+    short: set[str] = set()
     for source in reversed(sources):
-        for _, leaf in source.leaves:
-            if (
-                leaf in found
-                or leaf == value
-                or leaf in ctx.constants
-                or leaf not in value
-                or not _embeddable(leaf, kind)
-            ):
+        for leaf in source.paths:
+            if leaf in found or leaf == value or leaf in ctx.constants or leaf not in value:
                 continue
+            if not _embeddable(leaf, kind):
+                if kind != "data" or not _short_word(leaf):
+                    continue
+                short.add(leaf)
             found[leaf] = _occurrences(source, leaf)
             if source.reads:
                 read.add(leaf)
     if not found:
         return None
-    taken: list[tuple[int, int, tuple[Pointer, ...]]] = []
+    marked = bytearray(len(value))  # where a numbering mark may stand
+    if kind == "data":
+        for mark in _marks(value):
+            marked[mark.start : mark.end] = b"\x01" * (mark.end - mark.start)
+    taken_at = bytearray(len(value))
+    taken: list[tuple[int, int, str]] = []
     for leaf in sorted(found, key=lambda s: (s not in read, -len(s), s)):
+        number = leaf.strip().isdecimal()
         start = value.find(leaf)
         while start != -1:
             end = start + len(leaf)
-            if _bounded(value, start, end) and all(end <= a or start >= b for a, b, _ in taken):
-                taken.append((start, end, found[leaf]))
+            if (
+                _bounded(value, start, end)
+                and taken_at.find(1, start, end) == -1
+                and not (number and marked.find(1, start, end) != -1)
+            ):
+                taken_at[start:end] = b"\x01" * (end - start)
+                taken.append((start, end, leaf))
             start = value.find(leaf, start + 1)
     if not taken:
         return None
-    taken.sort(key=lambda t: t[0])
+    taken.sort()
     parts: list[str | Pointer] = []
     open_parts: list[tuple[int, tuple[Pointer, ...]]] = []
+    opened: dict[str, bool] = {}
     cursor = 0
-    for start, end, pointers in taken:
+    for start, end, leaf in taken:
         if start > cursor:
             parts.append(value[cursor:start])
-        if _several_items(pointers):
+        pointers = found[leaf]
+        if leaf not in opened:
+            opened[leaf] = leaf in short or _several_records(pointers)
+        if opened[leaf]:
             open_parts.append((len(parts), pointers))
         parts.append(pointers[0])
         cursor = end
@@ -305,63 +398,213 @@ def resolved_link(
     return None
 
 
-# A number that numbers a line or a list item ("1. ", "2) ", "#3 "): at the start of a
-# line, or after a colon, comma or semicolon ("Deals: 1) Alpha, 2) Beta"). The answer's
-# form, not data.
-_NUMBER_MARK = r"(?:\d+[.)](?=\s|$)|#\d+(?!\w))"
-_LINE_NUMBER = re.compile(rf"^[ \t]*{_NUMBER_MARK}")
-_ITEM_NUMBER = re.compile(rf"(?<=[:,;])[ \t]*{_NUMBER_MARK}")
+# A mark that may number a line or a list item ("1. ", "2) ", "#3 "): at the start of a
+# line, or after a colon, comma or semicolon ("Deals: 1) Alpha, 2) Beta").
+_MARK = re.compile(
+    r"(?:^|(?<=[:,;]))([ \t]*)(?:(\d{1,6})[.)](?=\s|$)|(#)(\d{1,6})(?!\w))", re.MULTILINE
+)
+# Where a reference stands in a template's text (`_text`).
+_PLACE = "\ufffc"
 
 
-def _form_text(template: Template) -> str:
-    """The template's literal text without the numbers that number its lines or items."""
-    out: list[str] = []
-    for n, part in enumerate(template.parts):
-        if isinstance(part, Pointer):
+@dataclass(frozen=True)
+class _Mark:
+    start: int
+    end: int
+    number: int
+    listed: bool  # a line of a numbered list of two or more lines
+
+
+def _marks(text: str) -> list[_Mark]:
+    """The marks in `text` that may number its lines or items: each starts a line or an
+    item that goes on with content ("3." ending "issues: 3." is a value), and the marks
+    of one level (the lines at one indentation, or the items of one line) count 1, 2,
+    3... in order (a 1 starts a new list)."""
+    runs: dict[tuple[str, str | int], list[list[re.Match[str]]]] = {}
+    line = 0
+    line_at = 0  # where `line` starts
+    for match in _MARK.finditer(text):
+        line += text.count("\n", line_at, match.start())
+        line_at = match.start()
+        end = match.end()
+        line_end = text.find("\n", end)
+        if not text[end : len(text) if line_end == -1 else line_end].strip():
             continue
-        lines = part.split("\n")
-        # The first line of text after a reference does not start a line.
-        first = 1 if n > 0 and isinstance(template.parts[n - 1], Pointer) else 0
-        lines[first:] = [_LINE_NUMBER.sub(" ", line, count=1) for line in lines[first:]]
-        out.append("\n".join(_ITEM_NUMBER.sub(" ", line) for line in lines))
-    return " ".join(out)
+        starts_line = match.start() == 0 or text[match.start() - 1] == "\n"
+        key = ("line", match.group(1)) if starts_line else ("item", line)
+        number = int(match.group(2) or match.group(4))
+        level = runs.setdefault(key, [])
+        if level and number == len(level[-1]) + 1:
+            level[-1].append(match)
+        elif number == 1:
+            level.append([match])
+    marks = [
+        _Mark(
+            match.start(2) if match.group(2) else match.start(3),
+            match.end(),
+            int(match.group(2) or match.group(4)),
+            where == "line" and len(run) >= 2,
+        )
+        for (where, _), level in runs.items()
+        for run in level
+        for match in run
+    ]
+    return sorted(marks, key=lambda m: m.start)
+
+
+def _text(template: Template) -> tuple[str, dict[int, int]]:
+    """The template's text with `_PLACE` where each reference stands, and which part
+    stands at each `_PLACE`."""
+    out: list[str] = []
+    at: dict[int, int] = {}
+    size = 0
+    for i, part in enumerate(template.parts):
+        if isinstance(part, Pointer):
+            at[size] = i
+            part = _PLACE
+        out.append(part)
+        size += len(part)
+    return "".join(out), at
+
+
+def _numbering(
+    text: str, at: Mapping[int, int], template: Template, sources: Sequence[Source]
+) -> list[_Mark]:
+    """The marks (`_marks`) that number the answer's lines or items rather than state a
+    value: the lines of a numbered list; else a mark whose number no output holds (as a
+    value or in its text), or that a reference into the list item it numbers follows
+    ("2) " before the second item). "acme/rocket: 1. acme/boots: 2." numbers nothing:
+    its 1 is no mark of acme/boots, which is the second item."""
+    opened = dict(template.open)
+    marks = _marks(text)
+    numbering: list[_Mark] = []
+    for n, mark in enumerate(marks):
+        token = str(mark.number)
+        held = any(token in s.numbers or (s.reads and token in s.tokens) for s in sources)
+        if mark.listed or not held:
+            numbering.append(mark)
+            continue
+        stop = text.find("\n", mark.end)
+        stop = len(text) if stop == -1 else stop
+        if n + 1 < len(marks):
+            stop = min(stop, marks[n + 1].start)
+        place = text.find(_PLACE, mark.end, stop)
+        if place == -1:
+            continue
+        part = at[place]
+        pointers = opened.get(part) or (template.parts[part],)
+        if any(_index(_record(p)) == mark.number - 1 for p in pointers if isinstance(p, Pointer)):
+            numbering.append(mark)
+    return numbering
+
+
+# Where a clause of an answer starts or ends: a line, a label's colon, a table's cell, a
+# sentence.
+_CLAUSE = re.compile(r"[\n:;|=]|[.!?](?=\s)")
+
+
+def _own_words(text: str, start: int, end: int) -> bool:
+    """Is the number at text[start:end] in the answer's own words ("Top 3 headlines:"),
+    not where a value stands: in a clause with a reference, or after a label or in a
+    cell ("issues: 3", "| 3 |")?"""
+    left = max((m.end() for m in _CLAUSE.finditer(text, 0, start)), default=0)
+    right_match = _CLAUSE.search(text, end)
+    right = right_match.start() if right_match else len(text)
+    clause = text[left:start] + text[end:right]
+    opener = text[left - 1] if left else "\n"
+    return _PLACE not in clause and opener not in ":|=" and any(ch.isalpha() for ch in clause)
 
 
 def leaked_content(
     template: Template, sources: Sequence[Source], ctx: Context
 ) -> tuple[str, tuple[int, ...]] | None:
     """Does the literal text of a template still carry data? A word that the task prompt
-    does not have but an earlier read found on the page, or a number that does not
-    number a line ("1. ") and is neither the prompt's ("top three") nor the count of the
-    references ("Top 3" before three), means the text is more than its references. A
-    number an output holds as a whole value is data wherever else it appears ("first 3",
-    "127.0.0.1"): "(3 left)" is that item's stock. Returns why, and every step whose
-    output holds such a word or number: the small model must see them to write the text
-    again (a number from nowhere, a count or a sum, adds none)."""
+    does not have but an earlier read found on the page, a short word an output holds
+    as a value ("OK": `find_template` made those it could references), or a number that
+    does not number a line ("1. ") and is neither the prompt's ("top three") nor the
+    count of the references ("Top 3" before three), means the text is more than its
+    references. A number an output holds as a whole value is data wherever else it
+    appears ("first 3", "127.0.0.1"): "(3 left)" is that item's stock; only the task's
+    count in the answer's own words ("Top 3 headlines:") is not, unless an item the
+    answer reads holds it. Returns why, and every step whose output holds such a word or
+    number: the small model must see them to write the text again (a number from
+    nowhere, a count or a sum, adds none)."""
+    text, at = _text(template)
+    form, cursor = [], 0
+    for mark in _numbering(text, at, template, sources):
+        form += [text[cursor : mark.start], " " * (mark.end - mark.start)]
+        cursor = mark.end
+    form.append(text[cursor:])
+    literal = "".join(form)
     allowed = ctx.allowed_tokens
-    counts = numbers(ctx.prompt) | {len(template.pointers)}
-    why: str | None = None
-    steps: set[int] = set()
-    for token in sorted(tokens(_form_text(template))):
-        number = token.isdecimal()
-        held = [s.step for s in sources if token in s.numbers] if number else []
-        fixed = token in allowed or (number and len(token) < 7 and int(token) in counts)
-        if fixed and not held:
+    opened = {i for i, _ in template.open}
+    anchored = {
+        _record(p)
+        for i, p in enumerate(template.parts)
+        if isinstance(p, Pointer) and i not in opened
+    }
+    counts = numbers(ctx.prompt) | {len(template.pointers), len(anchored)}
+    stated = numbers(_PROMPT_URL.sub(" ", ctx.prompt)) | {len(template.pointers), len(anchored)}
+    read: set[Record] = set()
+
+    def reads_it(token: str) -> bool:
+        """Does a record the template reads hold `token` as a value (or is it unclear)?"""
+        if not read:
+            read.update(anchored)
+            shared = {id(pointers): pointers for _, pointers in template.open}
+            read.update(_record(p) for pointers in shared.values() for p in pointers)
+        holders = [
+            Pointer(s.step, path)
+            for s in sources
+            if token in s.numbers
+            for leaf, paths in s.paths.items()
+            if leaf.strip() == token
+            for path in paths
+        ]
+        return not holders or any(_record(p) in read for p in holders)
+
+    flagged: dict[str, set[int]] = {}
+    for match in _TOKEN.finditer(literal):
+        token = match.group().casefold()
+        if token in flagged:
             continue
-        found = sorted({*held, *(s.step for s in sources if s.reads and token in s.tokens)})
-        if not number and not found:
-            continue  # a word of the model's own phrasing
-        steps.update(found)
-        if why is None:
-            where = f"from the content of step {found[-1]}" if found else "from no reference"
-            why = (
-                f"the text has the number {token} {where}"
-                if number
-                else f"the text has {token!r} {where}"
+        if token.isdecimal():
+            held = [s.step for s in sources if token in s.numbers]
+            count = int(token) if len(token) < 7 else None
+            fixed = token in allowed or count in counts
+            if (
+                held
+                and fixed
+                and count in stated
+                and _own_words(literal, *match.span())
+                and not reads_it(token)
+            ):
+                held = []  # the task's count in the answer's words, not a value
+            if fixed and not held:
+                continue
+            found = {*held, *(s.step for s in sources if s.reads and token in s.tokens)}
+        elif len(token) < 3 and not _DENSE.search(token):
+            found = {s.step for s in sources if token in s.shorts or token in s.said}
+            if not found:
+                continue  # "is", "of": the model's own phrasing
+        else:
+            found = (
+                set()
+                if token in allowed
+                else {s.step for s in sources if s.reads and token in s.tokens}
             )
-    if why is None:
+            if not found:
+                continue  # a word of the task's or of the model's own phrasing
+        flagged[token] = found
+    if not flagged:
         return None
-    return why, tuple(sorted(steps))
+    token = min(flagged)
+    found = sorted(flagged[token])
+    where = f"from the content of step {found[-1]}" if found else "from no reference"
+    number = token.isdecimal()
+    what = f"the number {token}" if number else repr(token)
+    why = f"the text has {what} {where}"
+    return why, tuple(sorted({step for steps in flagged.values() for step in steps}))
 
 
 # --- alternatives the prompt names ------------------------------------------------------
@@ -576,70 +819,137 @@ def provenance(
 _Key = TypeVar("_Key", bound=Hashable)
 
 
-def _lines(template: Template) -> list[int]:
-    """The line of the value each part starts on."""
-    line, out = 0, []
+# A line that starts an item of its own: a bullet or a number ("- ", "2. ").
+_BULLET = re.compile(r"(?:[-*+\u2022]|\d+[.)]|#\d+)(?:\s|$)")
+
+
+def _places(template: Template) -> list[tuple[int, int, int]]:
+    """Where each part starts: (clause, line, block) of the value, counted from 0. A
+    clause ends at a comma, a semicolon, a table's bar, a sentence's end or a line's; a
+    block (one item's lines: "Name: API\nState: Operational") ends at a blank line or
+    before a line that starts with a bullet or a number."""
+    clause = line = block = 0
+    content = False  # the line so far holds something
+    blank_before = False  # the line before this one was blank
+    starting = False  # no content on this line yet, after a line break
+    places: list[tuple[int, int, int]] = []
     for part in template.parts:
-        out.append(line)
-        if isinstance(part, str):
-            line += part.count("\n")
-    return out
+        if isinstance(part, Pointer):
+            if starting:
+                block += blank_before
+                starting = False
+            places.append((clause, line, block))
+            content = True
+            continue
+        places.append((clause, line, block))
+        for k, ch in enumerate(part):
+            if ch == "\n":
+                line += 1
+                clause += 1
+                blank_before, content, starting = not content, False, True
+            elif not ch.isspace():
+                if starting:
+                    block += blank_before or _BULLET.match(part, k) is not None
+                    starting = False
+                content = True
+                if ch in ",;|" or (ch in ".!?" and part[k + 1 : k + 2].isspace()):
+                    clause += 1
+    return places
 
 
 def bind(values: Mapping[_Key, Provenance]) -> dict[_Key, Provenance]:
-    """Decide, for every open part (text several items of one list hold: "Operational"
-    is the state of items 0, 1 and 3), which item it reads: the one a neighbouring
-    reference reads from, on the same line of the same value ("Web app: Operational"),
-    else anywhere in that value, else in another value of the same input (a form's other
-    field). The first of these scopes with a reference into one of the items decides;
-    when none does, or it names two of them, the value is a judgement: the small model
-    reads it again rather than every replay reading the first item. `values` are the
-    values of one step's input, or the answer alone."""
-    anchors: list[tuple[_Key, int, tuple[int, Path, int]]] = []  # (value, line, item)
+    """Decide, for every open part (text several records hold: "Operational" is the
+    state of items 0, 1 and 3; a short word such as "OK"), which record it reads: the
+    record of the nearest reference before it in its clause ("API (Operational), Web app
+    (Operational)"), else the one a reference reads in the narrowest of these with one
+    holding the text, and whose references account for all its open parts: its line,
+    its block ("Name: Web app\nState: Operational"), the whole value; else another value
+    of the same input (a form's other field). When none does, or two records there hold
+    it, the value is a judgement: the small model reads it again rather than every
+    replay reading the first record. `values` are the values of one step's input, or the
+    answer alone."""
+    anchors: dict[tuple[object, ...], set[Record]] = {}  # by scope: (value, kind, which)
+    before: dict[tuple[_Key, int], list[tuple[int, Record]]] = {}  # by clause, in order
+    inside: dict[tuple[object, ...], list[int]] = {}  # the open parts' texts, by scope
+    places: dict[_Key, list[tuple[int, int, int]]] = {}
+    holders: dict[int, dict[Record, Pointer]] = {}  # by id of an open part's pointers
+    fields: dict[int, dict[Record, int]] = {}  # how many fields of a record hold it
     for key, prov in values.items():
         if prov.template is None:
             continue
-        open_parts = {i for i, _ in prov.template.open}
-        for i, (part, line) in enumerate(
-            zip(prov.template.parts, _lines(prov.template), strict=True)
-        ):
-            if isinstance(part, Pointer) and i not in open_parts:
-                item = _item(part)
-                if item is not None:
-                    anchors.append((key, line, item))
+        places[key] = _places(prov.template)
+        opened = dict(prov.template.open)
+        for i, part in enumerate(prov.template.parts):
+            if not isinstance(part, Pointer):
+                continue
+            clause, line, block = places[key][i]
+            scopes = ((key, "line", line), (key, "block", block), (key,))
+            pointers = opened.get(i)
+            if pointers is None:
+                record = _record(part)
+                before.setdefault((key, clause), []).append((i, record))
+                for scope in scopes:
+                    anchors.setdefault(scope, set()).add(record)
+                continue
+            for scope in scopes:
+                inside.setdefault(scope, []).append(id(pointers))
+            if id(pointers) not in holders:
+                held: dict[Record, Pointer] = {}
+                count: dict[Record, int] = {}
+                for pointer in pointers:
+                    record = _record(pointer)
+                    held.setdefault(record, pointer)
+                    count[record] = count.get(record, 0) + 1
+                holders[id(pointers)], fields[id(pointers)] = held, count
+    accounted: dict[tuple[object, ...], bool] = {}
+
+    def accounts(scope: tuple[object, ...]) -> bool:
+        """Do the records the scope's references read hold every open part in it, each
+        text as many times as it appears? "Up - Gamma, Up - Up" has one "Up" of Gamma's
+        and two of an item no reference reads: which is which, none can tell."""
+        if scope not in accounted:
+            near = anchors.get(scope, set())
+            needed: dict[int, int] = {}
+            for text in inside.get(scope, ()):
+                needed[text] = needed.get(text, 0) + 1
+            accounted[scope] = all(
+                sum(fields[text].get(r, 0) for r in near) >= n for text, n in needed.items()
+            )
+        return accounted[scope]
+
+    def choose(key: _Key, i: int, held: Mapping[Record, Pointer]) -> list[Record]:
+        clause, line, block = places[key][i]
+        earlier = [r for n, r in before.get((key, clause), []) if n < i]
+        if earlier and earlier[-1] in held:
+            return [earlier[-1]]
+        for scope in ((key, "line", line), (key, "block", block), (key,)):
+            hits = [r for r in anchors.get(scope, ()) if r in held]
+            if hits and accounts(scope):
+                return hits
+        return sorted(
+            {r for k in places if k != key for r in anchors.get((k,), ()) if r in held}, key=repr
+        )
+
     bound: dict[_Key, Provenance] = {}
     for key, prov in values.items():
         template = prov.template
         if template is None or not template.open:
             bound[key] = prov
             continue
-        lines = _lines(template)
         parts = list(template.parts)
         for i, pointers in template.open:
-            by_item: dict[tuple[int, Path, int], Pointer] = {}
-            for pointer in pointers:
-                item = _item(pointer)
-                if item is not None:
-                    by_item.setdefault(item, pointer)
-            scopes = (
-                {a for k, line, a in anchors if k == key and line == lines[i]},
-                {a for k, _, a in anchors if k == key},
-                {a for _, _, a in anchors},
-            )
-            hits: list[Pointer] = []
-            for scope in scopes:
-                hits = [pointer for item, pointer in by_item.items() if item in scope]
-                if hits:
-                    break
+            held = holders[id(pointers)]
+            hits = choose(key, i, held)
             if len(hits) != 1:
-                positions = ", ".join(str(item[2] + 1) for item in by_item)
+                paths = ", ".join(references.format_path(r[1]) or "the output" for r in held)
+                holds, whose = ("hold", "which one") if len(held) > 1 else ("holds", "whether")
                 why = (
-                    f"items {positions} of a list of step {pointers[0].step} hold the same "
-                    "text, and no reference beside it says which one it is"
+                    f"{paths} in the output of step {pointers[0].step} {holds} the text, and "
+                    f"no reference beside it says {whose} it is the one read"
                 )
                 bound[key] = Provenance("judgement", why, sources=prov.sources)
                 break
-            parts[i] = hits[0]
+            parts[i] = held[hits[0]]
         else:
             bound[key] = replace(prov, template=Template(tuple(parts)))
     return bound
@@ -815,21 +1125,20 @@ def judge_lists(
     input of the step that produced each output (it fixes the list's length); `chosen`
     the lists a value was chosen from among options the prompt names (a judgement even
     when the prompt has no judgement word: "click Widget or Gadget")."""
-    picked: dict[Container, list[int]] = {}
+    picked: dict[Container, dict[int, None]] = {}  # the indexes in order of first use
     for pointer in uses:
         position = list_position(pointer.path)
         if position is None:
             continue
         prefix, index = position
-        indexes = picked.setdefault((pointer.step, prefix), [])
-        if index not in indexes:
-            indexes.append(index)
+        picked.setdefault((pointer.step, prefix), {}).setdefault(index, None)
     word = judgement_word(prompt)
     named = ordinals(prompt)
     counts = numbers(prompt)
     verdicts: dict[Container, ListVerdict] = {}
-    for container, indexes in picked.items():
+    for container, first_used in picked.items():
         step, prefix = container
+        indexes = list(first_used)
         try:
             items = references.lookup(outputs[step], prefix)
         except (KeyError, IndexError, TypeError):

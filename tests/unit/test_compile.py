@@ -383,6 +383,14 @@ def test_a_title_a_later_step_uses_is_not_expected() -> None:
         ("Inbox - January newsletter", Content(), "Inbox"),
         ("Top story: Markets rally | Daily Planet", Content(), "Daily Planet"),
         ("Weather in Paris: Sunny", Content(), "Weather in Paris"),
+        ("Opening hours: Sat & Sun", Content(), "Opening hours"),
+        ("Menu for Wed", Content(), None),
+        ("Update: Storm hits coast | Acme News", Content(), "Acme News"),
+        # short words that only look like a day or a month, labels that name a section
+        ("You may also like | Acme Shop", Content(), "You may also like | Acme Shop"),
+        ("Sun Valley Lodge", Content(), "Sun Valley Lodge"),
+        ("Latest | Acme Blog", Content(), "Latest | Acme Blog"),
+        ("Featured - Acme Shop", Content(), "Featured - Acme Shop"),
     ],
 )  # fmt: skip
 def test_which_part_of_a_title_a_replay_expects(

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from contracts.executors import Executor, ResultStep, ToolStep
+from contracts.executors import Executor, LlmStep, ResultStep, ToolStep
 from contracts.traces import Trace, TraceStep
 from services.compiler import references
 from services.compiler.compile import compile
@@ -455,3 +455,202 @@ def test_a_short_value_is_not_bound_to_an_unrelated_field_holding_it() -> None:
     shop = "http://shop.example"  # no "1" in the origin
     assert "step_1" not in order(f"Open {shop}/cart, then order a single bag of Coffee beans.")
     assert order(f"Open {shop}/cart, then order 1 bag of Coffee beans.") == "1"
+
+
+# --- a number after a colon is a value, not a list's numbering --------------------------
+
+
+def _repos(form: str, issues: tuple[str, ...]) -> tuple[Trace, list[dict[str, str]]]:
+    """A trace whose answer writes the repos' issue counts in `form`, and the repos on a
+    day when every count is different."""
+    names = ["acme/rocket", "acme/boots", "acme/cargo", "acme/dingo"]
+    repos = [{"name": n, "issues": i} for n, i in zip(names, issues, strict=True)]
+    trace = _trace(
+        f"Open {SITE}/repos and report the open issue counts.",
+        [_navigated(0, f"{SITE}/repos", "Repos"), _step(1, "browser_extract", {}, repos)],
+        form.format(*(v for r in repos for v in (r["name"], r["issues"]))),
+    )
+    return trace, [{"name": n, "issues": str(40 + k)} for k, n in enumerate(names)]
+
+
+@pytest.mark.parametrize(
+    ("issues", "form"),
+    [
+        (("3", "2", "12", "5"), "{0} open issues: {1}."),
+        (("1", "2", "12", "5"), "{0} rank: #{1}"),
+        (("1", "2", "12", "5"), "{0}: {1}. {2}: {3}. {4}: {5}."),
+        (("1", "2", "12", "5"), "{0}, {1}) {2}, {3}) {4}, {5})"),
+    ],
+)
+def test_a_count_written_like_a_list_number_is_read_again(
+    issues: tuple[str, ...], form: str
+) -> None:
+    # "3." ends the value it belongs to; "1. acme/boots" would number acme/boots as the
+    # first item, but it is the second. The counts change: yesterday's must not stay.
+    trace, today = _repos(form, issues)
+    executor = _executor(trace)
+    result = _result(executor)
+    if result.mode == "template":
+        expected = form.format(*(v for r in today for v in (r["name"], r["issues"])))
+        assert simulate(executor, _on(trace, step_1=today)) == expected
+    else:
+        assert result.variables == ["step_1"]
+
+
+# --- short words: "OK" is an item's state too --------------------------------------------
+
+
+HEALTH = [
+    {"name": "API", "state": "OK"},
+    {"name": "Database", "state": "OK"},
+    {"name": "Queue", "state": "Down"},
+]
+
+
+def _health(answer: str) -> Trace:
+    return _trace(
+        f"Open {SITE}/health and list the first 2 components with their state.",
+        [_navigated(0, f"{SITE}/health", "Health"), _step(1, "browser_extract", {}, HEALTH)],
+        answer,
+    )
+
+
+def test_a_short_state_is_read_from_the_item_its_line_names() -> None:
+    trace = _health("API: OK\nDatabase: OK")
+    executor = _executor(trace)
+    assert simulate(executor, trace) == trace.answer
+    today = [dict(c) for c in HEALTH]
+    today[1]["state"] = "Down"
+    assert simulate(executor, _on(trace, step_1=today)) == "API: OK\nDatabase: Down"
+
+
+@pytest.mark.parametrize("answer", ["API: ok\nDatabase: ok", "Both are OK: API, Database"])
+def test_a_short_state_no_reference_pins_down_is_written_again(answer: str) -> None:
+    result = _result(_executor(_health(answer)))
+    assert result.mode == "llm" and result.variables == ["step_1"], result.template
+
+
+# --- lists inside list items: each item is its own ------------------------------------
+
+
+def test_a_value_items_of_a_nested_list_hold_is_read_from_its_own_item() -> None:
+    def groups(*states: str) -> dict[str, Any]:
+        names = ("API", "Web app")
+        items = [{"name": n, "state": s} for n, s in zip(names, states, strict=True)]
+        return {"groups": [{"title": "Core", "items": items}]}
+
+    trace = _trace(
+        f"Open {SITE}/status and report the state of the first 2 core components.",
+        [
+            _navigated(0, f"{SITE}/status", "Status"),
+            _step(1, "browser_extract", {}, groups("Operational", "Operational")),
+        ],
+        "API: Operational\nWeb app: Operational",
+    )
+    executor = _executor(trace)
+    for states in (("Major outage", "Operational"), ("Operational", "Major outage")):
+        today = simulate(executor, _on(trace, step_1=groups(*states)))
+        assert today == f"API: {states[0]}\nWeb app: {states[1]}"
+
+
+# --- the prompt names a city in a script written without spaces ------------------------
+
+
+@pytest.mark.parametrize(
+    ("prompt", "city"),
+    [
+        (f"{SITE}/weather で東京の天気を調べてください", "東京"),
+        (f"{SITE}/weather 에서 서울의 날씨를 확인하세요", "서울"),
+        (f"ค้นหาสภาพอากาศกรุงเทพที่ {SITE}/weather", "กรุงเทพ"),
+    ],
+)
+def test_a_city_the_prompt_names_without_spaces_is_typed_as_written(prompt: str, city: str) -> None:
+    trace = _trace(
+        prompt,
+        [
+            _navigated(0, f"{SITE}/weather", "Weather"),
+            _step(1, "browser_type", {"selector": "#q", "text": city}, {"ok": True}),
+            _step(2, "browser_read_page", {}, f"{city}: 22°C\nWind 3 m/s"),
+        ],
+        "22°C",
+    )
+    executor = _executor(trace)
+    typed = next(s for s in executor.steps if isinstance(s, ToolStep) and s.trace_step == 1)
+    assert typed.input == {"selector": "#q", "text": city}
+    assert not any(isinstance(s, LlmStep) for s in executor.steps)
+
+
+# --- "Top 3": the task's count, not a value some output happens to hold ----------------
+
+
+def test_the_task_s_count_in_the_answer_s_words_is_not_data() -> None:
+    headlines = ["Markets rally", "Storm hits coast", "Museum opens", "Team wins"]
+    links = [{"title": t, "href": f"/s/{n}"} for n, t in enumerate(headlines)]
+    pages = [{"title": "2", "href": "?page=2"}, {"title": "3", "href": "?page=3"}]
+    trace = _trace(
+        f"Open {SITE}/news and give me the top 3 headlines.",
+        [_navigated(0, f"{SITE}/news", "News"), _step(1, "browser_extract", {}, links + pages)],
+        "Top 3 headlines:\n1. Markets rally\n2. Storm hits coast\n3. Museum opens",
+    )
+    executor = _executor(trace)
+    today = [{"title": t, "href": "/x"} for t in ("Rates cut", "Snow", "Zoo", "Cup")] + pages
+    assert simulate(executor, _on(trace, step_1=today)) == (
+        "Top 3 headlines:\n1. Rates cut\n2. Snow\n3. Zoo"
+    )
+
+
+# --- several items on one line, one item per block -------------------------------------
+
+
+@pytest.mark.parametrize(
+    "form",
+    [
+        "{0} ({1}), {2} ({3}), {4} ({5})",
+        "Name: {0}\nState: {1}\n\nName: {2}\nState: {3}\n\nName: {4}\nState: {5}",
+        "- {0}\n  state: {1}\n- {2}\n  state: {3}\n- {4}\n  state: {5}",
+    ],
+)
+def test_a_value_several_items_hold_is_read_from_the_item_of_its_clause_or_block(
+    form: str,
+) -> None:
+    def answer(components: list[dict[str, str]]) -> str:
+        return form.format(*(v for c in components[:3] for v in (c["name"], c["state"])))
+
+    trace = _status_trace(
+        f"Open {SITE}/status and list the first 3 components with their state.",
+        answer(COMPONENTS),
+    )
+    executor = _executor(trace)
+    assert _result(executor).mode == "template"
+    today = [dict(c) for c in COMPONENTS]
+    today[1]["state"], today[2]["state"] = "Major outage", "Operational"
+    assert simulate(executor, _on(trace, step_1=today)) == answer(today)
+
+
+@pytest.mark.parametrize(
+    "form",
+    [
+        "- {0}\n  - {1}\n- {2}\n  - {3}\n- {4}\n  - {5}\n- {6}\n  - {7}",
+        "{0} ({1}), {2} ({3}), {4} ({5}), {6} ({7})",
+        "{1} - {0}, {3} - {2}, {5} - {4}, {7} - {6}",
+        "{0},{1}\n{2},{3}\n{4},{5}\n{6},{7}",
+    ],
+)
+def test_an_item_whose_every_text_other_items_hold_too_is_written_again(form: str) -> None:
+    # The fourth item is named "No" and is "Degraded" like Omega, and Beta's state is
+    # "No" too: no reference reads the fourth item, so its texts would be read from
+    # Beta and Omega, and tomorrow's answer would name neither it nor its state.
+    items = [
+        {"name": "Alpha", "state": "Up"},
+        {"name": "Beta", "state": "No"},
+        {"name": "Omega", "state": "Degraded"},
+        {"name": "No", "state": "Degraded"},
+        {"name": "Zeta", "state": "Up"},
+    ]
+    trace = _trace(
+        f"Open {SITE}/status and list the first 4 items with their state.",
+        [_navigated(0, f"{SITE}/status", "Status"), _step(1, "browser_extract", {}, items)],
+        form.format(*(v for i in items[:4] for v in (i["name"], i["state"]))),
+    )
+    result = _result(_executor(trace))
+    assert result.mode == "llm" and result.variables == ["step_1"], result.template
