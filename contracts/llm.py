@@ -132,6 +132,10 @@ class CompleteRequest(Command, kw_only=True):
     run_id: SubjectToken | None = None
     task_id: SubjectToken | None = None
     purpose: str | None = None
+    # Names the call within its run: the same request sent again with the same call_id
+    # (its reply lost to a reconnect) gets the first one's answer, not a second model
+    # call. Without one, every request is a new call.
+    call_id: Annotated[str, msgspec.Meta(min_length=1, max_length=128)] | None = None
 
 
 class Usage(msgspec.Struct, kw_only=True):

@@ -3,8 +3,12 @@ publishing with Nats-Msg-Id de-duplication."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
+import anyio
 import msgspec
 import nats
 import nats.errors
@@ -23,6 +27,13 @@ from services.kernel.secrets import redact
 T = TypeVar("T")
 log = get_logger("rote.bus")
 
+# With `resend`, a request no service answers this soon after a reconnect is sent
+# again, after a pause doubling up to a second: the services reconnect too, within a
+# second or two of each other. Later, no responder means none is running.
+RECONNECT_GRACE_S = 5.0
+RETRY_PAUSE_S = 0.25
+MAX_RETRY_PAUSE_S = 1.0
+
 
 class Bus:
     def __init__(self, nc: Client, url: str) -> None:
@@ -30,6 +41,30 @@ class Bus:
         self.url = url
         self.js: JetStreamContext = nc.jetstream()
         self.closing = False
+        # How many times the connection came back after a disconnect (reconnected_cb),
+        # and the waits to interrupt when it next does.
+        self.reconnects = 0
+        self.reconnected_at: float | None = None  # time.monotonic() of the last one
+        self._until_reconnect: set[anyio.CancelScope] = set()
+
+    def reconnected(self) -> None:
+        """The connection is back: a reply sent to it meanwhile may have been lost."""
+        self.reconnects += 1
+        self.reconnected_at = time.monotonic()
+        for scope in self._until_reconnect:
+            scope.cancel()
+        self._until_reconnect.clear()
+
+    @contextmanager
+    def until_reconnect(self) -> Iterator[anyio.CancelScope]:
+        """A cancel scope cancelled when the connection next comes back (see its
+        `cancelled_caught`): for waits a reconnect may have made pointless."""
+        with anyio.CancelScope() as scope:
+            self._until_reconnect.add(scope)
+            try:
+                yield scope
+            finally:
+                self._until_reconnect.discard(scope)
 
     async def request(
         self,
@@ -38,11 +73,67 @@ class Bus:
         reply_type: type[T],
         *,
         timeout: float = 10.0,
+        resend: int = 0,
     ) -> T:
         """Call a micro endpoint. An error reply, no responder, a timeout, a request
         over the server's max payload or a connection that cannot send raises
-        RemoteError with a stable code; a reply is decoded into `reply_type`."""
+        RemoteError with a stable code; a reply is decoded into `reply_type`.
+
+        `resend` > 0 is for endpoints that answer a repeated request from their record
+        of the first (the llm service, by call_id): when the connection comes back
+        while waiting, the reply may have been sent while it was away and lost, so the
+        request is sent again, up to `resend` times. One that no service answers just
+        after a reconnect is tried again too (the services are coming back). `timeout`
+        bounds all of it."""
         data = payload if isinstance(payload, bytes) else encode(payload)
+        if resend <= 0:
+            return await self._request(subject, data, reply_type, timeout)
+        deadline = anyio.current_time() + timeout
+        timed_out = RemoteError(
+            subject, ErrorInfo(code="timeout", message=f"no reply from {subject} within {timeout}s")
+        )
+        resent = 0
+        pause = RETRY_PAUSE_S
+        while (remaining := deadline - anyio.current_time()) > 0:
+            if not self.nc.is_connected and not self.nc.is_closed:
+                # Sent now, it would wait in the client's buffer and go out on reconnect,
+                # racing the re-send: send it once the connection is back instead.
+                with self.until_reconnect():
+                    await anyio.sleep(min(remaining, 1.0))
+                continue
+            try:
+                if resent >= resend:  # no re-send left: wait it out
+                    return await self._request(subject, data, reply_type, remaining)
+                with self.until_reconnect():
+                    return await self._request(subject, data, reply_type, remaining)
+            except RemoteError as exc:
+                if exc.code == "timeout":
+                    raise timed_out from None
+                if exc.code != "unavailable" or not self._coming_back():
+                    raise
+                # Surely not delivered (no responder, or not sent): the service is
+                # reconnecting too, or this connection is away again. Try again shortly.
+                log.info("request_retried", subject=subject, error=exc.message)
+                await anyio.sleep(min(pause, remaining))
+                pause = min(pause * 2, MAX_RETRY_PAUSE_S)
+                continue
+            # Only a reconnect ends the watched wait with neither a reply nor an error.
+            resent += 1
+            log.warning("request_resent", subject=subject, resent=resent)
+        raise timed_out
+
+    def _coming_back(self) -> bool:
+        """Whether this connection is away or came back only just now, so that a
+        service missing from it may well be back shortly."""
+        if self.closing or self.nc.is_closed:
+            return False
+        if not self.nc.is_connected:
+            return True
+        return self.reconnected_at is not None and (
+            time.monotonic() - self.reconnected_at < RECONNECT_GRACE_S
+        )
+
+    async def _request(self, subject: str, data: bytes, reply_type: type[T], timeout: float) -> T:
         try:
             msg = await self.nc.request(subject, data, timeout=timeout)
         except nats.errors.NoRespondersError:
@@ -148,6 +239,8 @@ async def connect(url: str, *, name: str = "rote", connect_timeout: float = 5.0)
 
     async def on_reconnect() -> None:
         log.info("nats_reconnected", url=redact(url))
+        if bus is not None:
+            bus.reconnected()
 
     options: dict[str, Any] = {
         "name": name,

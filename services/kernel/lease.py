@@ -5,7 +5,9 @@ The holder creates the key, then renews it well inside the bucket's TTL with a
 compare-and-set on its revision. A second process finds the key taken and waits as a
 standby. When the holder stops it deletes the key and a standby takes over at once;
 when it dies, the key expires and a standby takes over within the TTL. A holder that
-cannot renew for a whole TTL can no longer be sure it is alone, so it gives up.
+cannot renew for a whole TTL can no longer be sure it is alone, so it gives up. A
+compare-and-set that misses is a takeover only if the key names another holder: after
+a NATS restart it often misses on the holder's own late renewal.
 """
 
 from __future__ import annotations
@@ -23,6 +25,11 @@ from nats.js.kv import KeyValue
 from services.kernel.logs import get_logger
 
 log = get_logger("rote.lease")
+
+
+# Compare-and-sets a renewal tries, adopting the key's revision after each miss, before
+# a key that keeps moving under it (though in its name) is given up on.
+RESYNC_TRIES = 3
 
 
 class LeaseLost(Exception):
@@ -88,32 +95,59 @@ class Lease:
             await anyio.sleep(self.ttl_s / 3)
             try:
                 await self._renew()
-            except KeyWrongLastSequenceError:
-                raise LeaseLost(f"the {self.role} lease was taken over") from None
             except (nats.errors.Error, TimeoutError) as exc:  # NATS away: retry in time
                 if time.monotonic() - self._renewed_at >= self.ttl_s:
                     raise LeaseLost(f"could not renew the {self.role} lease: {exc}") from None
                 log.warning("lease_renew_failed", role=self.role, error=str(exc))
 
     async def _renew(self) -> None:
+        """Compare-and-set the key to this holder again; LeaseLost when another process
+        holds it, or may have held it since this one last renewed."""
         async with self._renewing:
-            self.revision = await self.kv.update(
-                self.role, self.holder.encode(), last=self.revision
-            )
-            self._renewed_at = time.monotonic()
+            for _ in range(RESYNC_TRIES):
+                try:
+                    self.revision = await self.kv.update(
+                        self.role, self.holder.encode(), last=self.revision
+                    )
+                except KeyWrongLastSequenceError:
+                    await self._resync()
+                    continue
+                self._renewed_at = time.monotonic()
+                return
+            raise LeaseLost(f"the {self.role} lease keeps changing under its holder")
+
+    async def _resync(self) -> None:
+        """The key is not at the revision this holder last wrote. That alone is no
+        takeover: a renewal that timed out while NATS was away may have been applied on
+        reconnect, or a restarted server may have lost the last write. Only another
+        holder's name in the key is, or no key at all: it expired, or was removed (by
+        an operator, or with its data), and another may have held it meanwhile. Adopts
+        the key's revision, or raises LeaseLost."""
+        try:
+            entry = await self.kv.get(self.role)
+        except KeyNotFoundError:
+            raise LeaseLost(f"the {self.role} lease expired or was removed") from None
+        holder = entry.value.decode() if entry.value else None
+        if holder != self.holder:
+            raise LeaseLost(f"the {self.role} lease was taken over by {holder}")
+        log.info(
+            "lease_revision_adopted", role=self.role, expected=self.revision, found=entry.revision
+        )
+        self.revision = entry.revision
 
     async def confirm(self) -> bool:
         """Whether this process surely holds the lease right now, before an act only the
         holder may do (a run's one terminal event). Renewed less than half a TTL ago,
         the key cannot have expired; otherwise it is renewed now, by compare-and-set,
-        which fails if another process took it over meanwhile. NATS errors propagate."""
+        which fails if another process took it over meanwhile (a key moved on by this
+        holder's own late renewal is still held). NATS errors propagate."""
         if self.revision is None:
             return False
         if time.monotonic() - self._renewed_at < self.ttl_s / 2:
             return True
         try:
             await self._renew()
-        except KeyWrongLastSequenceError:
+        except LeaseLost:
             return False
         return True
 

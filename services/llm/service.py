@@ -3,6 +3,7 @@ priced from the usage the API returned, with a usage event per call the API bill
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 import uuid
@@ -16,6 +17,7 @@ from contracts import subjects
 from contracts.base import Empty, utc_now
 from contracts.llm import CompleteReply, CompleteRequest, ModelsReply, Usage, UsageEvent
 from services import __version__
+from services.kernel.codec import encode
 from services.kernel.endpoints import Endpoint, start_service, stop_service
 from services.kernel.errors import ServiceError
 from services.kernel.logs import get_logger
@@ -31,6 +33,7 @@ from services.llm.messages import (
     usage_from_api,
 )
 from services.llm.pricing import PriceTable, PriceTableError, load_price_table
+from services.llm.replies import KeyReused, Replies
 
 log = get_logger("rote.llm")
 
@@ -46,13 +49,41 @@ class LlmService:
         self.caller = caller
         self.prices = prices
         self._unpriced_warned: set[str] = set()
+        # A request sent again under its call_id (the runner re-sends one whose reply a
+        # NATS reconnect may have lost) gets the first one's answer: no second model
+        # call, no second usage event. The record is this process's: a re-send the
+        # queue group hands to another llm process is a second call there, billed
+        # twice (a usage event each; the caller's ledger counts the reply it got).
+        # Re-sends follow reconnects only, so that is rare; a record shared in a KV
+        # bucket would close it, at a KV write per call and a watch to wait on a call
+        # in flight elsewhere: not worth it yet.
+        self.replies: Replies[CompleteReply] = Replies(
+            weigh=lambda outcome: (
+                len(encode(outcome)) if isinstance(outcome, CompleteReply) else 1024
+            ),
+            remember=(ServiceError,),
+        )
 
     async def models(self, _: Empty) -> ModelsReply:
         return self.prices.listing()
 
     async def complete(self, req: CompleteRequest) -> CompleteReply:
         with structlog.contextvars.bound_contextvars(run_id=req.run_id, task_id=req.task_id):
-            return await self._complete(req)
+            if req.call_id is None:
+                return await self._complete(req)
+            try:
+                return await self.replies.once(
+                    (req.run_id, req.call_id),
+                    hashlib.blake2b(encode(req), digest_size=16).digest(),
+                    lambda: self._complete(req),
+                    on_repeat=lambda: log.info("llm_call_repeated", call_id=req.call_id),
+                )
+            except KeyReused:
+                raise ServiceError(
+                    "invalid_request",
+                    f"call_id {req.call_id!r} was already used for a different request",
+                    field="call_id",
+                ) from None
 
     async def _complete(self, req: CompleteRequest) -> CompleteReply:
         try:

@@ -42,6 +42,12 @@ SYSTEM_PROMPT = (
 # Errors from the tools service that mean it cannot serve at all (rather than a tool
 # that failed): the run cannot go on without it.
 FATAL_TOOL_CODES = {"unavailable", "timeout"}
+# A model call no llm service answered. Not "timeout": the llm service also says so
+# when the model API is slow, which a task's own huge conversation can cause.
+UNREACHABLE_LLM_CODES = {"unavailable"}
+# A browser call whose session died with its tools process (the port refuses to run it
+# on a fresh, blank page): the model reads it and navigates again; not fatal.
+SESSION_LOST = "session_lost"
 DEFAULT_TOOL_TIMEOUT_S = 60.0
 # The stop reasons of a finished answer. Any other reply without a tool call is not one:
 # "refusal", "max_tokens" (the answer was cut off), "pause_turn" (server tools rote
@@ -63,6 +69,8 @@ class AgentOutcome:
     iterations: int = 0
     tool_calls: int = 0
     ledger: Ledger = field(default_factory=Ledger)
+    # The run failed because a rote service could not be reached (RunEvent.infrastructure).
+    infrastructure: bool = False
 
 
 def tool_result_text(result: ToolResult) -> str:
@@ -168,7 +176,12 @@ class AgentLoop:
         try:
             tools = await self.ports.list_tools(self.spec.allowed_tools)
         except PortError as exc:
-            return self._outcome(False, reason="tool_error", error=exc.message)
+            return self._outcome(
+                False,
+                reason="tool_error",
+                error=exc.message,
+                infrastructure=exc.code in FATAL_TOOL_CODES,
+            )
         messages = [Message(role="user", content=self.spec.prompt)]
         self.transcript.message(messages[0])
         stuck = StuckDetector()
@@ -202,7 +215,12 @@ class AgentLoop:
             except PortError as exc:
                 if exc.billed is not None:
                     self.ledger.add(exc.billed)
-                return self._outcome(False, reason="llm_error", error=f"{exc.code}: {exc.message}")
+                return self._outcome(
+                    False,
+                    reason="llm_error",
+                    error=f"{exc.code}: {exc.message}",
+                    infrastructure=exc.code in UNREACHABLE_LLM_CODES,
+                )
             self.ledger.add(reply)
             assistant = Message(role="assistant", content=list(reply.content))
             messages.append(assistant)
@@ -223,8 +241,10 @@ class AgentLoop:
             for use in uses:
                 result_block, error, fatal = await self._call_tool(use)
                 results.append(result_block)
-                if fatal:
-                    return self._outcome(False, reason="tool_error", error=error)
+                if fatal:  # the tools service itself is gone, not the task's doing
+                    return self._outcome(
+                        False, reason="tool_error", error=error, infrastructure=True
+                    )
                 if stuck.observe(use.name, use.input, error):
                     return self._outcome(
                         False,

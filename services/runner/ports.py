@@ -7,8 +7,11 @@ services over the bus.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+
+import msgspec
 
 from contracts.executors import ActiveExecutor
 from contracts.llm import CompleteReply, CompleteRequest, TextEvent, ToolDefinition
@@ -57,3 +60,11 @@ class RunScope:
     task_id: str
     attempt: int
     transcript: TranscriptRecorder
+
+
+def named_call(request: CompleteRequest) -> CompleteRequest:
+    """The request with a call_id, which makes sending it again safe: the llm service
+    answers a repeat from its record of the first instead of calling the model twice."""
+    if request.call_id is not None:
+        return request
+    return msgspec.structs.replace(request, call_id=uuid.uuid4().hex)

@@ -24,7 +24,7 @@ from services.compiler.expectations import check_all, condition_holds
 from services.compiler.toolkinds import acts, safe_to_retry
 from services.runner import quality
 from services.runner.accounting import Ledger
-from services.runner.agent_loop import answer_problem, final_text
+from services.runner.agent_loop import SESSION_LOST, answer_problem, final_text
 from services.runner.ports import PortError, RunScope
 
 # Room for a small-model step's reply; current models spend their thinking out of it.
@@ -75,6 +75,9 @@ _INFRASTRUCTURE_CODES = {
     "upstream",
     "internal",
     "auth",
+    # The run's browser session died with its tools process: the page the executor
+    # built up is gone, which says nothing about the executor.
+    SESSION_LOST,
 }
 
 
@@ -89,7 +92,8 @@ def _port_failure(step: int, what: str, exc: PortError) -> StepFailed:
     return StepFailed(
         step,
         f"{what}: {exc.code}: {exc.message}",
-        retryable=not _refused(exc.code),
+        # A lost session stays lost: only a fresh run (the fallback) starts over.
+        retryable=not _refused(exc.code) and exc.code != SESSION_LOST,
         infrastructure=exc.code in _INFRASTRUCTURE_CODES,
     )
 

@@ -34,4 +34,5 @@ def fold(events: Iterable[RunEvent]) -> RunView | None:
             view.duration_ms = event.duration_ms
             view.reason = event.reason
             view.error = event.error
+            view.infrastructure = event.infrastructure
     return view

@@ -66,8 +66,8 @@ from services.kernel.runtime import ServiceContext
 from services.kernel.secrets import redact, redact_struct
 from services.kernel.streams import DUPLICATE_WINDOW_S, KV_TTL_S
 from services.runner.accounting import Ledger, spent_before
-from services.runner.agent_loop import AgentLoop, AgentOutcome
-from services.runner.ports import PortError, Ports, RunScope
+from services.runner.agent_loop import SESSION_LOST, AgentLoop, AgentOutcome
+from services.runner.ports import PortError, Ports, RunScope, named_call
 from services.runner.replay import Replayer, ReplayResult
 from services.runner.run_view import fold
 from services.runner.transcript import TranscriptRecorder
@@ -75,6 +75,11 @@ from services.runner.transcript import TranscriptRecorder
 log = get_logger("rote.runner")
 
 LLM_TIMEOUT_S = 300.0
+# Re-sends of a model call when NATS reconnected while it waited (its reply may have
+# been lost; the llm service answers a repeat from its record), all within
+# LLM_TIMEOUT_S. A slow call is not re-sent: it looks just like a lost one, and a
+# re-send another llm process took would pay for it twice.
+LLM_RESENDS = 3
 # Deliveries of one run request (the consumer's max_deliver) before it is given up.
 MAX_DELIVERIES = 3
 # How often a delivery waiting on another runner's claim on its run looks again.
@@ -191,18 +196,44 @@ def bus_ports(bus: Bus, executors: ExecutorCache | None = None) -> Ports:
     tools_of_run: dict[str, str] = {}
     # Runs that used the browser: only those have a session to close.
     browsing: set[str] = set()
+    # Runs whose browser session died with its tools process. Until the run navigates
+    # again, its browser calls would run on a fresh, blank page and "succeed" with
+    # nothing (an empty extract), so they are refused with SESSION_LOST instead.
+    lost: set[str] = set()
+
+    def session_lost(request: ExecTool) -> PortError | None:
+        """The error for a call that needs the run's lost page; None if it may go on."""
+        if request.run_id not in lost or not request.tool.startswith("browser_"):
+            return None
+        if request.tool == "browser_navigate":  # starts a page of its own
+            return None
+        return PortError(
+            SESSION_LOST,
+            "the browser session was lost (its tools service stopped); the page is blank"
+            " now: navigate again",
+        )
 
     async def complete(request: CompleteRequest) -> CompleteReply:
         try:
-            return await bus.request(s.LLM_COMPLETE, request, CompleteReply, timeout=LLM_TIMEOUT_S)
+            return await bus.request(
+                s.LLM_COMPLETE,
+                named_call(request),
+                CompleteReply,
+                timeout=LLM_TIMEOUT_S,
+                resend=LLM_RESENDS,
+            )
         except RemoteError as exc:
             raise PortError(exc.code, exc.message, billed=_billed(exc)) from None
 
     async def exec_tool(request: ExecTool) -> ToolResult:
         timeout = request.timeout_s + 15
+        run_id = request.run_id
+        had_session = run_id in browsing
         if request.tool.startswith("browser_"):
-            browsing.add(request.run_id)
-        pinned = tools_of_run.get(request.run_id)
+            browsing.add(run_id)
+        if refused := session_lost(request):
+            raise refused
+        pinned = tools_of_run.get(run_id)
         try:
             if pinned is not None:
                 try:
@@ -212,20 +243,29 @@ def bus_ports(bus: Bus, executors: ExecutorCache | None = None) -> Ports:
                 except RemoteError as exc:
                     if exc.code != "unavailable":
                         raise
-                    # That process is gone, and the session with it: start afresh.
-                    log.warning("tools_instance_gone", instance=pinned)
-                    tools_of_run.pop(request.run_id, None)
+                    # That process is gone, and the session with it. A call that does
+                    # not need the session's page starts afresh elsewhere; one that
+                    # does is refused until the run navigates again.
+                    log.warning("tools_instance_gone", instance=pinned, session=had_session)
+                    tools_of_run.pop(run_id, None)
+                    if had_session:
+                        lost.add(run_id)
+                    if refused := session_lost(request):
+                        raise refused from None
                     result = await bus.request(s.TOOLS_EXEC, request, ToolResult, timeout=timeout)
             else:
                 result = await bus.request(s.TOOLS_EXEC, request, ToolResult, timeout=timeout)
         except RemoteError as exc:
             raise PortError(exc.code, exc.message) from None
+        if request.tool == "browser_navigate":
+            lost.discard(run_id)  # a page of its own again
         if result.served_by:
-            tools_of_run[request.run_id] = result.served_by
+            tools_of_run[run_id] = result.served_by
         return result
 
     async def close_session(run_id: str) -> None:
         pinned = tools_of_run.pop(run_id, None)
+        lost.discard(run_id)  # whatever comes next starts from a fresh session anyway
         if run_id not in browsing:
             return
         browsing.discard(run_id)
@@ -678,6 +718,7 @@ class Runner:
                 duration_ms=int((time.monotonic() - started) * 1000),
                 reason=outcome.reason,
                 error=outcome.error,
+                infrastructure=outcome.infrastructure and not outcome.ok,
                 replay=attempt_.replay,
                 origin=request.origin,
                 attempt=attempt,

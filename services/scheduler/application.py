@@ -147,6 +147,7 @@ class Catalog:
                 # Absent from a RunFinished recorded by an earlier version.
                 fell_back=getattr(e, "fell_back", False),
                 tokens=getattr(e, "tokens", None),
+                infrastructure=getattr(e, "infrastructure", False),
             )
             self.spend.add(e.run_id, e.at, e.cost_usd)
 

@@ -270,6 +270,7 @@ class Scheduler:
                 executor_version=event.executor_version,
                 fell_back=event.fell_back,
                 tokens=event.tokens,
+                infrastructure=event.infrastructure,
                 duration_ms=event.duration_ms,
                 reason=event.reason,
                 error=event.error[:MAX_ERROR_CHARS] if event.error else None,

@@ -79,6 +79,7 @@ class RunLedger:
         error: str | None = None,
         fell_back: bool = False,
         tokens: dict[str, Any] | None = None,
+        infrastructure: bool = False,
     ) -> None:
         """The run's outcome. Its result (the answer) is not kept: answers can be large,
         and runs.get has them."""
@@ -101,6 +102,7 @@ class RunLedger:
                 error=error,
                 fell_back=fell_back,
                 tokens=msgspec.convert(tokens or {}, dict[str, ModelTokens]),
+                infrastructure=infrastructure,
             )
         )
 

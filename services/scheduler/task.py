@@ -284,7 +284,10 @@ class Task(Aggregate):
             "deadline_s": spec.deadline_s,
         }
         self.runs_dispatched += 1
+        # The run in flight is the task's last run: its status is its own, never the
+        # previous run's (RunStatus, as runs.list shows it).
         self.last_run_id = run_id
+        self.last_run_status = "requested"
 
     def start_run(self, run_id: str, at: datetime, attempt: int = 1) -> bool:
         """A runner started the run. A later attempt (the work was redelivered after a
@@ -300,6 +303,7 @@ class Task(Aggregate):
     def _run_started(self, run_id: str, at: datetime, attempt: int) -> None:
         assert self.in_flight is not None
         self.in_flight = {**self.in_flight, "started_at": at, "attempt": attempt}
+        self.last_run_status = "running"
 
     def finish_run(
         self,
@@ -317,9 +321,12 @@ class Task(Aggregate):
         reported_by: str = "runner",
         fell_back: bool = False,
         tokens: dict[str, Any] | None = None,
+        infrastructure: bool = False,
     ) -> str:
-        """Record the outcome of the run in flight and free its slot; that many failures
-        in a row pause the task. Returns "recorded", "duplicate" (already recorded) or
+        """Record the outcome of the run in flight and free its slot; max_failures
+        failures in a row pause the task. A run failed by `infrastructure` (a rote
+        service could not be reached) says nothing about the task: it neither counts
+        toward that nor resets it. Returns "recorded", "duplicate" (already recorded) or
         "untracked" (not a run this task is waiting for, or the late outcome of a run
         it abandoned)."""
         if not self.in_flight or self.in_flight["run_id"] != run_id:
@@ -339,9 +346,11 @@ class Task(Aggregate):
             reported_by=reported_by,
             fell_back=fell_back,
             tokens=plain_tokens(tokens),
+            infrastructure=infrastructure,
         )
         if (
             status == "failed"
+            and not infrastructure
             and self.status == "active"
             and failures.should_pause(self.consecutive_failures, self.spec.max_failures)
         ):
@@ -366,15 +375,19 @@ class Task(Aggregate):
         reason: str | None,
         error: str | None,
         reported_by: str,
-        # Added later: a RunFinished recorded before carries neither, so both default.
+        # Added later: a RunFinished recorded before carries none, so they default.
         fell_back: bool = False,
         tokens: dict[str, dict[str, Any]] | None = None,
+        infrastructure: bool = False,
     ) -> None:
         self.in_flight = None
         self.last_run_id = run_id
         self.last_run_status = status
         self.total_cost_usd += cost_usd
-        self.consecutive_failures = self.consecutive_failures + 1 if status == "failed" else 0
+        if status != "failed":
+            self.consecutive_failures = 0
+        elif not infrastructure:
+            self.consecutive_failures += 1
         self.recent[run_id] = ABANDONED if reason == ABANDONED else status
         while len(self.recent) > RECENT_RUNS:
             del self.recent[next(iter(self.recent))]

@@ -56,6 +56,89 @@ async def test_a_holder_whose_lease_was_taken_over_gives_up(bus: Bus) -> None:
         await holder.keep()
 
 
+async def test_a_renewal_applied_late_is_not_mistaken_for_a_takeover(bus: Bus) -> None:
+    """After a NATS restart, a renewal that timed out while NATS was away can be applied
+    on reconnect (or the server can lose the last write): the key is this holder's at a
+    revision it did not expect. Keeping and confirming carry on from that revision."""
+    kv = await bus.js.create_key_value(bucket="test_leases", ttl=1.0)
+    holder = Lease(kv, "role", 0.6, "holder")
+    assert await holder.try_acquire()
+    assert holder.revision is not None
+    # The late renewal, behind the holder's back: same value, a revision it never saw.
+    late = await kv.update("role", b"holder", last=holder.revision)
+    with anyio.move_on_after(1.0):  # five renewals: none may raise LeaseLost
+        await holder.keep()
+    assert await holder.current_holder() == "holder"
+    assert holder.revision is not None and holder.revision > late
+
+    await kv.update("role", b"holder", last=holder.revision)  # again, then confirm
+    await anyio.sleep(0.35)  # past half a TTL: confirming renews
+    assert await holder.confirm()
+    assert await holder.current_holder() == "holder"
+
+    # A real other holder is still a takeover, for both.
+    await kv.put("role", b"usurper")
+    await anyio.sleep(0.35)
+    assert not await holder.confirm()
+    with anyio.fail_after(3), pytest.raises(LeaseLost, match="usurper"):
+        await holder.keep()
+
+
+async def test_a_holder_keeps_its_lease_across_a_nats_restart(tmp_path: Path) -> None:
+    """The chaos audit's case, for real: NATS killed and back on its store. A renewal
+    sent while it was away times out, then goes out on reconnect and is applied; the
+    next renewal finds the key moved on, in this holder's name: no takeover."""
+    server = EmbeddedNats(tmp_path / "nats", port=free_port()).start()
+    try:
+        b = await connect(server.url, name="lease-restart")
+        # A 1 s API timeout (5 s by default) and a 9 s TTL keep the test short.
+        kv = await b.nc.jetstream(timeout=1.0).create_key_value(bucket="test_leases", ttl=9.0)
+        holder = Lease(kv, "role", 9.0, "holder")
+        assert await holder.try_acquire()
+        lost: list[LeaseLost] = []
+
+        async def keep() -> None:
+            try:
+                await holder.keep()
+            except LeaseLost as exc:
+                lost.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(keep)  # renews at 3 s, 6 s...
+            await anyio.sleep(3.2)
+            assert server.process is not None
+            server.process.kill()  # kill -9: the renewal at 6 s waits in the client
+            server.process.wait()
+            server.process = None
+            await anyio.sleep(4.1)  # ...and times out at 7 s
+            server.spawn()
+            await anyio.to_thread.run_sync(server.wait_ready)
+            await anyio.sleep(4.0)  # reconnected, the late renewal applied, renewed at 10 s
+            tg.cancel_scope.cancel()
+        assert not lost, lost
+        assert await holder.current_holder() == "holder"
+        assert await holder.confirm()
+        await b.close()
+    finally:
+        server.stop()
+
+
+async def test_a_key_gone_from_under_its_holder_is_lost_though_no_one_took_it(
+    bus: Bus,
+) -> None:
+    """Expired (no renewal for a whole TTL) or removed (an operator, lost data): someone
+    may have held it meanwhile, so the holder cannot vouch for being alone."""
+    kv = await bus.js.create_key_value(bucket="test_leases", ttl=1.0)
+    expired, removed = Lease(kv, "one", 1.0, "expired"), Lease(kv, "two", 0.6, "removed")
+    assert await expired.try_acquire() and await removed.try_acquire()
+    await kv.delete("two")
+    with anyio.fail_after(3), pytest.raises(LeaseLost, match="expired or was removed"):
+        await removed.keep()
+    await anyio.sleep(1.5)
+    assert await expired.current_holder() is None
+    assert not await expired.confirm()
+
+
 async def test_confirm_tells_a_holder_whether_it_still_holds_the_lease(bus: Bus) -> None:
     kv = await bus.js.create_key_value(bucket="test_leases", ttl=1.0)
     holder = Lease(kv, "role", 1.0, "holder")

@@ -588,6 +588,44 @@ async def test_a_reply_rote_cannot_carry_is_upstream_but_its_usage_is_counted(
     }
 
 
+# --- repeated calls ---------------------------------------------------------------------
+
+
+async def test_a_call_sent_again_under_its_call_id_is_answered_once(
+    settings: Settings, bus: Bus, standin: StandinServer
+) -> None:
+    """A runner re-sends a call whose reply a reconnect may have lost: the repeat, while
+    the call runs or after it ended, gets the same reply; the model is called once and
+    one usage event counts it."""
+    standin.inject(latency_ms=500, latency_count=1)
+    fields: dict[str, Any] = {"run_id": "run-rep", "task_id": "task-rep", "call_id": "a1-t1"}
+    messages = [Message(role="user", content=PROMPT)]
+    async with llm(settings):
+        replies: list[CompleteReply] = []
+
+        async def one() -> None:
+            replies.append(await complete(bus, messages, **fields))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(one)
+            await anyio.sleep(0.2)  # the first is with the model now
+            tg.start_soon(one)
+        replies.append(await complete(bus, messages, **fields))  # after it ended
+        ((_, event),) = await usage_events(bus, "run-rep", 1)
+
+        # The same call_id in another run, or no call_id, is another call.
+        other = await complete(bus, messages, **{**fields, "run_id": "run-other"})
+        plain = await complete(bus, messages, run_id="run-rep")
+        # The same call_id for a different request is refused, not answered wrongly.
+        with pytest.raises(RemoteError) as caught:
+            await complete(bus, [Message(role="user", content="hello")], **fields)
+    assert standin.stats()["messages"] == 3
+    assert len({msgspec.json.encode(r) for r in replies}) == 1 and len(replies) == 3
+    assert event.cost_usd == replies[0].cost_usd > 0
+    assert other.id != replies[0].id and plain.id != replies[0].id
+    assert (caught.value.code, caught.value.info.field) == ("invalid_request", "call_id")
+
+
 async def test_models_lists_aliases_ids_and_prices(
     settings: Settings, bus: Bus, standin: StandinServer
 ) -> None:

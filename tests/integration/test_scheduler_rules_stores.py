@@ -129,6 +129,32 @@ async def test_max_failures_in_a_row_pause_the_task_and_say_why(
     assert len((await engine.tick()).dispatched) == 1
 
 
+async def test_runs_failed_by_an_outage_neither_count_toward_max_failures_nor_reset_it(
+    open_app: OpenApp, clock: ManualClock
+) -> None:
+    engine = scheduler(open_app(), clock)
+    await engine.create(spec("outage", trigger=IntervalTrigger(every_s=60), max_failures=2))
+    # The task's own failure, three runs no tools service answered, its own failure again.
+    for i, infrastructure in enumerate([False, True, True, True, False]):
+        (_, run_id), *_ = (await engine.tick()).dispatched
+        clock.advance(60)
+        failed = outcome("outage", run_id, clock.now(), ok=False, cost=0.01)
+        failed.infrastructure = infrastructure
+        await engine.on_run_event(failed)
+        view = await engine.get(TaskRef(task_id="outage"))
+        assert (view.status, view.consecutive_failures) == (
+            ("paused", 2) if i == 4 else ("active", 1)
+        )
+    assert view.total_cost_usd == pytest.approx(0.05)  # every run's cost counts
+    runs = (await engine.runs(ListRuns(task_id="outage"))).runs
+    assert [(r.status, r.infrastructure) for r in runs] == [
+        ("failed", False), ("failed", True), ("failed", True), ("failed", True), ("failed", False),
+    ]  # fmt: skip
+    # A fresh process rebuilds the same task from the stored events.
+    rebuilt = await scheduler(open_app(), clock).get(TaskRef(task_id="outage"))
+    assert (rebuilt.status, rebuilt.consecutive_failures) == ("paused", 2)
+
+
 async def test_over_budget_the_next_due_run_is_skipped_with_an_event(
     open_app: OpenApp, clock: ManualClock
 ) -> None:

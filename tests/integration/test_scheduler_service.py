@@ -228,6 +228,50 @@ async def test_a_task_created_with_a_raw_nats_req_payload_runs_on_its_schedule(
         tg.cancel_scope.cancel()
 
 
+async def test_a_run_in_flight_is_the_tasks_last_run_with_its_own_status(
+    settings: Settings, bus: Bus
+) -> None:
+    runner = StandInRunner(bus)
+
+    async def last_run(task_id: str = "shown") -> tuple[str | None, str | None]:
+        view = await ok(bus, s.TASKS_GET, {"task_id": task_id}, TaskView)
+        return view.last_run_id, view.last_run_status
+
+    async with scheduler(settings, bus), anyio.create_task_group() as tg:
+        await tg.start(runner.run)
+        await ok(bus, s.TASKS_CREATE, {"name": "shown", "prompt": "p"}, TaskView)
+        first = await ok(bus, s.TASKS_RUN, {"task_id": "shown"}, RunAccepted)
+
+        async def first_done() -> bool:
+            return await last_run() == (first.run_id, "completed")
+
+        await eventually(first_done)
+        runner.silent = True  # takes the next run and says nothing yet
+        second = await ok(bus, s.TASKS_RUN, {"task_id": "shown"}, RunAccepted)
+        await eventually(lambda: _requested(runner, 2))
+        # Not the previous run's "completed" beside the new run's id.
+        assert await last_run() == (second.run_id, "requested")
+
+        started = RunEvent(
+            task_id="shown",
+            run_id=second.run_id,
+            event="started",
+            at=datetime.now(UTC),
+            status="running",
+        )
+        await bus.publish_event(
+            s.run_event("shown", second.run_id, "started"),
+            started,
+            msg_id=f"{second.run_id}:started",
+        )
+
+        async def running() -> bool:
+            return await last_run() == (second.run_id, "running")
+
+        await eventually(running)
+        tg.cancel_scope.cancel()
+
+
 async def _ran(runner: StandInRunner, n: int) -> bool:
     return len(runner.completed) >= n
 

@@ -155,6 +155,7 @@ def test_a_run_finished_recorded_before_fell_back_and_tokens_reads_back(
     del (
         finished.__dict__["fell_back"],
         finished.__dict__["tokens"],
+        finished.__dict__["infrastructure"],
     )  # as an earlier version stored it
     rebuilt = app.repository.get(task.id, version=finished.originator_version - 1)
     finished.mutate(rebuilt)
@@ -164,7 +165,29 @@ def test_a_run_finished_recorded_before_fell_back_and_tokens_reads_back(
     with catalog._lock:
         catalog._fold(finished)
     (run,) = catalog.runs("old", 10)
-    assert (run.status, run.fell_back, run.tokens) == ("completed", False, {})
+    assert (run.status, run.fell_back, run.tokens, run.infrastructure) == (
+        "completed",
+        False,
+        {},
+        False,
+    )
+
+
+def test_a_failed_run_recorded_before_infrastructure_still_counts_toward_max_failures(
+    open_app: type[Tasks],
+) -> None:
+    app = open_app()
+    app.create(CreateTask(name="older", prompt="p", max_failures=1), at(0))
+    app.dispatch("older", "r1", "manual", at(1))
+    app.finish("older", "r1", at(30), status="failed", reason="tool_error", error="gone")
+    task = app.get("older")
+    (finished,) = [
+        e for e in app.repository.event_store.get(task.id) if isinstance(e, Task.RunFinished)
+    ]
+    del finished.__dict__["infrastructure"]  # as an earlier version stored it
+    rebuilt = app.repository.get(task.id, version=finished.originator_version - 1)
+    finished.mutate(rebuilt)
+    assert rebuilt.consecutive_failures == 1
 
 
 def test_snapshots_rebuild_a_long_lived_task(open_app: type[Tasks]) -> None:

@@ -27,7 +27,7 @@ from contracts.tools import ExecTool, ToolResult
 from services.kernel.codec import encode
 from services.runner.accounting import Ledger
 from services.runner.agent_loop import AgentLoop, AgentOutcome, elided_note, fit_request
-from services.runner.ports import Ports, RunScope
+from services.runner.ports import PortError, Ports, RunScope
 from services.runner.transcript import TranscriptRecorder
 
 pytestmark = pytest.mark.anyio
@@ -236,3 +236,28 @@ async def test_a_text_event_that_cannot_be_published_does_not_stop_the_run(
     warnings = [e for e in written_logs if e.get("event") == "llm_text_unpublished"]
     assert len(warnings) == 2  # "Reading page 0." and "Done."
     assert warnings[0]["level"] == "warning" and "ack" in warnings[0]["error"]
+
+
+# --- whose fault a failure is ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "infrastructure"),
+    [
+        ("unavailable", True),  # no llm service answers: not the task's fault
+        ("invalid_request", False),
+        ("over_budget", False),
+    ],
+)
+async def test_a_model_call_no_service_answers_is_an_infrastructure_failure(
+    code: str, infrastructure: bool
+) -> None:
+    def unreachable(request: CompleteRequest) -> CompleteReply:
+        raise PortError(code, "no reply")
+
+    outcome = await run(scope_of(Model(unreachable)))
+    assert (outcome.ok, outcome.reason, outcome.infrastructure) == (
+        False,
+        "llm_error",
+        infrastructure,
+    )

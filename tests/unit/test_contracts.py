@@ -98,6 +98,12 @@ def test_an_event_time_without_an_offset_is_rejected_on_decode() -> None:
     assert decode(raw % b"2025-01-06T08:00:01+01:00", RunEvent).at.utcoffset() is not None
 
 
+def test_a_run_event_written_before_infrastructure_is_not_an_infrastructure_failure() -> None:
+    raw = b'{"task_id":"t","run_id":"r","event":"failed","status":"failed",'
+    raw += b'"at":"2026-01-01T00:00:00Z","reason":"tool_error"}'
+    assert decode(raw, RunEvent).infrastructure is False
+
+
 @pytest.mark.parametrize("run_id", ["*", ">", "a.b", "has space", ""])
 def test_a_run_event_whose_ids_are_not_subject_tokens_is_rejected(run_id: str) -> None:
     # Consumers build subjects from a run's ids: "*" would read every run's events.
