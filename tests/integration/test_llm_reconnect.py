@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import nats.errors
 import pytest
 from nats.aio.msg import Msg
 
@@ -22,6 +21,7 @@ from services.kernel.bus import Bus, connect
 from services.kernel.codec import decode, encode
 from services.kernel.embedded_nats import EmbeddedNats, free_port
 from services.kernel.errors import RemoteError
+from services.kernel.replay_read import read_all
 from services.kernel.run_store import RunStore
 from services.kernel.runtime import open_stack
 from services.kernel.settings import Settings
@@ -112,17 +112,8 @@ async def serve_tools(bus: Bus) -> None:
 
 
 async def usage_events(bus: Bus, run_id: str) -> list[UsageEvent]:
-    sub = await bus.js.subscribe(s.llm_event(run_id, "usage"), ordered_consumer=True)
-    events: list[UsageEvent] = []
-    try:
-        while True:
-            try:
-                msg = await sub.next_msg(timeout=1)
-            except nats.errors.TimeoutError:
-                return events
-            events.append(decode(msg.data, UsageEvent))
-    finally:
-        await sub.unsubscribe()
+    msgs = await read_all(bus.js, s.STREAM_ACTIVITY, s.llm_event(run_id, "usage"))
+    return [decode(m.data, UsageEvent) for m in msgs]
 
 
 async def test_a_model_reply_lost_to_a_nats_restart_ends_the_run_promptly_paid_once(
