@@ -17,7 +17,6 @@ TO = "\N{EN DASH}"  # and ranges
 WORST = "cost/worst task's median replay / full"
 # The overhead section's target metric: before and since a step's cost is the slope
 # between two replay lengths. The committed run may predate the change (see _overhead).
-OLD_RATIO = "overhead/replayed step / raw round trip (median of rounds)"
 RATIO = "overhead/replay step slope / raw round trip (median of rounds)"
 
 
@@ -100,20 +99,12 @@ def _cost_quotes(document: dict[str, Any], m: dict[str, dict[str, Any]]) -> list
 
 
 def _overhead(document: dict[str, Any], m: dict[str, dict[str, Any]]) -> list[str]:
-    """The overhead row. A run from before the slope measurement has only the old ratio
-    (a whole replay's time / its steps) and its rounds' ratios; one since has the slope,
-    the fixed cost per replay, and the quartiles and rounds above 2 as metrics, which
+    """The overhead row: the slope ratio, and the quartiles and rounds above 2, which
     must be what the stated method gives from the rounds' ratios."""
     details = document["sections"]["overhead"]["details"]
     ratios = details["ratios"]
     q1, _, q3 = quartiles(ratios)
     above = sum(r > 2 for r in ratios)
-    if RATIO not in m:
-        ratio = m[OLD_RATIO]
-        return [
-            f"(median of {len(ratios)} rounds) | {ratio['value']:.2f}{TIMES} (rounds' quartiles "
-            f"{q1:.2f}{TO}{q3:.2f}; {above} of {len(ratios)} rounds above 2) | {_target(ratio)} |"
-        ]
     ratio = m[RATIO]
     assert details["rounds"] == len(ratios)
     assert m["overhead/rounds' ratio, 1st quartile"]["value"] == q1
