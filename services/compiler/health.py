@@ -17,6 +17,8 @@ Rules:
   failed because a service was down is not reported here at all (outcomes.py);
 - at lookup, a current version unused for 30 days is superseded (stale), and one whose
   stored executor no longer decodes is superseded (never retried forever);
+- pinning vouches for a version, so its idle time counts from the pin; one whose
+  executor no longer decodes cannot be pinned;
 - an invalidated version is never replayed or pinned again;
 - each run counts once: a redelivered outcome, trace or full-run cost is ignored; a
   replay outcome counts once per delivery attempt of its run (attempt 1 may fail and
@@ -580,7 +582,14 @@ def decide_invalidate(health: Health, *, reason: str, by: str, at: datetime) -> 
     return events
 
 
-def decide_pin(health: Health, *, version: int | None, by: str, at: datetime) -> list[HealthEvent]:
+def decide_pin(
+    health: Health, *, version: int | None, by: str, at: datetime, rules: Rules = Rules()
+) -> list[HealthEvent]:
+    """Pin `version` (None: unpin). Pinning vouches for the version: its idle time
+    counts from the pin (last_activity), so a stale or superseded version may be
+    pinned back into service, and pinning the pinned one again when it has gone stale
+    renews the pin. It cannot vouch for an executor the runner cannot read: that one
+    is refused, or the pin would be superseded again at the next lookup."""
     if not health.versions:
         raise HealthError("not_found", f"task {health.task_id} has no executor")
     if version is None:
@@ -596,8 +605,19 @@ def decide_pin(health: Health, *, version: int | None, by: str, at: datetime) ->
         raise HealthError("not_found", f"task {health.task_id} has no version {version} ({known})")
     if state.status == "invalidated":
         raise HealthError("conflict", f"v{version} was invalidated: {state.status_reason}")
-    if health.pinned == version:
-        return []
+    try:
+        decode_executor(state.executor)
+    except (msgspec.ValidationError, TypeError) as exc:
+        raise HealthError(
+            "conflict",
+            f"v{version} cannot be pinned: its stored executor cannot be decoded ({exc});"
+            " a new run compiles a replacement",
+        ) from None
+    if health.pinned == version and state.status == "active":
+        if stale_reason(health, at, rules) is None:
+            return []
+        # Stale: the next lookup would retire the pin; pinning again renews it.
+        return [Pinned(at=at, version=version, by=by)]
     events = [Pinned(at=at, version=version, by=by)]
     newest = _newest_active(health, exclude=version)
     keep = {version} | ({newest} if newest is not None else set())

@@ -225,7 +225,9 @@ class Compiler:
         except h.HealthError as exc:
             raise _service_error(exc) from None
         self.relay.wake()
-        return h.summary(state)
+        # As get answers (lookup-time rules applied), or the reply could call active a
+        # version the next lookup supersedes.
+        return h.summary(self.store.as_of(state))
 
     async def pin(self, command: PinExecutor) -> ExecutorHealth:
         try:
@@ -235,7 +237,7 @@ class Compiler:
         except h.HealthError as exc:
             raise _service_error(exc) from None
         self.relay.wake()
-        return h.summary(state)
+        return h.summary(self.store.as_of(state))  # as get answers: see invalidate
 
     async def stats(self, _: Empty) -> SavingsStats:
         return views.savings([state async for state in self._all_states()])

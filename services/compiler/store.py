@@ -6,12 +6,18 @@ worker threads.
 The aggregate's only state is `health`, folded from its events by health.apply; every
 command is decide (pure, health.py) -> record -> save, retried on a concurrent write
 (RecordConflictError: another process saved first, so reload and decide again). That
-is what gives two concurrent compilations two distinct versions.
+is what gives two concurrent compilations two distinct versions. Between attempts it
+waits a short, growing, jittered while: retried at once, writers that just collided
+collide again, and under contention most attempts are lost to conflicts. Writers in one
+process take turns per task (striped locks), so conflicts come only from other
+processes: otherwise every worker thread of a busy task races every other.
 """
 
 from __future__ import annotations
 
+import random
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from datetime import datetime
@@ -33,7 +39,21 @@ log = get_logger("rote.compiler.store")
 # Executor aggregate ids are derived from task ids, so every process finds the same one.
 NAMESPACE = uuid.UUID("5b0f6a52-3f1e-4c4e-9a57-7f1c0d2e8a11")
 DEFAULT_SNAPSHOT_EVERY = 50
+# Optimistic-concurrency retries: up to MAX_ATTEMPTS, waiting between them from
+# RETRY_BASE_S doubling up to RETRY_CAP_S, and no more than MAX_RETRY_WAIT_S in all
+# (the caller is a request or a consumer waiting on this write).
 MAX_ATTEMPTS = 25
+RETRY_BASE_S = 0.005
+RETRY_CAP_S = 0.2
+MAX_RETRY_WAIT_S = 2.0
+WRITE_LOCKS = 64  # stripes: bounded memory however many tasks there are
+
+
+def retry_wait_s(attempt: int, waited_s: float) -> float:
+    """The wait after the `attempt`-th conflict: full jitter over an exponential ceiling
+    (writers that collided spread out), within what is left of MAX_RETRY_WAIT_S."""
+    ceiling = min(RETRY_CAP_S, RETRY_BASE_S * 2 ** min(attempt - 1, 16))
+    return min(random.uniform(0, ceiling), max(0.0, MAX_RETRY_WAIT_S - waited_s))
 
 
 def aggregate_id(task_id: str) -> uuid.UUID:
@@ -103,6 +123,7 @@ class ExecutorStore(Application[uuid.UUID]):
         self._tasks: dict[str, None] = {}
         self._tasks_position = 0
         self._tasks_lock = threading.Lock()
+        self._write_locks = [threading.Lock() for _ in range(WRITE_LOCKS)]
 
     def register_transcodings(self, transcoder: JSONTranscoder) -> None:
         super().register_transcodings(transcoder)
@@ -126,6 +147,17 @@ class ExecutorStore(Application[uuid.UUID]):
     ) -> tuple[h.Health, list[h.HealthEvent]]:
         """Decide on the latest state and record; on a concurrent write, reload and
         decide again. Returns the new state and the events recorded."""
+        with self._write_locks[hash(task_id) % WRITE_LOCKS]:
+            return self._execute(task_id, decide, create=create)
+
+    def _execute(
+        self,
+        task_id: str,
+        decide: Callable[[h.Health], list[h.HealthEvent]],
+        *,
+        create: bool,
+    ) -> tuple[h.Health, list[h.HealthEvent]]:
+        waited_s = 0.0
         for attempt in range(1, MAX_ATTEMPTS + 1):
             aggregate = self.load(task_id)
             if aggregate is None:
@@ -144,6 +176,10 @@ class ExecutorStore(Application[uuid.UUID]):
                 self.save(aggregate)
             except RecordConflictError:
                 log.info("executor_write_conflict", task_id=task_id, attempt=attempt)
+                if attempt < MAX_ATTEMPTS:
+                    wait_s = retry_wait_s(attempt, waited_s)
+                    time.sleep(wait_s)  # a worker thread: the library is synchronous
+                    waited_s += wait_s
                 continue
             return aggregate.health, events
         raise h.HealthError("conflict", f"task {task_id}: too many concurrent writes")
@@ -214,7 +250,9 @@ class ExecutorStore(Application[uuid.UUID]):
     def pin(self, task_id: str, *, version: int | None, by: str = "operator") -> h.Health:
         now = self.clock()
         return self.execute(
-            task_id, lambda s: h.decide_pin(s, version=version, by=by, at=now), create=False
+            task_id,
+            lambda s: h.decide_pin(s, version=version, by=by, at=now, rules=self.rules),
+            create=False,
         )[0]
 
     def lookup_active(self, task_id: str) -> tuple[Executor | None, h.Health | None]:
@@ -239,7 +277,11 @@ class ExecutorStore(Application[uuid.UUID]):
     def health_now(self, task_id: str) -> h.Health | None:
         """The state as the next lookup would leave it (health.as_of): what queries show."""
         state = self.health(task_id)
-        return h.as_of(state, now=self.clock(), rules=self.rules) if state is not None else None
+        return self.as_of(state) if state is not None else None
+
+    def as_of(self, state: h.Health) -> h.Health:
+        """`state` as the next lookup would leave it: what every reply shows."""
+        return h.as_of(state, now=self.clock(), rules=self.rules)
 
     def history(self, task_id: str) -> list[h.HealthEvent]:
         """Every recorded event of the task, oldest first."""

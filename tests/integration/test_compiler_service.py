@@ -8,6 +8,7 @@ import dataclasses
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -20,6 +21,7 @@ from typing import Any, TypeVar
 import anyio
 import msgspec
 import pytest
+from eventsourcing.sqlite import SQLiteApplicationRecorder
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import KeyNotFoundError
@@ -373,6 +375,34 @@ async def test_operators_invalidate_and_pin(settings: Settings, bus: Bus) -> Non
         assert caught.value.code == "not_found"
 
 
+async def test_pin_and_invalidate_replies_agree_with_get(settings: Settings, bus: Bus) -> None:
+    """The replies apply the lookup-time rules, as get does: they never call active a
+    version the next lookup supersedes."""
+    now = [T0]
+    async with compiler(settings, bus, clock=lambda: now[0]):
+        await publish_trace(bus, trace("news_top3", "news", "run-1"))
+        await health_when(bus, "news", lambda h: h.version == 1)
+        await call(bus, s.EXECUTORS_PIN, {"task_id": "news", "version": 1}, ExecutorHealth)
+        await publish_trace(bus, trace("news_top3_probe", "news", "run-2"))
+        await health_when(bus, "news", lambda h: h.versions == 2)
+        now[0] = T0 + timedelta(days=40)
+        # Unpinned, v2 (compiled 40 days ago, never used) is stale.
+        unpinned = await call(
+            bus, s.EXECUTORS_PIN, {"task_id": "news", "version": None}, ExecutorHealth
+        )
+        assert (unpinned.status, unpinned.version) == ("superseded", 2)
+        assert (unpinned.status_reason or "").startswith("stale")
+        assert unpinned == await health(bus, "news")
+        # Pinning vouches for it: active from now on, in the reply and in get.
+        pinned = await call(bus, s.EXECUTORS_PIN, {"task_id": "news", "version": 2}, ExecutorHealth)
+        assert (pinned.status, pinned.version, pinned.pinned_version) == ("active", 2, 2)
+        assert pinned == await health(bus, "news")
+        invalidated = await call(
+            bus, s.EXECUTORS_INVALIDATE, {"task_id": "news", "reason": "wrong"}, ExecutorHealth
+        )
+        assert invalidated == await health(bus, "news")
+
+
 async def test_bad_requests_get_structured_errors(settings: Settings, bus: Bus) -> None:
     async with compiler(settings, bus):
         cases: list[tuple[str, bytes, str, str | None]] = [
@@ -511,6 +541,45 @@ async def test_two_compiler_processes_publish_each_event_once(settings: Settings
         await until(lambda: seen(3))
         await anyio.sleep(1.5)
         assert published == ["compiled", "replay_succeeded", "replay_succeeded"]
+
+
+async def test_a_database_error_while_taking_over_the_relay_is_survived(
+    settings: Settings, bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The relay's takeover meets a brief database error: the compiler (and whatever
+    else shares its process) keeps running, and the relay goes on publishing, once."""
+    settings = dataclasses.replace(settings, event_store="sqlite")
+    failing = [False]
+    real = SQLiteApplicationRecorder.max_notification_id
+
+    def flaky(recorder: SQLiteApplicationRecorder) -> int | None:
+        if failing[0]:
+            failing[0] = False
+            raise sqlite3.OperationalError("simulated: the database is briefly away")
+        return real(recorder)
+
+    monkeypatch.setattr(SQLiteApplicationRecorder, "max_notification_id", flaky)
+    published: list[str] = []
+
+    async def count(msg: Msg) -> None:
+        published.append(decode(msg.data, ExecutorEvent).event)
+
+    async def holds(check: Callable[[], bool]) -> bool:
+        return check()
+
+    await bus.nc.subscribe(s.EXECUTOR_EVENTS_ALL, cb=count)
+    async with compiler(settings, bus), compiler(settings, bus):
+        await publish_trace(bus, trace("news_top3", "news", "run-1"))
+        await health_when(bus, "news", lambda h: h.version == 1)
+        await until(lambda: holds(lambda: len(published) == 1))
+        failing[0] = True  # the next relay to load its position fails once
+        await expire_relay_lease(bus)  # as the TTL does when the holder stalls
+        await until(lambda: holds(lambda: not failing[0]))
+        await publish_run(bus, "news", "r1", "completed", replay=replay(1, True))
+        assert (await health_when(bus, "news", lambda h: h.success_count == 1)).version == 1
+        await until(lambda: holds(lambda: len(published) == 2))
+        await anyio.sleep(1.5)  # more than a relay poll: no second publish
+        assert published == ["compiled", "replay_succeeded"]
 
 
 class CompilerProcess:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
+import anyio
 import msgspec
 import pytest
 from eventsourcing.application import Application
@@ -13,6 +15,7 @@ from eventsourcing.domain import Aggregate, event
 from contracts import subjects as s
 from services.kernel.bus import Bus
 from services.kernel.event_store import application_env
+from services.kernel.lease import Lease
 from services.kernel.relay import EventRelay, Outgoing
 from services.kernel.settings import Settings
 from services.kernel.streams import ensure_streams
@@ -169,4 +172,104 @@ async def test_an_event_over_the_max_payload_is_logged_and_passed_over(
     assert logged["topic"].endswith("Note.Written")
     # The store still has it.
     assert app.repository.get(huge.id).text == huge.text
+    app.close()
+
+
+class FlakyRecorder:
+    """The store's recorder, failing the first call of each named method once (the
+    database briefly unreachable)."""
+
+    def __init__(self, recorder: Any, *failing: str) -> None:
+        self._recorder = recorder
+        self.failing = set(failing)
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._recorder, name)
+        if name not in self.failing:
+            return method
+
+        def fail_once(*args: Any, **kwargs: Any) -> Any:
+            self.failing.discard(name)
+            raise sqlite3.OperationalError(f"simulated: {name} while the database is away")
+
+        return fail_once
+
+
+async def _wait_for_messages(bus: Bus, n: int) -> None:
+    with anyio.fail_after(10):
+        while await _stream_messages(bus) < n:
+            await anyio.sleep(0.05)
+
+
+async def test_a_leased_relay_survives_a_store_that_fails_once(bus: Bus, tmp_path: Path) -> None:
+    """Taking the lease meets a database error (reading where the store ends), then so
+    does a publish (reading new events): the relay retries both and publishes every
+    event once, and the task group it runs in (a service's) carries on."""
+    await ensure_streams(bus.js)
+    app = Counters(env=application_env(Settings(data_dir=tmp_path, event_store="sqlite"), "f"))
+    counter = Counter("c1")
+    counter.increment()
+    app.save(counter)
+    app.recorder = FlakyRecorder(app.recorder, "max_notification_id", "select_notifications")  # type: ignore[misc]
+    relay = EventRelay(app, bus, convert, name="flaky", poll_interval_s=0.05, retry_base_s=0.01)
+    lease = Lease(await bus.js.key_value(s.BUCKET_LEASES), "relay.flaky", ttl_s=15)
+    async with anyio.create_task_group() as tg:
+        await tg.start(relay.run_leased, lease)
+        await _wait_for_messages(bus, 2)
+        assert app.recorder.failing == set()  # both failures happened
+        counter.increment()
+        app.save(counter)
+        relay.wake()
+        await _wait_for_messages(bus, 3)
+        await anyio.sleep(0.3)  # several polls: nothing more
+        assert await _stream_messages(bus) == 3
+        tg.cancel_scope.cancel()
+    app.close()
+
+
+async def test_a_leased_relay_survives_an_unexpected_error_and_lets_the_lease_go(
+    bus: Bus, tmp_path: Path, written_logs: list[dict[str, Any]]
+) -> None:
+    """Whatever escapes the relay while it holds the lease is logged, the lease goes
+    (another process may publish meanwhile), and after a pause it tries again."""
+    await ensure_streams(bus.js)
+    app = Counters(env=application_env(Settings(data_dir=tmp_path, event_store="sqlite"), "u"))
+    counter = Counter("c1")
+    app.save(counter)
+    kv = await bus.js.key_value(s.BUCKET_LEASES)
+    released: list[str | None] = []
+
+    class BrokenOnce(Lease):
+        broken = False
+
+        async def keep(self) -> None:
+            if not BrokenOnce.broken:
+                BrokenOnce.broken = True
+                await anyio.sleep(0.2)
+                raise OSError("simulated: a socket error nobody expected")
+            await super().keep()
+
+        async def release(self) -> None:
+            released.append(await self.current_holder())
+            await super().release()
+
+    lease = BrokenOnce(kv, "relay.unexpected", ttl_s=15, holder="me")
+    relay = EventRelay(
+        app, bus, convert, name="unexpected", poll_interval_s=0.05, retry_base_s=0.05
+    )
+    async with anyio.create_task_group() as tg:
+        await tg.start(relay.run_leased, lease)
+        await _wait_for_messages(bus, 1)
+        with anyio.fail_after(10):
+            while not released:
+                await anyio.sleep(0.05)
+        assert released == ["me"]  # it held the lease when it failed, and let it go
+        counter.increment()
+        app.save(counter)
+        await _wait_for_messages(bus, 2)  # holding it again, publishing
+        assert await lease.current_holder() == "me"
+        tg.cancel_scope.cancel()
+    assert await _stream_messages(bus) == 2
+    (failed,) = [e for e in written_logs if e["event"] == "relay_failed"]
+    assert failed["level"] == "error" and "socket error" in failed["error"]
     app.close()

@@ -304,6 +304,47 @@ def test_pinning_brings_back_a_superseded_version_but_not_an_invalidated_one() -
     assert caught.value.code == "not_found"
 
 
+def test_a_version_whose_executor_does_not_decode_cannot_be_pinned() -> None:
+    # Pinned, it would be superseded again (and unpinned) at the next lookup.
+    state = h.new("t")
+    compiled(state, "r1")
+    run(state, [h.Compiled(at=T0, version=2, executor={"steps": 5}, source_run_id="r2")])
+    run(state, h.decide_lookup(state, now=T0, rules=RULES))  # v2 superseded: undecodable
+    with pytest.raises(h.HealthError) as caught:
+        h.decide_pin(state, version=2, by="ops", at=T0)
+    assert caught.value.code == "conflict"
+    assert "v2 cannot be pinned" in caught.value.message
+    assert "cannot be decoded" in caught.value.message
+    assert state.pinned is None  # nothing recorded
+    run(state, h.decide_pin(state, version=1, by="ops", at=T0))  # one that decodes
+    assert state.pinned == 1
+
+
+def test_pinning_vouches_for_a_stale_version_and_renews_a_stale_pin() -> None:
+    later = T0 + timedelta(days=40)
+    state = h.new("t")
+    compiled(state, "r1")
+    run(state, h.decide_pin(state, version=1, by="ops", at=T0))
+    shown = h.summary(h.as_of(state, now=later, rules=RULES))
+    assert (shown.status, shown.pinned_version) == ("superseded", None)  # what get says
+    # Pinning it again renews the pin rather than doing nothing: the reply, get and the
+    # next lookup then agree it is current.
+    events = run(state, h.decide_pin(state, version=1, by="ops", at=later, rules=RULES))
+    assert [type(e) for e in events] == [h.Pinned]
+    assert h.decide_lookup(state, now=later, rules=RULES) == []
+    shown = h.summary(h.as_of(state, now=later, rules=RULES))
+    assert (shown.status, shown.version, shown.pinned_version) == ("active", 1, 1)
+    # Pinned again while fresh, nothing is recorded.
+    assert h.decide_pin(state, version=1, by="ops", at=later, rules=RULES) == []
+    # A version superseded as stale at lookup can be pinned back the same way.
+    fresh = h.new("t")
+    compiled(fresh, "r1")
+    run(fresh, h.decide_lookup(fresh, now=later, rules=RULES))
+    assert h.current(fresh) is None
+    run(fresh, h.decide_pin(fresh, version=1, by="ops", at=later, rules=RULES))
+    assert h.decide_lookup(fresh, now=later + timedelta(days=29), rules=RULES) == []
+
+
 def test_invalidate_needs_an_active_executor() -> None:
     state = h.new("t")
     with pytest.raises(h.HealthError) as caught:
