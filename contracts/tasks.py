@@ -37,7 +37,7 @@ DEFAULT_ALLOWED_TOOLS: list[str] = [
 
 
 class Contains(Command, tag="contains", tag_field="op", kw_only=True):
-    """True when the tool output (as text) contains `text`."""
+    """True when the tool output (at `path`, or any text value of it) contains `text`."""
 
     text: NonEmptyStr
     path: str | None = None
@@ -49,8 +49,8 @@ class NotContains(Command, tag="not_contains", tag_field="op", kw_only=True):
 
 
 class Above(Command, tag="above", tag_field="op", kw_only=True):
-    """True when the number found in the output (at `path`, or the first number in
-    the text) is strictly above `value`."""
+    """True when the number found in the output (at `path`, else in its main text, such
+    as shell_exec's stdout: services/scheduler/conditions.py) is strictly above `value`."""
 
     value: float
     path: str | None = None

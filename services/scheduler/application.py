@@ -289,13 +289,27 @@ class Tasks(Application[UUID]):
 
         return self._command(task_id, once)
 
-    def dispatch(self, task_id: str, run_id: str, origin: RunOrigin, at: datetime) -> bool:
-        return self._command(task_id, lambda t: t.dispatch_run(run_id, origin, at))[1]
+    def dispatch(
+        self,
+        task_id: str,
+        run_id: str,
+        origin: RunOrigin,
+        at: datetime,
+        slot: datetime | None = None,
+    ) -> bool:
+        return self._command(task_id, lambda t: t.dispatch_run(run_id, origin, at, slot))[1]
 
     def skip(
-        self, task_id: str, reason: str, origin: RunOrigin, at: datetime, run_id: str | None
+        self,
+        task_id: str,
+        reason: str,
+        origin: RunOrigin,
+        at: datetime,
+        run_id: str | None,
+        slot: datetime | None = None,
+        budget_from: datetime | None = None,
     ) -> None:
-        self._command(task_id, lambda t: t.skip_run(reason, origin, at, run_id))
+        self._command(task_id, lambda t: t.skip_run(reason, origin, at, run_id, slot, budget_from))
 
     def start(self, task_id: str, run_id: str, at: datetime, attempt: int = 1) -> bool:
         try:

@@ -11,6 +11,12 @@ def utc_day(when: datetime) -> date:
     return when.astimezone(UTC).date()
 
 
+def next_utc_day(when: datetime) -> datetime:
+    """When the UTC day after `when`'s starts: the budget counts afresh from then."""
+    day = utc_day(when) + timedelta(days=1)
+    return datetime(day.year, day.month, day.day, tzinfo=UTC)
+
+
 def over_budget(spent_usd: float, budget_usd: float | None) -> bool:
     return budget_usd is not None and spent_usd >= budget_usd
 

@@ -1,24 +1,59 @@
 """Condition predicates: small declarative tests on a tool's output.
 
 `path` picks a value out of structured output (`stdout`, `items.0.price`); without it
-the whole output is tested. Text tests see the value as text (JSON for structures);
-number tests use the value itself when it is a number, else the first number written in
-its text (`"Use% 85%"` -> 85, `"$1,299.00"` -> 1299.0).
+the whole output is tested.
+
+Text tests look at the text values: a string as it is, a structure's strings and
+numbers (not its keys, not JSON-escaped), true when any one of them holds the text.
+
+Number tests use the value itself when it is a number, else the first number written
+in its text. A structure (no `path`, or a path to one) is read at its main text: the
+`stdout`, `text` or `content` string when there is one (shell_exec's stdout), else its
+only field holding a number; anything else is an error asking for `path` (the first
+number of a dict would be whichever key sorts first, e.g. shell_exec's exit_code).
+
+How a number is read: U+2212 (the minus sign) is a minus; `,` and `.` group thousands
+or mark decimals; no-break, thin and narrow no-break spaces group thousands, a plain
+space ends the number. When both `,` and `.` appear, the last one is the decimal mark
+(`$1,299.00` and `€1.299,00` -> 1299.0). A lone `,` followed by exactly three digits
+groups (`1,299` -> 1299), else it is the decimal mark (`12,5` -> 12.5); a lone `.` is
+always the decimal mark (`1.299` -> 1.299). A number whose groups are not of three
+digits is read up to its first separator.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from contracts.tasks import Above, Below, Contains, NotContains, Predicate
 
-_NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-+]?\.\d+")
+_GROUP_SPACES = "\u00a0\u2009\u202f"
+_NUMBER = re.compile(rf"([-+\u2212]?)(\d(?:[\d.,{_GROUP_SPACES}]*\d)?|\.\d+)")
+_SEPARATOR = re.compile(rf"[.,{_GROUP_SPACES}]")
+# Fields of a structured output that hold its main text, in order of preference.
+MAIN_TEXT_FIELDS = ("stdout", "text", "content")
+# The top-level fields of tools whose output shape is known, to check `path` up front.
+KNOWN_OUTPUT_FIELDS: dict[str, tuple[str, ...]] = {
+    "shell_exec": ("exit_code", "stdout", "stderr"),
+}
 
 
 class ConditionError(ValueError):
     """The output does not have what the predicate needs (no such path, no number)."""
+
+
+def check_path(tool: str, predicate: Predicate) -> None:
+    """Refuse a `path` the tool's output can never have (for tools whose output shape
+    is known), so the mistake shows at create time, not as a condition never true."""
+    fields = KNOWN_OUTPUT_FIELDS.get(tool)
+    if fields is None or not predicate.path:
+        return
+    first = predicate.path.split(".", 1)[0]
+    if first not in fields:
+        raise ConditionError(f"{tool} output has no {first!r}; its fields are {', '.join(fields)}")
 
 
 def value_at(output: Any, path: str | None) -> Any:
@@ -49,19 +84,90 @@ def value_at(output: Any, path: str | None) -> Any:
     return current
 
 
-def as_text(value: Any) -> str:
+def texts(value: Any) -> Iterator[str]:
+    """The text values a text test looks at."""
     if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from texts(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from texts(item)
+    else:
+        yield json.dumps(value)  # a number, true, false, null
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _main_value(value: dict[str, Any] | list[Any]) -> Any:
+    """Where a number test reads a structure (see the module docstring)."""
+    if isinstance(value, list):
+        if len(value) == 1:
+            return value[0]
+        raise ConditionError(
+            f"the output is a list of {len(value)} items: set the predicate's `path`"
+            " to the one to test (e.g. `0` or `0.price`)"
+        )
+    for key in MAIN_TEXT_FIELDS:
+        if isinstance(value.get(key), str):
+            return value[key]
+    numeric = [
+        key
+        for key, item in value.items()
+        if _is_number(item) or (isinstance(item, str) and _NUMBER.search(item))
+    ]
+    if len(numeric) == 1:
+        return value[numeric[0]]
+    fields = ", ".join(sorted(map(str, value))[:20])
+    raise ConditionError(
+        f"cannot tell which field of the output to read a number from: set the"
+        f" predicate's `path` to one of: {fields}"
+    )
+
+
+def _read(digits: str) -> float:
+    """A number token (`1,299.00`, `1 299,5`) as a float, by the module's rules."""
+    if digits.startswith("."):
+        return float(digits)
+    marks = [c for c in digits if c in ".,"]
+    decimal = None
+    if "." in marks and "," in marks:
+        decimal = marks[-1]
+    elif marks == ["."]:
+        decimal = "."
+    elif marks == [","]:
+        before, after = digits.split(",")
+        thousands = len(after) == 3 and after.isdigit() and before.strip("0") != ""
+        decimal = None if thousands else ","
+    whole, fraction = digits.rsplit(decimal, 1) if decimal else (digits, "")
+    groups = _SEPARATOR.split(whole)
+    valid = (
+        (decimal is None or decimal not in whole)
+        and (fraction == "" or fraction.isdigit())
+        and (len(groups) == 1 or (len(groups[0]) <= 3 and all(len(g) == 3 for g in groups[1:])))
+    )
+    if not valid:
+        match = re.match(r"\d+", digits)
+        assert match is not None  # a token starts with a digit
+        return float(match.group())
+    return float("".join(groups) + ("." + fraction if fraction else ""))
 
 
 def as_number(value: Any) -> float:
-    if isinstance(value, int | float) and not isinstance(value, bool):
+    if _is_number(value):
         return float(value)
-    match = _NUMBER.search(as_text(value))
+    if isinstance(value, dict | list):
+        return as_number(_main_value(value))
+    text = value if isinstance(value, str) else json.dumps(value)
+    match = _NUMBER.search(text)
     if match is None:
-        raise ConditionError(f"no number in {as_text(value)[:80]!r}")
-    return float(match.group().replace(",", ""))
+        raise ConditionError(f"no number in {text[:80]!r}")
+    sign, digits = match.groups()
+    number = _read(digits)
+    return -number if sign in ("-", "\u2212") else number
 
 
 def holds(predicate: Predicate, output: Any) -> bool:
@@ -70,9 +176,9 @@ def holds(predicate: Predicate, output: Any) -> bool:
     value = value_at(output, predicate.path)
     match predicate:
         case Contains(text=text):
-            return text in as_text(value)
+            return any(text in t for t in texts(value))
         case NotContains(text=text):
-            return text not in as_text(value)
+            return not any(text in t for t in texts(value))
         case Above(value=limit):
             return as_number(value) > limit
         case Below(value=limit):

@@ -22,6 +22,7 @@ class Candidate:
     due_at: datetime
     origin: RunOrigin
     run_id: str | None = None  # set for runs someone asked for (they already have an id)
+    slot: datetime | None = None  # the schedule slot a scheduled run uses up
 
 
 @dataclass(frozen=True)

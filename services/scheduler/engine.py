@@ -34,12 +34,12 @@ from services.kernel.ids import new_run_id
 from services.kernel.logs import get_logger
 from services.scheduler import conditions, recovery
 from services.scheduler.application import Tasks, to_view
-from services.scheduler.budget import over_budget, skip_reason, utc_day
+from services.scheduler.budget import next_utc_day, over_budget, skip_reason, utc_day
 from services.scheduler.clock import Clock
 from services.scheduler.dispatch import Candidate, plan
 from services.scheduler.ids import run_id_for_key
 from services.scheduler.task import Task
-from services.scheduler.triggers import TriggerError, missed_slots, next_due
+from services.scheduler.triggers import TriggerError, next_due, passed_slots
 
 log = get_logger("rote.scheduler")
 T = TypeVar("T")
@@ -363,8 +363,9 @@ class Scheduler:
             try:
                 due = next_due(trigger, state)
                 if due is not None and due <= now:
-                    origin = recovery.scheduled_origin(missed_slots(trigger, state, now))
-                    found.append(Candidate(task.task_id, due, origin))
+                    missed, slot = passed_slots(trigger, state, now)
+                    origin = recovery.scheduled_origin(missed)
+                    found.append(Candidate(task.task_id, due, origin, slot=slot))
             except TriggerError as exc:
                 # One task's schedule must not stop every other task's.
                 broken.append((task.task_id, exc.message))
@@ -416,8 +417,16 @@ class Scheduler:
 
     async def _skip(self, candidate: Candidate, reason: str, now: datetime) -> None:
         with structlog.contextvars.bound_contextvars(task_id=candidate.task_id):
+            # Every skip the plan makes is over budget, which lifts the next UTC day.
             await _in_thread(
-                self.app.skip, candidate.task_id, reason, candidate.origin, now, candidate.run_id
+                self.app.skip,
+                candidate.task_id,
+                reason,
+                candidate.origin,
+                now,
+                candidate.run_id,
+                candidate.slot,
+                next_utc_day(now),
             )
             self.fired.pop(candidate.task_id, None)
             log.warning("run_skipped", reason=reason, origin=candidate.origin)
@@ -426,7 +435,9 @@ class Scheduler:
         run_id = candidate.run_id or new_run_id(now)
         origin: RunOrigin = candidate.origin
         with structlog.contextvars.bound_contextvars(task_id=candidate.task_id, run_id=run_id):
-            sent = await _in_thread(self.app.dispatch, candidate.task_id, run_id, origin, now)
+            sent = await _in_thread(
+                self.app.dispatch, candidate.task_id, run_id, origin, now, candidate.slot
+            )
             self.fired.pop(candidate.task_id, None)
             if sent:
                 log.info("run_dispatched", origin=origin, due_at=candidate.due_at.isoformat())

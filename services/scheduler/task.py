@@ -16,7 +16,7 @@ import msgspec
 from eventsourcing.domain import Aggregate, event
 
 from contracts.runs import RunOrigin
-from contracts.tasks import MAX_SPEC_BYTES, TaskSpec, Trigger, UpdateTask
+from contracts.tasks import MAX_SPEC_BYTES, OnceTrigger, TaskSpec, Trigger, UpdateTask
 from services.kernel.codec import encode
 from services.kernel.errors import ServiceError
 from services.scheduler import failures
@@ -99,6 +99,11 @@ class Task(Aggregate):
         self.trigger_set_at = at
         self.resumed_at: datetime | None = None
         self.last_fired_at: datetime | None = None
+        # The schedule slot the last scheduled run used up (its due time, or the latest
+        # of the slots it collapsed): the next one follows it, not the send-out time.
+        self.last_slot: datetime | None = None
+        # A `once` skipped for the budget: it runs from then on.
+        self.deferred_to: datetime | None = None
         self.pending: dict[str, Any] | None = None
         self.consecutive_failures = 0
 
@@ -114,6 +119,9 @@ class Task(Aggregate):
             resumed_at=self.resumed_at,
             last_fired=self.last_fired_at,
             last_checked=last_checked,
+            # Absent from a task rebuilt from a snapshot taken before they existed.
+            last_slot=self.__dict__.get("last_slot"),
+            deferred_to=self.__dict__.get("deferred_to"),
         )
 
     def in_flight_since(self) -> datetime | None:
@@ -186,6 +194,7 @@ class Task(Aggregate):
     def _updated(self, spec: TaskSpec, changed: list[str], at: datetime) -> None:
         if "trigger" in changed:
             self.trigger_set_at = at
+            self.deferred_to = None
         self.spec = spec
         self.updated_at = at
 
@@ -263,19 +272,30 @@ class Task(Aggregate):
     def _run_requested(self, run_id: str, origin: str, at: datetime) -> None:
         self.pending = {"run_id": run_id, "origin": origin, "at": at}
 
-    def dispatch_run(self, run_id: str, origin: RunOrigin, at: datetime) -> bool:
-        """Send a run out. False (nothing recorded) when one is already in flight."""
+    def dispatch_run(
+        self, run_id: str, origin: RunOrigin, at: datetime, slot: datetime | None = None
+    ) -> bool:
+        """Send a run out; `slot`: the schedule slot it uses up (see TriggerState). False
+        (nothing recorded) when one is already in flight."""
         if self.in_flight is not None or self.deleted:
             return False
-        self._run_dispatched(run_id=run_id, origin=origin, spec=self.spec, at=at)
+        self._run_dispatched(run_id=run_id, origin=origin, spec=self.spec, at=at, slot=slot)
         return True
 
     @event("RunDispatched")
-    def _run_dispatched(self, run_id: str, origin: str, spec: TaskSpec, at: datetime) -> None:
+    def _run_dispatched(
+        self,
+        run_id: str,
+        origin: str,
+        spec: TaskSpec,
+        at: datetime,
+        # Added later: a RunDispatched recorded before carries none.
+        slot: datetime | None = None,
+    ) -> None:
         if self.pending is not None and self.pending["run_id"] == run_id:
             self.pending = None
         if origin in SCHEDULED_ORIGINS:
-            self.last_fired_at = at
+            self._slot_used(at, slot)
         self.in_flight = {
             "run_id": run_id,
             "origin": origin,
@@ -392,17 +412,57 @@ class Task(Aggregate):
         while len(self.recent) > RECENT_RUNS:
             del self.recent[next(iter(self.recent))]
 
-    def skip_run(self, reason: str, origin: RunOrigin, at: datetime, run_id: str | None) -> None:
+    def skip_run(
+        self,
+        reason: str,
+        origin: RunOrigin,
+        at: datetime,
+        run_id: str | None,
+        slot: datetime | None = None,
+        budget_from: datetime | None = None,
+    ) -> None:
         """A due run that will not go out (over budget, task paused). It consumes its
-        schedule slot, or the pending request it came from."""
-        self._run_skipped(reason=reason, origin=origin, at=at, run_id=run_id)
+        schedule slot (`slot`, as in dispatch_run), or the pending request it came from.
+        Over budget (`budget_from`: when the budget allows runs again) a `once` is not
+        used up but kept until then, and a condition's cooldown does not start: only a
+        run that went out waits one out."""
+        deferred_to = None
+        if (
+            budget_from is not None
+            and origin in SCHEDULED_ORIGINS
+            and isinstance(self.spec.trigger, OnceTrigger)
+        ):
+            deferred_to = budget_from
+            reason = (
+                f"{reason}; this once task is kept: it runs when the budget allows,"
+                f" from {budget_from.isoformat()}"
+            )
+        self._run_skipped(
+            reason=reason, origin=origin, at=at, run_id=run_id, slot=slot, deferred_to=deferred_to
+        )
 
     @event("RunSkipped")
-    def _run_skipped(self, reason: str, origin: str, at: datetime, run_id: str | None) -> None:
+    def _run_skipped(
+        self,
+        reason: str,
+        origin: str,
+        at: datetime,
+        run_id: str | None,
+        # Added later: a RunSkipped recorded before carries neither.
+        slot: datetime | None = None,
+        deferred_to: datetime | None = None,
+    ) -> None:
         if run_id is not None and self.pending is not None and self.pending["run_id"] == run_id:
             self.pending = None
-        if origin in SCHEDULED_ORIGINS:
-            self.last_fired_at = at
+        if deferred_to is not None:
+            self.deferred_to = deferred_to
+        elif origin in SCHEDULED_ORIGINS and origin != "condition":
+            self._slot_used(at, slot)
+
+    def _slot_used(self, at: datetime, slot: datetime | None) -> None:
+        self.last_fired_at = at
+        self.last_slot = slot
+        self.deferred_to = None
 
 
 class UntrackedRuns(Aggregate):

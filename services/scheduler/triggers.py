@@ -3,9 +3,10 @@
 Everything here is a function of the trigger, what happened so far (`TriggerState`)
 and, where it matters, the current time. Nothing reads a clock.
 
-Missed schedules collapse: the next due time is computed from the last firing, so a
-scheduler that was down for five hourly slots finds one due time in the past and runs
-once (see `missed_slots` for how many were missed).
+Missed schedules collapse: a run that goes out uses up every slot passed by then
+(`passed_slots` says how many, and the latest), and the next due time is the slot after
+that one. So a scheduler that was down for five hourly slots runs once, and a run that
+went out late does not shift the schedule (nor, on the night clocks go back, repeat it).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from contracts.tasks import (
     Trigger,
 )
 from services.kernel.codec import nesting_depth
+from services.scheduler.conditions import ConditionError, check_path
 
 # Anything faster is a busy loop, not a schedule.
 MIN_EVERY_S = 1.0
@@ -59,13 +61,18 @@ class TriggerState:
     set_at:       when the current trigger took effect (task defined, trigger changed)
     resumed_at:   when the task was last resumed (slots missed while paused are skipped)
     last_fired:   when the trigger last produced a run (or a skipped run)
+    last_slot:    the schedule slot that run used up (interval, cron); None for a run
+                  recorded before slots were (the schedule then goes on from last_fired)
     last_checked: condition triggers: when the condition was last evaluated
+    deferred_to:  a `once` whose run was skipped for the budget runs from then on
     """
 
     set_at: datetime
     resumed_at: datetime | None = None
     last_fired: datetime | None = None
     last_checked: datetime | None = None
+    last_slot: datetime | None = None
+    deferred_to: datetime | None = None
 
 
 def _utc(when: datetime) -> datetime:
@@ -135,7 +142,13 @@ def validate(trigger: Trigger) -> Trigger:
             return msgspec.structs.replace(trigger, expr=text)
         case IntervalTrigger(every_s=every):
             _check_seconds("trigger.every_s", every, MIN_EVERY_S)
-        case ConditionTrigger(every_s=every, cooldown_s=cooldown, input=tool_input):
+        case ConditionTrigger(
+            every_s=every, cooldown_s=cooldown, input=tool_input, tool=tool, predicate=predicate
+        ):
+            try:
+                check_path(tool, predicate)
+            except ConditionError as exc:
+                raise TriggerError("trigger.predicate.path", str(exc)) from None
             if nesting_depth(tool_input) > MAX_INPUT_NESTING:
                 raise TriggerError(
                     "trigger.input",
@@ -184,17 +197,22 @@ def cron_after(expr: str, tz: str, after: datetime) -> datetime:
 _VALIDATION_START = datetime(2025, 1, 1, tzinfo=UTC)
 
 
-def _interval_after(last_fired: datetime, every: float, resumed_at: datetime | None) -> datetime:
-    """The slot after `last_fired`; after a resume, the first slot at or after it, in the
-    schedule's phase (last_fired + k * every): slots missed while paused are skipped, as
+def _interval_after(last_slot: datetime, every: float, resumed_at: datetime | None) -> datetime:
+    """The slot after `last_slot`; after a resume, the first slot at or after it, in the
+    schedule's phase (last_slot + k * every): slots missed while paused are skipped, as
     with cron. Slots missed while the scheduler was down (no resume) still run once."""
-    due = _after(last_fired, every, "trigger.every_s")
+    due = _after(last_slot, every, "trigger.every_s")
     if resumed_at is None or due >= resumed_at:
         return due
-    slots = math.floor((resumed_at - last_fired).total_seconds() / every)
-    due = _after(last_fired, slots * every, "trigger.every_s")
-    # Float rounding can leave the slot a hair before the resume.
-    return due if due >= resumed_at else _after(due, every, "trigger.every_s")
+    return _first_slot_from(last_slot, every, resumed_at)
+
+
+def _first_slot_from(anchor: datetime, every: float, when: datetime) -> datetime:
+    """The first slot of the schedule anchor + k * every (k >= 1) at or after `when`."""
+    slots = max(1, math.floor((when - anchor).total_seconds() / every))
+    due = _after(anchor, slots * every, "trigger.every_s")
+    # Float rounding can leave the slot a hair before `when`.
+    return due if due >= when else _after(due, every, "trigger.every_s")
 
 
 def next_due(trigger: Trigger, state: TriggerState) -> datetime | None:
@@ -205,13 +223,14 @@ def next_due(trigger: Trigger, state: TriggerState) -> datetime | None:
             return None
         case OnceTrigger(at=at):
             fired = state.last_fired is not None and state.last_fired >= state.set_at
-            return None if fired else _utc(at)
+            return None if fired else _latest(_utc(at), state.deferred_to)
         case IntervalTrigger(every_s=every):
             if state.last_fired is None:
                 return _latest(state.set_at, state.resumed_at)
-            return _interval_after(state.last_fired, every, state.resumed_at)
+            return _interval_after(state.last_slot or state.last_fired, every, state.resumed_at)
         case CronTrigger(expr=expr, tz=tz):
-            return cron_after(expr, tz, _latest(state.set_at, state.resumed_at, state.last_fired))
+            last = state.last_slot or state.last_fired
+            return cron_after(expr, tz, _latest(state.set_at, state.resumed_at, last))
         case ConditionTrigger(every_s=every, cooldown_s=cooldown):
             return _latest(
                 state.set_at,
@@ -231,21 +250,33 @@ def is_due(trigger: Trigger, state: TriggerState, now: datetime) -> bool:
     return due is not None and due <= now
 
 
-def missed_slots(trigger: Trigger, state: TriggerState, now: datetime, limit: int = 1000) -> int:
-    """How many scheduled times have passed without a run (0: not due). More than one
-    means the scheduler was down or saturated; the task still runs only once."""
+def passed_slots(
+    trigger: Trigger, state: TriggerState, now: datetime, limit: int = 1000
+) -> tuple[int, datetime | None]:
+    """How many scheduled times have passed without a run (0: not due), and the latest
+    of them: the slot a run going out now uses up, the next due time being the slot
+    after it. More than one means the scheduler was down or saturated; the task still
+    runs only once. The latest is None past `limit` slots of a cron (the schedule then
+    goes on from the time the run went out), and for triggers without slots."""
     due = next_due(trigger, state)
-    if due is None or due > now or isinstance(trigger, ConditionTrigger):
-        return 0 if due is None or due > now else 1
+    if due is None or due > now:
+        return 0, None
     match trigger:
         case IntervalTrigger(every_s=every):
-            return min(limit, 1 + math.floor((now - due).total_seconds() / every))
+            passed = math.floor((now - due).total_seconds() / every)
+            return min(limit, 1 + passed), _after(due, passed * every, "trigger.every_s")
         case CronTrigger(expr=expr, tz=tz):
             count = 1
             while count < limit:
-                due = cron_after(expr, tz, due)
-                if due > now:
-                    break
+                after = cron_after(expr, tz, due)
+                if after > now:
+                    return count, due
+                due = after
                 count += 1
-            return count
-    return 1
+            return count, None
+    return 1, None
+
+
+def missed_slots(trigger: Trigger, state: TriggerState, now: datetime, limit: int = 1000) -> int:
+    """How many scheduled times have passed without a run (see `passed_slots`)."""
+    return passed_slots(trigger, state, now, limit)[0]

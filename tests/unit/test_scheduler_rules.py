@@ -70,6 +70,62 @@ def test_predicates_on_output_without_what_they_test_raise(
         holds(predicate, output)  # type: ignore[arg-type]
 
 
+# shell_exec of `df --output=pcent /`.
+PCENT = {"exit_code": 0, "stdout": " Use%\n  91%\n", "stderr": ""}
+
+
+@pytest.mark.parametrize(
+    ("predicate", "output", "expected"),
+    [
+        # A number test without `path` reads shell_exec's stdout, not its exit_code.
+        (Above(value=90), PCENT, True),
+        (Below(value=10), PCENT, False),
+        (Above(value=10), {"title": "Widget", "price": "€12,50"}, True),  # its one number
+        (Below(value=20), [{"price": 12.5}], True),  # a list of one
+        # Text tests see the text values, not escaped JSON nor the keys.
+        (Contains(text='say "hi"'), {"stdout": 'say "hi"'}, True),
+        (Contains(text="a\nb"), {"msg": "a\nb"}, True),
+        (NotContains(text="exit_code"), PCENT, True),
+        (Contains(text="91%"), PCENT, True),
+        (Contains(text="200"), {"status": 200}, True),
+    ],
+)
+def test_predicates_on_structured_output(predicate: object, output: object, expected: bool) -> None:
+    assert holds(predicate, output) is expected  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "output", [{"exit_code": 0, "count": 3}, {"a": "1 item", "b": "2 items"}, [1, 2]]
+)
+def test_a_number_test_that_cannot_tell_which_field_asks_for_a_path(output: object) -> None:
+    with pytest.raises(ConditionError, match="`path`"):
+        holds(Above(value=1), output)
+
+
+@pytest.mark.parametrize(
+    ("text", "number"),
+    [
+        ("$1,299.00", 1299.0),
+        ("€1.299,00", 1299.0),  # both marks: the last is the decimal mark
+        ("1.299.000,50", 1299000.5),
+        ("1\u202f299,00 €", 1299.0),  # narrow no-break space groups
+        ("1\u00a0299,00 €", 1299.0),
+        ("1\u2009299", 1299.0),
+        ("1 299,00 €", 1.0),  # a plain space ends the number
+        ("1,299", 1299.0),  # a lone comma and three digits: grouping
+        ("12,5 °C", 12.5),  # a lone comma otherwise: the decimal mark
+        ("0,125", 0.125),
+        ("1.299", 1.299),  # a lone point: always the decimal mark
+        ("\u22125 °C", -5.0),  # U+2212 minus
+        ("temperature -3.5 C", -3.5),
+        ("7,1999.00", 7.0),  # groups not of three: read up to the first separator
+        (".5", 0.5),
+    ],
+)
+def test_numbers_in_text(text: str, number: float) -> None:
+    assert as_number(text) == pytest.approx(number)
+
+
 @given(st.floats(min_value=-1e9, max_value=1e9, allow_nan=False).map(lambda f: round(f, 2)))
 def test_a_number_written_in_text_reads_back(value: float) -> None:
     assert as_number(f"price: {value:.2f} EUR") == pytest.approx(value)
