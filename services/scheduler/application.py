@@ -19,7 +19,7 @@ from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.persistence import JSONTranscoder, RecordConflictError
 
 from contracts.runs import RunOrigin, RunView
-from contracts.tasks import CreateTask, TaskSpec, TaskView, UpdateTask
+from contracts.tasks import CreateTask, TaskSpec, TaskView, Trigger, UpdateTask
 from services.kernel.errors import ServiceError
 from services.kernel.ids import slug
 from services.kernel.logs import get_logger
@@ -267,6 +267,17 @@ class Tasks(Application[UUID]):
 
     def pause(self, task_id: str, reason: str | None, at: datetime, key: str | None = None) -> Task:
         return self._once(task_id, key, lambda t: t.pause(reason, at))
+
+    def pause_for_trigger(self, task_id: str, trigger: Trigger, reason: str, at: datetime) -> bool:
+        """Pause an active task for a fault of `trigger`; not if its trigger changed
+        meanwhile (an update that may have fixed it). Whether it paused."""
+
+        def pause(task: Task) -> bool:
+            if task.status != "active" or task.spec.trigger != trigger:
+                return False
+            return task.pause(reason, at)
+
+        return self._command(task_id, pause)[1]
 
     def resume(self, task_id: str, at: datetime, key: str | None = None) -> Task:
         return self._once(task_id, key, lambda t: t.resume(at))

@@ -9,8 +9,8 @@ numbers (not its keys, not JSON-escaped), true when any one of them holds the te
 Number tests use the value itself when it is a number, else the first number written
 in its text. A structure (no `path`, or a path to one) is read at its main text: the
 `stdout`, `text` or `content` string when there is one (shell_exec's stdout), else its
-only field holding a number; anything else is an error asking for `path` (the first
-number of a dict would be whichever key sorts first, e.g. shell_exec's exit_code).
+only field holding a number; anything else is a NeedsPath error asking for `path` (the
+first number of a dict would be whichever key sorts first, e.g. shell_exec's exit_code).
 
 How a number is read: U+2212 (the minus sign) is a minus; `,` and `.` group thousands
 or mark decimals; no-break, thin and narrow no-break spaces group thousands, a plain
@@ -43,6 +43,12 @@ KNOWN_OUTPUT_FIELDS: dict[str, tuple[str, ...]] = {
 
 class ConditionError(ValueError):
     """The output does not have what the predicate needs (no such path, no number)."""
+
+
+class NeedsPath(ConditionError):
+    """The predicate cannot be evaluated on this kind of output without a `path` (which
+    field to read): a fault of the trigger, not of this one output, so checking again
+    will not help."""
 
 
 def check_path(tool: str, predicate: Predicate) -> None:
@@ -107,7 +113,10 @@ def _main_value(value: dict[str, Any] | list[Any]) -> Any:
     if isinstance(value, list):
         if len(value) == 1:
             return value[0]
-        raise ConditionError(
+        if not value:
+            # Nothing found this time (no results yet): the next output may have some.
+            raise ConditionError("the output is an empty list: no number to test")
+        raise NeedsPath(
             f"the output is a list of {len(value)} items: set the predicate's `path`"
             " to the one to test (e.g. `0` or `0.price`)"
         )
@@ -122,7 +131,7 @@ def _main_value(value: dict[str, Any] | list[Any]) -> Any:
     if len(numeric) == 1:
         return value[numeric[0]]
     fields = ", ".join(sorted(map(str, value))[:20])
-    raise ConditionError(
+    raise NeedsPath(
         f"cannot tell which field of the output to read a number from: set the"
         f" predicate's `path` to one of: {fields}"
     )
@@ -172,7 +181,9 @@ def as_number(value: Any) -> float:
 
 def holds(predicate: Predicate, output: Any) -> bool:
     """Whether the predicate is true of the output. Raises ConditionError when the
-    output lacks what the predicate tests (treated as "not true" by the scheduler)."""
+    output lacks what the predicate tests (the scheduler takes it as "not true"), and
+    NeedsPath when the predicate cannot be tested on such output at all (the scheduler
+    pauses the task)."""
     value = value_at(output, predicate.path)
     match predicate:
         case Contains(text=text):

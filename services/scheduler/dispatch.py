@@ -3,7 +3,8 @@ flight overall, and nothing while the day's spend is at or over the budget.
 
 Candidates are due runs of tasks with nothing in flight (the caller guarantees the
 per-task rule by only offering such tasks). Over budget, every candidate is skipped with
-the reason (a skip consumes its schedule slot, so it is reported once, not every tick).
+the reason (a skip consumes its schedule slot, or holds a `once` or a condition's checks
+until the next UTC day, so it is reported once, not every tick or check).
 Otherwise the earliest due go first, up to the free slots; the rest wait for a slot.
 """
 

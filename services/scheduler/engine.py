@@ -52,6 +52,8 @@ MAX_LIST_BYTES = 512 * 1024
 
 # The check a condition trigger runs: (task_id, trigger) -> the tool's output. Raising
 # means the check could not be made (treated as "not true", tried again next time).
+# A predicate that cannot be tested on the output it got (conditions.NeedsPath) pauses
+# the task instead: every later check would fail the same way.
 ConditionCheck = Callable[[str, ConditionTrigger], Awaitable[Any]]
 
 
@@ -502,14 +504,39 @@ class Scheduler:
             self.last_checked[task_id] = now
             try:
                 output = await self.check_condition(task_id, trigger)
+            except Exception as exc:  # the tool call failed: it may work next time
+                log.warning("condition_check_failed", tool=trigger.tool, error=str(exc)[:500])
+                return False
+            try:
                 held = conditions.holds(trigger.predicate, output)
-            except Exception as exc:
+            except conditions.NeedsPath as exc:
+                await self._pause_untestable(task_id, trigger, str(exc)[:500], now)
+                return False
+            except Exception as exc:  # this output lacks it (no number yet): the next may not
                 log.warning("condition_check_failed", tool=trigger.tool, error=str(exc)[:500])
                 return False
             log.info("condition_checked", tool=trigger.tool, held=held)
             if held:
                 self.fired[task_id] = now
             return held
+
+    async def _pause_untestable(
+        self, task_id: str, trigger: ConditionTrigger, error: str, now: datetime
+    ) -> None:
+        """Pause a task whose predicate cannot be tested on its tool's output, saying
+        why: left active it would check forever and never fire."""
+        log.error("condition_untestable", tool=trigger.tool, error=error)
+        reason = (
+            f"the condition's predicate cannot be tested on {trigger.tool}'s output: {error};"
+            " update the trigger, then resume the task"
+        )
+        try:
+            paused = await _in_thread(self.app.pause_for_trigger, task_id, trigger, reason, now)
+        except ServiceError as exc:  # gone meanwhile: nothing left to pause
+            log.info("condition_untestable_not_paused", error=exc.message)
+            return
+        if paused:
+            self.on_saved()
 
     # --- loops (the service runs these) ------------------------------------------------
 

@@ -16,7 +16,14 @@ import msgspec
 from eventsourcing.domain import Aggregate, event
 
 from contracts.runs import RunOrigin
-from contracts.tasks import MAX_SPEC_BYTES, OnceTrigger, TaskSpec, Trigger, UpdateTask
+from contracts.tasks import (
+    MAX_SPEC_BYTES,
+    ConditionTrigger,
+    OnceTrigger,
+    TaskSpec,
+    Trigger,
+    UpdateTask,
+)
 from services.kernel.codec import encode
 from services.kernel.errors import ServiceError
 from services.scheduler import failures
@@ -52,11 +59,12 @@ def checked_trigger(trigger: Trigger) -> Trigger:
         raise ServiceError("invalid_request", exc.message, field=exc.field) from None
 
 
-def checked_spec(spec: TaskSpec) -> TaskSpec:
-    """A plain TaskSpec (not a subclass such as CreateTask) with a validated trigger,
-    small enough to travel on the bus."""
+def checked_spec(spec: TaskSpec, *, trigger_checked: bool = False) -> TaskSpec:
+    """A plain TaskSpec (not a subclass such as CreateTask) with a validated trigger
+    (unless `trigger_checked` says it is already), small enough to travel on the bus."""
     values = {name: getattr(spec, name) for name in _SPEC_FIELDS}
-    values["trigger"] = checked_trigger(values["trigger"])
+    if not trigger_checked:
+        values["trigger"] = checked_trigger(values["trigger"])
     checked = TaskSpec(**values)
     # Checked before anything is recorded: every spec event, run-requested event and run
     # request carries the whole spec in one NATS message, and a recorded event the bus
@@ -102,7 +110,7 @@ class Task(Aggregate):
         # The schedule slot the last scheduled run used up (its due time, or the latest
         # of the slots it collapsed): the next one follows it, not the send-out time.
         self.last_slot: datetime | None = None
-        # A `once` skipped for the budget: it runs from then on.
+        # A `once` skipped for the budget runs from then on; a condition checks again.
         self.deferred_to: datetime | None = None
         self.pending: dict[str, Any] | None = None
         self.consecutive_failures = 0
@@ -177,7 +185,7 @@ class Task(Aggregate):
         changed = []
         for name in _SPEC_FIELDS:
             new = getattr(command, name)
-            if name == "trigger" and new is not msgspec.UNSET:
+            if name == "trigger" and new is not msgspec.UNSET and new != values[name]:
                 # Compared as it would be stored: a `once` time sent again without an
                 # offset is the same time, not a new one that fires again.
                 new = checked_trigger(new)
@@ -186,7 +194,10 @@ class Task(Aggregate):
                 changed.append(name)
         if not changed:
             return []
-        spec = checked_spec(TaskSpec(**values))
+        # The trigger is the new one, checked above, or the stored one, checked when it
+        # was set: checking that again under rules added since (a shell_exec `path`)
+        # would refuse every edit of the prompt or limits until the trigger is fixed.
+        spec = checked_spec(TaskSpec(**values), trigger_checked=True)
         self._updated(spec=spec, changed=changed, at=at)
         return changed
 
@@ -197,6 +208,14 @@ class Task(Aggregate):
             self.deferred_to = None
         self.spec = spec
         self.updated_at = at
+        self._lift_condition_wait()
+
+    def _lift_condition_wait(self) -> None:
+        # A condition waiting out the budget's day checks again after an update or a
+        # resume: the operator's word (a `once` keeps its deferral: it would only be
+        # skipped again).
+        if isinstance(self.spec.trigger, ConditionTrigger):
+            self.deferred_to = None
 
     def pause(self, reason: str | None, at: datetime) -> bool:
         self._must_exist()
@@ -237,6 +256,7 @@ class Task(Aggregate):
         self.resumed_at = at
         self.consecutive_failures = 0
         self.updated_at = at
+        self._lift_condition_wait()
 
     def delete(self, reason: str | None, at: datetime) -> bool:
         if self.deleted:
@@ -424,19 +444,23 @@ class Task(Aggregate):
         """A due run that will not go out (over budget, task paused). It consumes its
         schedule slot (`slot`, as in dispatch_run), or the pending request it came from.
         Over budget (`budget_from`: when the budget allows runs again) a `once` is not
-        used up but kept until then, and a condition's cooldown does not start: only a
-        run that went out waits one out."""
+        used up but kept until then, and a condition is not checked again until then
+        (nothing could go out before: one skip, not one per check) nor does its cooldown
+        start: only a run that went out waits one out."""
         deferred_to = None
-        if (
-            budget_from is not None
-            and origin in SCHEDULED_ORIGINS
-            and isinstance(self.spec.trigger, OnceTrigger)
-        ):
-            deferred_to = budget_from
-            reason = (
-                f"{reason}; this once task is kept: it runs when the budget allows,"
-                f" from {budget_from.isoformat()}"
-            )
+        if budget_from is not None and origin in SCHEDULED_ORIGINS:
+            if isinstance(self.spec.trigger, OnceTrigger):
+                deferred_to = budget_from
+                reason = (
+                    f"{reason}; this once task is kept: it runs when the budget allows,"
+                    f" from {budget_from.isoformat()}"
+                )
+            elif isinstance(self.spec.trigger, ConditionTrigger):
+                deferred_to = budget_from
+                reason = (
+                    f"{reason}; the condition is checked again from"
+                    f" {budget_from.isoformat()} (or when the task is updated or resumed)"
+                )
         self._run_skipped(
             reason=reason, origin=origin, at=at, run_id=run_id, slot=slot, deferred_to=deferred_to
         )

@@ -64,7 +64,8 @@ class TriggerState:
     last_slot:    the schedule slot that run used up (interval, cron); None for a run
                   recorded before slots were (the schedule then goes on from last_fired)
     last_checked: condition triggers: when the condition was last evaluated
-    deferred_to:  a `once` whose run was skipped for the budget runs from then on
+    deferred_to:  a `once` whose run was skipped for the budget runs from then on; a
+                  condition skipped for it is checked again from then on
     """
 
     set_at: datetime
@@ -241,6 +242,7 @@ def next_due(trigger: Trigger, state: TriggerState) -> datetime | None:
                 _after(state.last_fired, cooldown, "trigger.cooldown_s")
                 if state.last_fired
                 else None,
+                state.deferred_to,
             )
     raise TypeError(f"unknown trigger {trigger!r}")
 

@@ -14,6 +14,7 @@ import pytest
 
 from contracts.runs import ListRuns, ModelTokens, RunEvent
 from contracts.tasks import (
+    Below,
     ConditionTrigger,
     Contains,
     CreateTask,
@@ -29,6 +30,7 @@ from contracts.tasks import (
 from services.kernel.errors import ServiceError
 from services.scheduler.application import Tasks
 from services.scheduler.clock import ManualClock
+from services.scheduler.conditions import ConditionError
 from services.scheduler.engine import Scheduler, SchedulerConfig
 from services.scheduler.task import Task
 from tests.unit.conftest import T0
@@ -165,6 +167,80 @@ async def test_a_failing_condition_check_is_not_true(app: Tasks, clock: ManualCl
     await engine.create(CreateTask(name="c", prompt="p", trigger=_condition(60, 0)))
     assert await engine.check_conditions() == {"c": False}
     assert (await engine.tick()).dispatched == []
+
+
+# browser_extract of several prices: no main text, no one number (issue: `path`).
+PRICES = {"items": [{"price": "$12"}, {"price": "$15"}]}
+
+
+def _cheap(predicate: Any = None) -> ConditionTrigger:
+    return ConditionTrigger(
+        tool="browser_extract",
+        input={"selector": ".price"},
+        predicate=predicate or Below(value=20),
+        every_s=60,
+    )
+
+
+async def test_a_predicate_that_cannot_be_tested_on_the_output_pauses_the_task(
+    app: Tasks, clock: ManualClock
+) -> None:
+    async def extract(task_id: str, trigger: Any) -> Any:
+        return PRICES
+
+    engine = Scheduler(app, clock, SchedulerConfig(), check_condition=extract)
+    await engine.create(spec("cheap", trigger=_cheap()))
+    assert await engine.check_conditions() == {"cheap": False}
+    view = await engine.get(TaskRef(task_id="cheap"))
+    assert view.status == "paused"
+    assert view.status_reason is not None
+    assert "cannot be tested on browser_extract's output" in view.status_reason
+    assert "set the predicate's `path` to one of: items" in view.status_reason
+    (paused,) = stored(app, Task.Paused)
+    assert paused.reason == view.status_reason
+    clock.advance(60)
+    assert await engine.check_conditions() == {}  # paused: no more checks
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        ConditionError("browser_extract failed: timed out"),  # how the service says it
+        {"text": "Sold out"},  # no number this time
+        [],  # nothing found this time
+    ],
+)
+async def test_a_check_that_may_work_next_time_leaves_the_task_active(
+    app: Tasks, clock: ManualClock, output: Any
+) -> None:
+    async def extract(task_id: str, trigger: Any) -> Any:
+        if isinstance(output, Exception):
+            raise output
+        return output
+
+    engine = Scheduler(app, clock, SchedulerConfig(), check_condition=extract)
+    await engine.create(spec("cheap", trigger=_cheap()))
+    assert await engine.check_conditions() == {"cheap": False}
+    assert (await engine.get(TaskRef(task_id="cheap"))).status == "active"
+    clock.advance(60)
+    assert await engine.check_conditions() == {"cheap": False}  # checked again
+    assert stored(app, Task.Paused) == []
+
+
+async def test_a_trigger_fixed_during_the_check_is_not_paused_for_the_old_one(
+    app: Tasks, clock: ManualClock
+) -> None:
+    fixed = _cheap(Below(value=20, path="items.0.price"))
+
+    async def extract(task_id: str, trigger: Any) -> Any:
+        await engine.update(UpdateTask(task_id="cheap", trigger=fixed))
+        return PRICES
+
+    engine = Scheduler(app, clock, SchedulerConfig(), check_condition=extract)
+    await engine.create(spec("cheap", trigger=_cheap()))
+    assert await engine.check_conditions() == {"cheap": False}
+    view = await engine.get(TaskRef(task_id="cheap"))
+    assert view.status == "active" and view.spec.trigger == fixed
 
 
 async def test_a_manual_run_waits_behind_the_run_in_flight(app: Tasks, clock: ManualClock) -> None:

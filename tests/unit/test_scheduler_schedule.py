@@ -1,6 +1,7 @@
 """What a late or skipped run does to a schedule: a late run uses up its slot, not the
 schedule's phase (nor, on the night clocks go back, a second firing); a run skipped for
-the budget does not use up a `once` nor start a condition's cooldown; events stored
+the budget does not use up a `once` nor start a condition's cooldown, and holds the
+condition's checks until the budget's next day (one skip, not one per check); events stored
 before slots were recorded still decode and schedule as they did."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import dataclasses
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import msgspec
 import pytest
 
 from contracts.runs import RunEvent
@@ -22,6 +24,8 @@ from contracts.tasks import (
     OnceTrigger,
     RunTask,
     TaskRef,
+    TaskSpec,
+    UpdateTask,
 )
 from services.kernel.errors import ServiceError
 from services.scheduler.application import Tasks
@@ -152,25 +156,64 @@ async def test_a_once_skipped_for_the_budget_runs_when_the_budget_allows(
     assert await due_of(engine, "once") is None  # used up by the run that went out
 
 
-async def test_a_condition_skipped_for_the_budget_checks_again_without_a_cooldown(
+async def test_a_condition_skipped_for_the_budget_waits_for_the_next_day_without_a_cooldown(
     app: Tasks, clock: ManualClock
+) -> None:
+    checks: list[datetime] = []
+
+    async def check(task_id: str, trigger: Any) -> Any:
+        checks.append(clock.now())
+        return "95"
+
+    engine = Scheduler(app, clock, SchedulerConfig(daily_budget_usd=1.0), check_condition=check)
+    await spend(engine, clock, 5.0)
+    # A cooldown longer than the wait: had the skip started it, midnight would not check.
+    trigger = ConditionTrigger(tool="t", predicate=Above(value=90), every_s=1, cooldown_s=86_400)
+    await engine.create(spec("hot", trigger=trigger))
+    assert await engine.check_conditions() == {"hot": True}
+    assert [t for t, _ in (await engine.tick()).skipped] == ["hot"]
+    midnight = datetime(2025, 1, 7, tzinfo=UTC)
+    assert await due_of(engine, "hot") == midnight
+
+    # Nothing could go out before the budget's day ends: no checks, one skip.
+    for _ in range(100):
+        clock.advance(60)
+        assert await engine.check_conditions() == {}
+        assert (await engine.tick()).skipped == []
+    (skipped,) = stored(app, Task.RunSkipped)
+    assert "checked again from 2025-01-07T00:00:00+00:00" in skipped.reason
+    assert len(checks) == 1
+
+    clock.set(midnight)
+    assert await engine.check_conditions() == {"hot": True}
+    assert [t for t, _ in (await engine.tick()).dispatched] == ["hot"]
+
+
+@pytest.mark.parametrize("how", ["update", "resume"])
+async def test_an_update_or_resume_ends_a_conditions_wait_for_the_budget(
+    app: Tasks, clock: ManualClock, how: str
 ) -> None:
     async def check(task_id: str, trigger: Any) -> Any:
         return "95"
 
     engine = Scheduler(app, clock, SchedulerConfig(daily_budget_usd=1.0), check_condition=check)
     await spend(engine, clock, 5.0)
-    trigger = ConditionTrigger(tool="t", predicate=Above(value=90), every_s=60, cooldown_s=3600)
+    trigger = ConditionTrigger(tool="t", predicate=Above(value=90), every_s=60)
     await engine.create(spec("hot", trigger=trigger))
-    assert await engine.check_conditions() == {"hot": True}
+    await engine.check_conditions()
     assert [t for t, _ in (await engine.tick()).skipped] == ["hot"]
 
-    clock.advance(60)  # the next check, not an hour later
+    clock.advance(60)
+    if how == "update":
+        await engine.update(UpdateTask(task_id="hot", prompt="cool it down"))
+    else:
+        await engine.pause(TaskRef(task_id="hot"))
+        await engine.resume(TaskRef(task_id="hot"))
+    due = await due_of(engine, "hot")
+    assert due is not None and due <= clock.now()
     assert await engine.check_conditions() == {"hot": True}
-    assert [t for t, _ in (await engine.tick()).skipped] == ["hot"]
-    clock.set(datetime(2025, 1, 7, 0, 0, tzinfo=UTC))
-    assert await engine.check_conditions() == {"hot": True}
-    assert [t for t, _ in (await engine.tick()).dispatched] == ["hot"]
+    assert [t for t, _ in (await engine.tick()).skipped] == ["hot"]  # still over it
+    assert len(stored(app, Task.RunSkipped)) == 2
 
 
 async def test_a_shell_exec_condition_with_a_path_its_output_never_has_is_refused(
@@ -187,6 +230,31 @@ async def test_a_shell_exec_condition_with_a_path_its_output_never_has_is_refuse
         await engine.create(spec("disk", trigger=trigger))
     assert caught.value.field == "trigger.predicate.path"
     assert "exit_code, stdout, stderr" in caught.value.message
+
+
+async def test_a_stored_trigger_a_later_rule_refuses_does_not_block_other_edits(
+    app: Tasks, clock: ManualClock
+) -> None:
+    # Stored before shell_exec paths were checked (the aggregate, not a command).
+    typo = ConditionTrigger(
+        tool="shell_exec",
+        input={"command": "df --output=pcent /"},
+        predicate=Above(value=90, path="stdot"),
+        every_s=60,
+    )
+    app.save(Task(task_id="disk", spec=TaskSpec(name="disk", prompt="p", trigger=typo), at=T0))
+    engine = Scheduler(app, clock)
+    view = await engine.update(UpdateTask(task_id="disk", prompt="clean up", max_failures=5))
+    assert view.spec.prompt == "clean up" and view.spec.max_failures == 5
+    # Sent again unchanged, the trigger is still not a change to refuse.
+    view = await engine.update(UpdateTask(task_id="disk", trigger=typo, prompt="clean /tmp"))
+    assert view.spec.prompt == "clean /tmp"
+    # A trigger that changes is checked.
+    with pytest.raises(ServiceError) as caught:
+        await engine.update(
+            UpdateTask(task_id="disk", trigger=msgspec.structs.replace(typo, every_s=30))
+        )
+    assert caught.value.field == "trigger.predicate.path"
 
 
 def test_a_run_dispatched_before_slots_were_recorded_still_schedules(app: Tasks) -> None:
