@@ -20,7 +20,12 @@ from contracts import tools as t
 from contracts.tools import ToolMetadata
 from services.tools.bounds import MAX_QUOTED_URL_CHARS, bound_text, cut_text
 from services.tools.browser import Session
-from services.tools.extraction import EXTRACT_JS, parse_field_spec, readable_text
+from services.tools.extraction import (
+    EXTRACT_JS,
+    READ_PAGE_JS,
+    parse_field_spec,
+    readable_text,
+)
 from services.tools.outcome import Outcome, ToolFailure
 
 # A name that is a plain form field name (`q`, `user[email]`), not CSS.
@@ -92,10 +97,48 @@ async def current_page(session: Session) -> Page:
     return session.page
 
 
+# How long stopping a navigation or probing a page may take: CDP answers these from the
+# browser process in milliseconds, even when the page's renderer is busy.
+_STOP_WITHIN_S = 0.5
+_PROBE_WITHIN_S = 1.0
+
+
 async def stop_loading(page: Page) -> None:
-    """Abandon a navigation still in progress (after a timeout), like the stop button."""
-    with suppress(PlaywrightError), anyio.move_on_after(2, shield=True):
-        await page.evaluate("() => window.stop()")
+    """Abandon a navigation still in progress (after a timeout), like the stop button.
+    Through CDP, not `window.stop()`: an evaluate waits for the pending navigation (and
+    a busy renderer) instead of stopping it, and the page would later land on the URL
+    that timed out. Shielded and short, so it also runs in a call being cancelled."""
+    with suppress(PlaywrightError), anyio.move_on_after(_STOP_WITHIN_S, shield=True):
+        cdp = await page.context.new_cdp_session(page)
+        try:
+            await cdp.send("Page.stopLoading")
+        finally:
+            with suppress(PlaywrightError):
+                await cdp.detach()
+
+
+async def _responsive(page: Page) -> bool:
+    """Whether the page's renderer runs script at all (not stuck in `while (true) {}`)."""
+    with anyio.move_on_after(_PROBE_WITHIN_S):
+        # An error means between documents, or closed: not stuck.
+        with suppress(PlaywrightError):
+            await page.evaluate("1")
+        return True
+    return False
+
+
+async def recover(session: Session) -> None:
+    """Before the next call after one that timed out: stop what is still loading, and if
+    the page no longer answers (a script that never yields), replace it with a fresh page
+    in the same context, so cookies and storage are kept but the run is not stuck."""
+    page = await current_page(session)
+    await stop_loading(page)
+    if await _responsive(page):
+        return
+    with suppress(PlaywrightError), anyio.move_on_after(_STOP_WITHIN_S, shield=True):
+        # No beforeunload: a hung page cannot run it, and a dialog would block the close.
+        await page.close(run_before_unload=False)
+    session.adopt(await session.context.new_page())
 
 
 async def _title(page: Page) -> str:
@@ -140,16 +183,26 @@ async def _settle(page: Page, budget: Budget, limits: BrowserLimits) -> None:
         await page.wait_for_load_state("load", timeout=budget.ms(limits.load_timeout_s))
 
 
+async def _preferring_visible(locator: Locator) -> Locator:
+    """The first visible match, else the first match: a page often keeps hidden copies
+    (a mobile menu, a template row) ahead of the element a person would see and use."""
+    visible = locator.filter(visible=True)
+    return visible.first if await visible.count() else locator.first
+
+
 async def _missing_or_stuck(locator: Locator, what: str, exc: PlaywrightError) -> ToolFailure:
+    """`locator` is every match (not just the one acted on), so the counts are right."""
     try:
         count = await locator.count()
+        visible = await locator.filter(visible=True).count()
     except PlaywrightError:
-        count = 0
+        count = visible = 0
     if count == 0:
         return ToolFailure("element_not_found", f"nothing on the page matches {what}")
     return ToolFailure(
         "element_not_actionable",
-        f"{what} matches {count} element(s) but the first cannot be used: {_first_line(exc)}",
+        f"{what} matches {count} element(s), {visible} visible, but cannot be used:"
+        f" {_first_line(exc)}",
     )
 
 
@@ -199,7 +252,7 @@ async def read_page(
     session: Session, args: t.BrowserReadPageInput, budget: Budget, limits: BrowserLimits
 ) -> Outcome:
     page = await current_page(session)
-    raw = await page.evaluate("() => (document.body ?? document.documentElement)?.innerText ?? ''")
+    raw = await page.evaluate(READ_PAGE_JS)
     text, truncated = bound_text(readable_text(str(raw)), limits.max_page_chars)
     title = await _title(page)
     return Outcome(text, ToolMetadata(url=page.url, title=title), truncated)
@@ -244,17 +297,17 @@ async def extract(
 
 
 async def _by_text(page: Page, text: str) -> Locator:
-    """A link or button whose accessible name is `text`, else one containing it, else
-    any element showing the text."""
+    """Every match of `text`: links or buttons whose accessible name is `text`, else
+    those containing it, else any element showing the text."""
     exact = page.get_by_role("link", name=text, exact=True).or_(
         page.get_by_role("button", name=text, exact=True)
     )
     if await exact.count():
-        return exact.first
+        return exact
     loose = page.get_by_role("link", name=text).or_(page.get_by_role("button", name=text))
     if await loose.count():
-        return loose.first
-    return page.get_by_text(text).first
+        return loose
+    return page.get_by_text(text)
 
 
 async def click(
@@ -262,13 +315,14 @@ async def click(
 ) -> Outcome:
     page = await current_page(session)
     if args.selector is not None:
-        locator, what = page.locator(args.selector).first, f"selector {args.selector!r}"
+        matches, what = page.locator(args.selector), f"selector {args.selector!r}"
     else:
         assert args.text is not None
-        locator, what = await _by_text(page, args.text), f"text {args.text!r}"
+        matches, what = await _by_text(page, args.text), f"text {args.text!r}"
     before = session.navigations
     timeout = budget.ms(limits.element_timeout_s)
     try:
+        locator = await _preferring_visible(matches)
         if await locator.evaluate(_OPENS_TAB_JS, timeout=timeout):
             # The run follows the link into its new tab, as a person would.
             async with page.expect_popup(timeout=budget.ms(limits.element_timeout_s)) as popup:
@@ -278,7 +332,7 @@ async def click(
         else:
             await locator.click(timeout=timeout)
     except PlaywrightTimeout as exc:
-        raise await _missing_or_stuck(locator, what, exc) from None
+        raise await _missing_or_stuck(matches, what, exc) from None
     except PlaywrightError as exc:
         if _is_selector_syntax(exc):
             raise ToolFailure("invalid_selector", _first_line(exc)) from None
@@ -292,16 +346,17 @@ async def type_text(
     session: Session, args: t.BrowserTypeInput, budget: Budget, limits: BrowserLimits
 ) -> Outcome:
     page = await current_page(session)
-    locator = page.locator(args.selector).first
+    matches = page.locator(args.selector)
     before = session.navigations
     try:
+        locator = await _preferring_visible(matches)
         await locator.fill(args.text, timeout=budget.ms(limits.element_timeout_s))
         # Before Enter: a submitted form's field is gone with its page.
         secret = await _is_password_field(locator, budget.ms(limits.element_timeout_s))
         if args.submit:
             await locator.press("Enter", timeout=budget.ms(limits.element_timeout_s))
     except PlaywrightTimeout as exc:
-        raise await _missing_or_stuck(locator, f"selector {args.selector!r}", exc) from None
+        raise await _missing_or_stuck(matches, f"selector {args.selector!r}", exc) from None
     except PlaywrightError as exc:
         if _is_selector_syntax(exc):
             raise ToolFailure("invalid_selector", _first_line(exc)) from None
@@ -359,8 +414,60 @@ async def _field(page: Page, key: str) -> Locator | None:
     return None
 
 
-async def _set_value(locator: Locator, value: t.FormValue, timeout_ms: float) -> bool:
-    """Set the control's value; whether it is a password field."""
+# A select's options as {value, label}.
+_OPTIONS_JS = "el => [...el.options].map(o => ({value: o.value, label: o.label.trim()}))"
+
+# The radio group of `el`: the radios of its form (or document) sharing its name.
+_RADIO_GROUP = """
+el => !el.name ? [el] : [...el.ownerDocument.querySelectorAll("input[type=radio]")]
+  .filter(r => r.name === el.name && r.form === el.form)
+"""
+# Each member as {value, label}, label being the text of its <label>s or its aria-label.
+_RADIO_CHOICES_JS = f"""
+el => ({_RADIO_GROUP})(el).map(r => ({{
+  value: r.value,
+  label: ([...(r.labels ?? [])].map(l => l.innerText).join(" ")
+    || r.getAttribute("aria-label") || "").replace(/\\s+/g, " ").trim(),
+}}))
+"""
+
+# Inputs the browser empties when given a value not in its format (value sanitization),
+# with the format they take.
+_FORMATS = {
+    "date": "YYYY-MM-DD",
+    "time": "HH:MM or HH:MM:SS",
+    "datetime-local": "YYYY-MM-DDTHH:MM",
+    "month": "YYYY-MM",
+    "week": "YYYY-Www",
+}
+_MAX_LISTED = 30  # choices quoted in an error
+
+
+def _choices(options: list[dict[str, str]]) -> str:
+    shown = ", ".join(
+        repr(o["value"]) if o["label"] in ("", o["value"]) else f"{o['value']!r} ({o['label']!r})"
+        for o in options[:_MAX_LISTED]
+    )
+    more = len(options) - _MAX_LISTED
+    return shown + (f", and {more} more" if more > 0 else "") if options else "none"
+
+
+def _matching(options: list[dict[str, str]], text: str) -> int | None:
+    """The option whose value is `text`, else the one whose label is (case and spacing
+    aside): a model often quotes what the page shows rather than the value behind it."""
+    for i, option in enumerate(options):
+        if option["value"] == text:
+            return i
+    wanted = " ".join(text.split()).casefold()
+    for i, option in enumerate(options):
+        if " ".join(option["label"].split()).casefold() == wanted:
+            return i
+    return None
+
+
+async def _set_value(key: str, locator: Locator, value: t.FormValue, timeout_ms: float) -> bool:
+    """Set the control's value; whether it is a password field. Raises ToolFailure for a
+    value the control cannot take, rather than setting something else."""
     first = locator.first
     kind = await first.evaluate(
         "el => [el.tagName.toLowerCase(), (el.getAttribute('type') || '').toLowerCase(),"
@@ -369,20 +476,51 @@ async def _set_value(locator: Locator, value: t.FormValue, timeout_ms: float) ->
     tag, input_type, secret = kind
     text = value if isinstance(value, str) else ("true" if value is True else str(value))
     if tag == "select":
-        try:
-            await first.select_option(value=text, timeout=timeout_ms)
-        except PlaywrightError:
-            await first.select_option(label=text, timeout=timeout_ms)
+        # Checked first: select_option would wait out its whole timeout for an option
+        # that will never appear.
+        options = await first.evaluate(_OPTIONS_JS)
+        index = _matching(options, text)
+        if index is None:
+            raise ToolFailure(
+                "element_not_found",
+                f"{key!r} has no option {text!r}; its options are {_choices(options)}",
+            )
+        await first.select_option(index=index, timeout=timeout_ms)
     elif input_type == "checkbox":
         await first.set_checked(text.lower() in _TRUE, timeout=timeout_ms)
     elif input_type == "radio":
-        # A radio group shares a name: check the member whose value is `value`.
-        quoted = text.replace("\\", "\\\\").replace('"', '\\"')
-        member = locator.and_(locator.page.locator(f'[value="{quoted}"]'))
-        target = member.first if await member.count() else first
-        await target.check(timeout=timeout_ms)
+        if value is True and await locator.count() == 1:
+            # The key named one member (by its label or id): choose it.
+            await first.check(timeout=timeout_ms)
+            return bool(secret)
+        if isinstance(value, bool):
+            # A group cannot be unchecked, and `true` does not say which member.
+            raise ToolFailure(
+                "invalid_value", f"{key!r} is a radio group: give the value or label to choose"
+            )
+        # Never a fallback to the first member: that would choose something not asked for.
+        members = await first.evaluate(_RADIO_CHOICES_JS)
+        index = _matching(members, text)
+        if index is None:
+            raise ToolFailure(
+                "element_not_found",
+                f"{key!r} has no choice {text!r}; its choices are {_choices(members)}",
+            )
+        handle = await first.evaluate_handle(f"(el, i) => ({_RADIO_GROUP})(el)[i]", index)
+        try:
+            member = handle.as_element()
+            assert member is not None
+            await member.check(timeout=timeout_ms)
+        finally:
+            await handle.dispose()
     else:
         await first.fill(text, timeout=timeout_ms)
+        # The browser drops a value not in the input's format without an error.
+        if input_type in _FORMATS and text and not await first.input_value(timeout=timeout_ms):
+            raise ToolFailure(
+                "invalid_value",
+                f"{key!r} did not take {text!r}: {input_type} inputs take {_FORMATS[input_type]}",
+            )
     return bool(secret)
 
 
@@ -434,7 +572,7 @@ async def fill_form(
                 "element_not_found", f"no form field is named, labelled or selected by {key!r}"
             )
         try:
-            if await _set_value(locator, value, budget.ms(limits.element_timeout_s)):
+            if await _set_value(key, locator, value, budget.ms(limits.element_timeout_s)):
                 secret.append(key)
         except PlaywrightError as exc:
             raise ToolFailure(

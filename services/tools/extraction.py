@@ -1,7 +1,8 @@
 """How browser_extract reads a field spec, and how page text is made readable.
 
 A field spec is one of:
-    "css"       the trimmed visible text of the first element matching css inside the match
+    "css"       the trimmed visible text of the first rendered element matching css
+                inside the match
     "@attr"     the attribute `attr` of the match itself
     "css@attr"  the attribute `attr` of the first element matching css inside the match
 """
@@ -35,28 +36,61 @@ def parse_field_spec(spec: str) -> FieldSpec:
     return FieldSpec(css=spec or None, attr=None)
 
 
-# Runs in the page: one round trip for every match and field. innerText is the rendered
-# text (hidden elements contribute nothing); textContent is the fallback for elements
-# that are not rendered at all.
+# Runs in the page: one round trip for every match and field.
+# - Matches not rendered (display:none, hidden by an ancestor, visibility:hidden) are
+#   left out, for text and attributes alike, so a list of texts and a list of hrefs from
+#   one selector stay aligned. (innerText of such an element would fall back to its
+#   whole textContent: text no one sees on the page.)
+# - Elements never rendered by nature are kept: <head> content (<meta>, <link>),
+#   JSON-LD <script>, <template>, input[type=hidden], an <option> of a shown <select>.
+#   What they hold is data, not hidden page text.
+# - Inside a match, a field takes the first rendered element matching its css (a hidden
+#   duplicate, like an old price, is skipped); an attribute falls back to a hidden one.
+# - URL attributes come back absolute (against document.baseURI), as browser_navigate
+#   takes them and as a person following the link would get them.
 EXTRACT_JS = """
 (els, args) => {
-  const text = (el) => (el.innerText ?? el.textContent ?? "").replace(/\\s+/g, " ").trim();
-  const pick = (el, spec) => {
-    const target = spec.css ? el.querySelector(spec.css) : el;
-    if (!target) return null;
-    return spec.attr ? target.getAttribute(spec.attr) : text(target);
+  const URL_ATTRS = new Set(["href", "src", "action", "formaction", "poster", "cite", "data"]);
+  const NEVER_RENDERED = "head, script, style, template, noscript, datalist, map, "
+    + "input[type=hidden]";
+  const shown = (el) => {
+    if (el.closest(NEVER_RENDERED)) return true;
+    const box = el.closest("select") ?? el;  // an option has no box of its own
+    return !box.checkVisibility || box.checkVisibility({visibilityProperty: true});
   };
+  const text = (el) => (el.innerText ?? el.textContent ?? "").replace(/\\s+/g, " ").trim();
+  const attr = (el, name) => {
+    const value = el.getAttribute(name);
+    if (value === null || !URL_ATTRS.has(name.toLowerCase()) || value.trim() === "") {
+      return value;
+    }
+    try {
+      return new URL(value.trim(), document.baseURI).href;
+    } catch {
+      return value;  // not a URL after all: as written
+    }
+  };
+  const pick = (el, spec) => {
+    let target = el;
+    if (spec.css) {
+      target = [...el.querySelectorAll(spec.css)].find(shown);
+      if (!target && spec.attr) target = el.querySelector(spec.css);
+    }
+    if (!target) return null;
+    return spec.attr ? attr(target, spec.attr) : text(target);
+  };
+  const matches = els.filter(shown);
   const out = [];
-  for (const el of els.slice(0, args.limit)) {
+  for (const el of matches.slice(0, args.limit)) {
     if (args.fields) {
       const row = {};
       for (const [name, spec] of Object.entries(args.fields)) row[name] = pick(el, spec);
       out.push(row);
     } else {
-      out.push(args.attribute ? el.getAttribute(args.attribute) : text(el));
+      out.push(args.attribute ? attr(el, args.attribute) : text(el));
     }
   }
-  return [els.length, out];
+  return [matches.length, out];
 }
 """
 
@@ -68,3 +102,52 @@ def readable_text(raw: str) -> str:
     """Visible page text with runs of spaces and blank lines collapsed."""
     lines = (_SPACES.sub(" ", line).strip() for line in raw.splitlines())
     return _BLANK_RUN.sub("\n\n", "\n".join(lines)).strip()
+
+
+# Runs in the page: its visible text. innerText leaves out what open shadow roots render
+# (web components), so on a page that has some, the path down to each is walked by hand
+# (slots resolved to what they show) and innerText used below it. A page without shadow
+# roots gets exactly innerText, as before.
+READ_PAGE_JS = """
+() => {
+  const body = document.body ?? document.documentElement;
+  if (!body) return "";
+  // Open shadow hosts and the slots in their roots (innerText misses what either
+  // shows), and all their ancestors.
+  const onPath = new Set();
+  const mark = (el) => {
+    for (let n = el; n && !onPath.has(n);) {
+      onPath.add(n);
+      const up = n.parentNode;
+      n = up instanceof ShadowRoot ? up.host : n.parentElement;
+    }
+  };
+  const find = (root) => {
+    for (const el of root.querySelectorAll("*")) {
+      if (el instanceof HTMLSlotElement && root instanceof ShadowRoot) mark(el);
+      if (!el.shadowRoot) continue;
+      mark(el);
+      find(el.shadowRoot);
+    }
+  };
+  find(document);
+  if (!onPath.size) return body.innerText ?? "";
+  const SKIP = new Set(["SCRIPT", "STYLE", "TEMPLATE", "NOSCRIPT", "HEAD"]);
+  const walk = (node) => {
+    if (node.nodeType === Node.TEXT_NODE) return node.data.replace(/\\s+/g, " ");
+    if (node.nodeType !== Node.ELEMENT_NODE || SKIP.has(node.tagName)) return "";
+    if (node instanceof HTMLSlotElement) {
+      const shown = node.assignedNodes({flatten: true});
+      return [...(shown.length ? shown : node.childNodes)].map(walk).join("");
+    }
+    const style = getComputedStyle(node);
+    if (style.display === "none") return "";
+    const block = !style.display.startsWith("inline") && style.display !== "contents";
+    const text = !onPath.has(node)
+      ? (node.innerText ?? "")
+      : [...(node.shadowRoot ?? node).childNodes].map(walk).join("");
+    return block ? `\\n${text}\\n` : text;
+  };
+  return walk(body);
+}
+"""

@@ -55,7 +55,9 @@ SPECS: dict[str, ToolSpec] = {
             "list of strings (each match's visible text, or the value of `attribute`). With "
             "`fields`: a list of objects, one per match, each field given as 'css' (text of "
             "a sub-element), '@attr' (attribute of the match) or 'css@attr'; a field that "
-            "matches nothing is null. No match is an empty list, not an error.",
+            "matches nothing is null. No match is an empty list, not an error. Elements "
+            "not shown are skipped when reading text; href/src/action come back as "
+            "absolute URLs.",
             t.BrowserExtractInput,
         ),
         ToolSpec(

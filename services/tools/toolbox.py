@@ -25,9 +25,8 @@ from services.tools.browser_tools import (
     BROWSER_TOOLS,
     BrowserLimits,
     Budget,
-    current_page,
     inner_timeout,
-    stop_loading,
+    recover,
 )
 from services.tools.outcome import Outcome, ToolFailure
 from services.tools.specs import spec_for, validate_input
@@ -204,7 +203,7 @@ class ToolBox:
                 try:
                     if session.interrupted:
                         session.interrupted = False
-                        await stop_loading(await current_page(session))
+                        await recover(session)
                     tool = BROWSER_TOOLS[call.tool]
                     return await tool(session, args, budget, self.config.limits)
                 except anyio.get_cancelled_exc_class():
@@ -213,6 +212,8 @@ class ToolBox:
                 except PlaywrightError as exc:
                     raise self._browser_failure(exc) from None
                 except ToolFailure as failure:
+                    if failure.code == "timeout":
+                        session.interrupted = True  # the page may be what is stuck
                     if failure.metadata.url is None and not session.page.is_closed():
                         failure.metadata.url = session.page.url  # where it failed
                     raise

@@ -1,0 +1,304 @@
+"""Browser tools against pages that misbehave or mislead: a navigation that times out,
+a script that never yields, form controls given values they cannot take, hidden
+duplicates of what a person would click, and what extraction should (not) return."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import anyio
+import pytest
+
+from contracts.tools import ExecTool, ToolResult
+from services.tools.browser import BrowserConfig, BrowserPool
+from services.tools.browser_tools import BrowserLimits
+from services.tools.specs import SPECS
+from services.tools.toolbox import ToolBox, ToolsConfig
+from tests.integration.test_tools_service import _descendants, nothing_left_behind  # noqa: F401
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.browser,
+    pytest.mark.usefixtures("nothing_left_behind"),
+]
+
+PAGES = {
+    "/a": "<title>A</title><p>page a</p>",
+    "/loop": "<title>L</title>busy<script>setTimeout(() => { while (true) {} }, 50)</script>",
+    "/form": """<title>F</title>
+<form action="/a">
+  <label><input type="radio" name="size" value="s"> Small</label>
+  <label><input type="radio" name="size" value="l"> Large</label>
+  <label>When <input type="date" name="when"></label>
+  <label>At <input type="time" name="at"></label>
+  <select name="country"><option value="us">United States</option>
+    <option value="fr">France</option></select>
+</form>""",
+    "/dupes": """<title>D</title>
+<nav style="display:none"><a class="nav" href="/a?hidden">Pricing</a>
+  <span onclick="location='/a?hidden'">Details tab</span></nav>
+<a class="nav" href="/a?shown">Pricing</a>
+<span onclick="location='/a?shown'">Details tab</span>
+<button class="ghost" style="display:none">x</button><button class="ghost" hidden>y</button>""",
+    "/shadow": """<title>S</title><p>before</p><div id="host">light <i>slotted</i></div>
+<p>after</p>
+<script>
+const root = document.getElementById("host").attachShadow({mode: "open"});
+root.innerHTML = `<h2>Inside</h2><p>text <slot></slot></p><span hidden>not shown</span>
+  <div id="inner"></div>`;
+root.getElementById("inner").attachShadow({mode: "open"}).innerHTML = "<b>nested</b>";
+</script>""",
+    "/links": """<title>Links</title>
+<ul><li><a href="/p/1">One</a></li><li><a href="p/2?x=1#f">Two</a></li>
+  <li><a href="https://example.org/x">Three</a></li></ul>
+<form action="go"></form><img src="../img/logo.png">""",
+    "/based": '<title>B</title><base href="/deep/dir/"><a href="rel">R</a>',
+    "/hidden": """<title>H</title>
+<meta name="description" content="about this page">
+<script type="application/ld+json">{"name": "Widget"}</script>
+<p class="t">shown</p><p class="t" style="display:none">secret</p>
+<div style="visibility:hidden"><p class="t">invisible</p></div>
+<div class="row"><span class="price" style="display:none">$9</span>
+  <span class="price">$5</span></div>
+<div class="row" hidden><span class="price">$1</span></div>
+<select><option>Red</option><option>Green</option></select>
+<input type="hidden" name="token" value="abc">""",
+}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        url = urlparse(self.path)
+        query = parse_qs(url.query)
+        headers: dict[str, str] = {}
+        if url.path == "/slow":
+            time.sleep(float(query.get("s", ["3"])[0]))
+            body = "<title>Slow</title>finally"
+        elif url.path == "/setcookie":
+            body, headers = "<title>Set</title>ok", {"Set-Cookie": "who=dora; Path=/"}
+        elif url.path == "/cookies":
+            body = f"<title>Cookies</title>{self.headers.get('Cookie') or 'none'}"
+        else:
+            body = PAGES.get(url.path, f"<title>{url.path}</title>{url.path}")
+        data = body.encode()
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            for k, v in headers.items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the browser gave up on a slow page
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+
+
+@pytest.fixture
+def site() -> Iterator[str]:
+    server = _Server(("127.0.0.1", 0), _Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@dataclass
+class Browser:
+    box: ToolBox
+
+    async def __call__(self, tool: str, timeout_s: float = 10.0, **input: Any) -> ToolResult:
+        call = ExecTool(
+            run_id="run-a",
+            task_id="task-1",
+            allowed_tools=list(SPECS),
+            tool=tool,
+            input=input,
+            timeout_s=timeout_s,
+        )
+        return await self.box.execute(call)
+
+
+@pytest.fixture
+async def browser(tmp_path: Path) -> AsyncIterator[Browser]:
+    config = ToolsConfig(
+        data_dir=tmp_path,
+        browser=BrowserConfig(pool_size=1),
+        # Short element waits: the failures below are about what is waited for.
+        limits=BrowserLimits(element_timeout_s=1.0, screenshot_dir=tmp_path / "blobs"),
+    )
+    async with BrowserPool(config.browser) as pool:
+        yield Browser(ToolBox(config, pool))
+
+
+def _error(result: ToolResult) -> tuple[str, str]:
+    assert not result.ok and result.error is not None, result
+    return result.error.code, result.error.message
+
+
+# --- timeouts ----------------------------------------------------------------------------
+
+
+async def test_a_navigation_that_timed_out_is_abandoned(browser: Browser, site: str) -> None:
+    assert (await browser("browser_navigate", url=f"{site}/a")).ok
+    started = time.monotonic()
+    result = await browser("browser_navigate", timeout_s=2, url=f"{site}/slow?s=3")
+    assert _error(result)[0] == "timeout"
+    assert time.monotonic() - started < 2.5  # stopping it fits in the call's timeout
+    # The next call works at once, on the page the run was on...
+    page = await browser("browser_read_page", timeout_s=3)
+    assert (page.ok, page.output, page.metadata.url) == (True, "page a", f"{site}/a")
+    # ...and stays there once the slow server finally answers.
+    await anyio.sleep(1.5)
+    page = await browser("browser_read_page", timeout_s=3)
+    assert (page.output, page.metadata.url) == ("page a", f"{site}/a")
+
+
+async def test_a_page_stuck_in_a_script_is_replaced(browser: Browser, site: str) -> None:
+    assert (await browser("browser_navigate", url=f"{site}/setcookie")).ok
+    assert (await browser("browser_navigate", url=f"{site}/loop")).ok
+    await anyio.sleep(0.3)  # the loop starts after load
+    assert _error(await browser("browser_read_page", timeout_s=2))[0] == "timeout"
+    # A fresh page in the same context: the run goes on, its cookies kept.
+    result = await browser("browser_navigate", timeout_s=8, url=f"{site}/cookies")
+    assert result.ok, result.error
+    assert (await browser("browser_read_page")).output == "who=dora"
+
+
+# --- forms -------------------------------------------------------------------------------
+
+
+async def _checked(browser: Browser) -> list[str]:
+    result = await browser("browser_extract", selector="[name=size]:checked", attribute="value")
+    return list(result.output)
+
+
+async def test_a_radio_is_chosen_by_value_or_label_never_by_default(
+    browser: Browser, site: str
+) -> None:
+    await browser("browser_navigate", url=f"{site}/form")
+    code, message = _error(
+        await browser("browser_fill_form", submit=False, fields={"size": "medium"})
+    )
+    assert code == "element_not_found"
+    assert "'s' ('Small')" in message and "'l' ('Large')" in message
+    assert await _checked(browser) == []  # nothing chosen in its place
+    assert (
+        _error(await browser("browser_fill_form", submit=False, fields={"size": True}))[0]
+        == "invalid_value"
+    )
+    assert (
+        _error(await browser("browser_fill_form", submit=False, fields={"size": False}))[0]
+        == "invalid_value"
+    )
+    assert (await browser("browser_fill_form", submit=False, fields={"size": "large"})).ok
+    assert await _checked(browser) == ["l"]
+    assert (await browser("browser_fill_form", submit=False, fields={"size": "s"})).ok
+    assert await _checked(browser) == ["s"]
+    assert (
+        await browser("browser_fill_form", submit=False, fields={"Large": True})
+    ).ok  # one member
+    assert await _checked(browser) == ["l"]
+
+
+async def test_a_date_in_another_format_is_refused(browser: Browser, site: str) -> None:
+    await browser("browser_navigate", url=f"{site}/form")
+    code, message = _error(
+        await browser("browser_fill_form", submit=False, fields={"when": "03/05/2024"})
+    )
+    assert code == "invalid_value" and "YYYY-MM-DD" in message
+    code, message = _error(await browser("browser_fill_form", submit=False, fields={"at": "1pm"}))
+    assert code == "invalid_value" and "HH:MM" in message
+    # The form is submitted with what was filled.
+    result = await browser("browser_fill_form", fields={"when": "2024-03-05", "at": "13:00"})
+    assert result.ok and "when=2024-03-05&at=13%3A00" in str(result.metadata.url)
+
+
+async def test_a_select_option_that_does_not_exist_fails_at_once(
+    browser: Browser, site: str
+) -> None:
+    await browser("browser_navigate", url=f"{site}/form")
+    result = await browser("browser_fill_form", submit=False, fields={"country": "Germany"})
+    code, message = _error(result)
+    assert code == "element_not_found" and "'fr' ('France')" in message
+    assert result.duration_ms < 1000  # not after waiting out a timeout
+    assert (await browser("browser_fill_form", submit=False, fields={"country": "France"})).ok
+    assert (await browser("browser_fill_form", submit=False, fields={"country": "us"})).ok
+
+
+# --- clicks ------------------------------------------------------------------------------
+
+
+async def test_a_click_prefers_the_visible_match(browser: Browser, site: str) -> None:
+    for target in ({"selector": "a.nav"}, {"text": "Pricing"}, {"text": "Details tab"}):
+        await browser("browser_navigate", url=f"{site}/dupes")
+        result = await browser("browser_click", **target)
+        assert result.ok and result.metadata.url == f"{site}/a?shown", (target, result)
+    await browser("browser_navigate", url=f"{site}/dupes")
+    # None visible: the error counts every match, not the one it tried.
+    code, message = _error(await browser("browser_click", selector="button.ghost"))
+    assert code == "element_not_actionable" and "matches 2 element(s), 0 visible" in message
+
+
+# --- extraction --------------------------------------------------------------------------
+
+
+async def test_extracted_urls_are_absolute(browser: Browser, site: str) -> None:
+    await browser("browser_navigate", url=f"{site}/links")
+    hrefs = await browser("browser_extract", selector="a", attribute="href")
+    assert hrefs.output == [f"{site}/p/1", f"{site}/p/2?x=1#f", "https://example.org/x"]
+    rows = await browser(
+        "browser_extract",
+        selector="body",
+        fields={"form": "form@action", "img": "img@src", "missing": "video@src"},
+    )
+    assert rows.output == [{"form": f"{site}/go", "img": f"{site}/img/logo.png", "missing": None}]
+    await browser("browser_navigate", url=f"{site}/based")
+    based = await browser("browser_extract", selector="a", attribute="href")
+    assert based.output == [f"{site}/deep/dir/rel"]
+    # What extract returns, navigate takes.
+    assert (await browser("browser_navigate", url=based.output[0])).ok
+
+
+async def test_extract_leaves_out_text_no_one_sees(browser: Browser, site: str) -> None:
+    await browser("browser_navigate", url=f"{site}/hidden")
+    assert (await browser("browser_extract", selector="p.t")).output == ["shown"]
+    rows = await browser("browser_extract", selector=".row", fields={"price": ".price"})
+    assert rows.output == [{"price": "$5"}]
+    # Never rendered, but data: attributes of <meta>, JSON-LD, a select's options.
+    meta = await browser("browser_extract", selector="meta[name=description]", attribute="content")
+    assert meta.output == ["about this page"]
+    assert (await browser("browser_extract", selector="script[type*=json]")).output == [
+        '{"name": "Widget"}'
+    ]
+    assert (await browser("browser_extract", selector="option")).output == ["Red", "Green"]
+    # Texts and attributes of one selector stay aligned.
+    classes = await browser("browser_extract", selector="p.t", attribute="class")
+    assert classes.output == ["t"]
+    token = await browser("browser_extract", selector="[name=token]", attribute="value")
+    assert token.output == ["abc"]
+
+
+async def test_read_page_includes_open_shadow_roots(browser: Browser, site: str) -> None:
+    await browser("browser_navigate", url=f"{site}/shadow")
+    page = await browser("browser_read_page")
+    assert page.output == "before\n\nInside\n\ntext light slotted\n\nnested\n\nafter", page
+    # A page without shadow roots reads exactly as its innerText.
+    await browser("browser_navigate", url=f"{site}/a")
+    assert (await browser("browser_read_page")).output == "page a"
