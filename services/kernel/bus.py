@@ -109,7 +109,7 @@ class Bus:
             except RemoteError as exc:
                 if exc.code == "timeout":
                     raise timed_out from None
-                if exc.code != "unavailable" or not self._coming_back():
+                if exc.code != "unavailable" or not self.coming_back():
                     raise
                 # Surely not delivered (no responder, or not sent): the service is
                 # reconnecting too, or this connection is away again. Try again shortly.
@@ -122,7 +122,7 @@ class Bus:
             log.warning("request_resent", subject=subject, resent=resent)
         raise timed_out
 
-    def _coming_back(self) -> bool:
+    def coming_back(self) -> bool:
         """Whether this connection is away or came back only just now, so that a
         service missing from it may well be back shortly."""
         if self.closing or self.nc.is_closed:

@@ -22,13 +22,20 @@ import msgspec
 CREDENTIAL_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
 # The scheme starts at a word boundary and is short: without both, a long unbroken run
 # of letters (a base64 blob in a tool output) is rescanned from every position. The user
-# may be empty (postgresql://:pw@host, nats://:token@host). The password runs to the
-# last `@` before the host: an unencoded `@` in it must not leave its tail behind. It
-# never holds `/?#`, whitespace, a double quote or a backslash (a URL's userinfo cannot),
-# so a later `@` in a path (https://host:443/@user) or in the next field of a JSON log
-# line is not taken for its end.
+# may be empty (postgresql://:pw@host, nats://:token@host); it holds no `[`, so an IPv6
+# host (http://[::1]:8080/a@b) is not taken for a user. The password is any run of
+# non-whitespace up to the LAST `@` followed by something host-like: people write
+# unencoded `/?#@` in DSN passwords (postgresql://u:pa/ss@h, redis://:pw#x@h), and
+# stopping at any of them would leave the tail in the clear. A bare `"` ends it (the end
+# of a JSON string in a log line, else the next field's `@` would be swallowed) but an
+# escaped `\"` does not. The price is over-masking when an `@` follows in the same run:
+# https://host:443/@user and https://u:pw@h/p?mail=a@b.c lose everything up to the last
+# `@`, which is rare and better than a leak. At most 256 characters (longer than any
+# real DSN password or token): each `scheme://host:port` in a long unbroken run (minified
+# text) is scanned that far for an `@`, not to the end of the run.
 _URL_PASSWORD = re.compile(
-    r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]{0,31}://[^:/@\s]*):(?P<pw>[^/?#\s\"\\]+)@"
+    r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]{0,31}://[^:/@\s\[\]]*)"
+    r":(?P<pw>(?:[^\s\"\\]|\\\S){1,256})@(?=[A-Za-z0-9\[])"
 )
 # NATS URLs take a token as their whole userinfo (nats://TOKEN@host); for other schemes
 # a lone userinfo is a user name, not a secret.
@@ -41,8 +48,14 @@ _QUERY_SECRET_NAMES = (
     "password|passwd|pwd|secret|client_secret|token|access_token|refresh_token|id_token"
     "|api_key|apikey|api-key|auth|auth_token|x-amz-security-token"
 )
+# The value runs to the next parameter (`&`), the fragment (`#`), whitespace or a double
+# quote (the end of an HTML attribute or a JSON string; an escaped `\"` stays whole). A
+# `'`, `<`, `>` or `\` written unencoded in text belongs to the value: stopping there
+# leaves its tail in the clear (?password=abc'def), and over-masking an attribute quoted
+# with `'` costs less.
 _QUERY_SECRET = re.compile(
-    rf"(?P<key>(?:[?&]|&amp;)(?:{_QUERY_SECRET_NAMES})=)(?P<value>[^&#\s\"'<>\\]+)",
+    rf"(?P<key>(?:[?&]|&amp;)(?:{_QUERY_SECRET_NAMES})=)"
+    r"(?P<value>(?:[^&#\s\"\\]|\\(?!\"))+)",
     re.IGNORECASE,
 )
 _KEY_SHAPES = re.compile(r"sk-ant-[A-Za-z0-9_-]{8,}")
@@ -71,8 +84,8 @@ _SECRET_LAST_WORDS = frozenset({"PWD", "PASS", "TOKEN", "PAT"})
 # The same for weaker hints: CACHE_KEY_PREFIX is no secret, and SORT_KEY=name would mask
 # "name" everywhere, hence the higher floor.
 _HINT_LAST_WORDS = frozenset({"KEY", "APIKEY", "AUTH", "DSN"})
-# Glued names: PGPASSWORD, APIKEY, MYTOKEN.
-_SECRET_SUFFIX = re.compile(r"(PASSWORD|PASSWD|SECRET|TOKEN)$")
+# Glued names: PGPASSWORD, APIKEY, MYTOKEN, GCPCREDENTIALS.
+_SECRET_SUFFIX = re.compile(r"(PASSWORD|PASSWD|SECRET|TOKEN|CREDENTIALS?)$")
 _HINT_SUFFIX = re.compile(r"KEY$")
 # A name ending so says where a secret is (SSL_KEY_FILE, SSH_AUTH_SOCK), not what it is.
 _LOCATOR_WORDS = frozenset({"FILE", "PATH", "DIR", "SOCK", "SOCKET"})
@@ -137,7 +150,12 @@ def register_secret(value: str | None, *, min_chars: int = MIN_SECRET_CHARS) -> 
 
 # A short secret (a 4-7 character password) is masked where it stands as a word of its
 # own: as a substring, DB_PASSWORD=rote would mask "rote" inside every word holding it,
-# and a mask in a tool output keeps that run from ever compiling.
+# and a mask in a tool output keeps that run from ever compiling. Dotted, dashed and
+# slashed names count as one word too (rote.api.llm.complete, rote-runner, /srv/rote,
+# rote@host, ROTE_X): only a `.` that ends a sentence ("password rote.") is a boundary.
+# (A URL password is masked by _URL_PASSWORD, whatever its length.)
+_SHORT_BEFORE = r"(?<![\w./@-])"
+_SHORT_AFTER = r"(?![\w/@-]|\.\w)"
 _short_pattern: tuple[tuple[str, ...], re.Pattern[str] | None] = ((), None)
 
 
@@ -152,7 +170,7 @@ def _short_secrets() -> re.Pattern[str] | None:
     )
     if short != _short_pattern[0]:
         words = "|".join(re.escape(v) for v in reversed(short))
-        pattern = re.compile(rf"(?<![A-Za-z0-9])(?:{words})(?![A-Za-z0-9])") if short else None
+        pattern = re.compile(rf"{_SHORT_BEFORE}(?:{words}){_SHORT_AFTER}") if short else None
         _short_pattern = (short, pattern)
     return _short_pattern[1]
 
@@ -223,7 +241,12 @@ def register_from_env(env: Mapping[str, str] | None = None) -> None:
 # --- masking -----------------------------------------------------------------------------
 
 
-def redact(text: str) -> str:
+def redact(text: str, *, query: bool = True) -> str:
+    """`text` with registered secrets, URL passwords, NATS tokens and key shapes masked,
+    and with `query`, the values of credential query parameters too. Without it a tool's
+    reply keeps its links working (a password-reset ?token=, a presigned
+    X-Amz-Security-Token): the model must be able to follow them, while events and logs,
+    which are kept, mask them."""
     # Longest first: a secret containing another is masked whole, not around the shorter.
     for secret in sorted(_secrets, key=len, reverse=True):
         if len(secret) >= MIN_SCANNED_SECRET_CHARS and secret in text:
@@ -233,27 +256,28 @@ def redact(text: str) -> str:
         text = short.sub(MASK, text)
     text = _URL_PASSWORD.sub(lambda m: f"{m.group('scheme')}:{MASK}@", text)
     text = _NATS_TOKEN.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
-    text = _QUERY_SECRET.sub(lambda m: f"{m.group('key')}{MASK}", text)
+    if query:
+        text = _QUERY_SECRET.sub(lambda m: f"{m.group('key')}{MASK}", text)
     return _KEY_SHAPES.sub(MASK, text)
 
 
-def redact_value(value: Any) -> Any:
-    """Redact every string inside a JSON-like value."""
+def redact_value(value: Any, *, query: bool = True) -> Any:
+    """Redact every string inside a JSON-like value (see `redact` for `query`)."""
     if isinstance(value, str):
-        return redact(value)
+        return redact(value, query=query)
     if isinstance(value, dict):
-        return {k: redact_value(v) for k, v in value.items()}
+        return {k: redact_value(v, query=query) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [redact_value(v) for v in value]
+        return [redact_value(v, query=query) for v in value]
     return value
 
 
-def redact_struct(value: S) -> S | None:
+def redact_struct(value: S, *, query: bool = True) -> S | None:
     """A contract value with every string inside redacted: the same object when there
     was nothing to mask, None when masking broke one of its constraints (better to show
     nothing than the secret)."""
     plain = msgspec.to_builtins(value)
-    masked = redact_value(plain)
+    masked = redact_value(plain, query=query)
     if masked == plain:
         return value
     try:

@@ -45,7 +45,7 @@ from contracts.tasks import MAX_SPEC_BYTES
 from contracts.tools import CloseSession, ExecTool, ListTools, SessionClosed, ToolList, ToolResult
 from services import __version__
 from services.compiler.fingerprint import task_fingerprint
-from services.kernel.bus import Bus
+from services.kernel.bus import MAX_RETRY_PAUSE_S, RETRY_PAUSE_S, Bus
 from services.kernel.codec import decode, encode
 from services.kernel.consumers import (
     MaxDeliveries,
@@ -225,6 +225,26 @@ def bus_ports(bus: Bus, executors: ExecutorCache | None = None) -> Ports:
         except RemoteError as exc:
             raise PortError(exc.code, exc.message, billed=_billed(exc)) from None
 
+    async def send_tool_call(subject: str, request: ExecTool, timeout: float) -> ToolResult:
+        """One tool call on `subject`. Just after a NATS reconnect, no responder does not
+        mean no tools process: ours came back first and theirs is on its way (with the
+        run's page intact). No responder means the call was not delivered, so sending it
+        again cannot run it twice: retried with a short backoff until the bus's reconnect
+        grace is over; only then is the process taken for gone."""
+        deadline = anyio.current_time() + timeout
+        pause = RETRY_PAUSE_S
+        while True:
+            remaining = deadline - anyio.current_time()
+            try:
+                return await bus.request(subject, request, ToolResult, timeout=remaining)
+            except RemoteError as exc:
+                remaining = deadline - anyio.current_time()
+                if exc.code != "unavailable" or not bus.coming_back() or remaining <= 0:
+                    raise
+                log.info("tool_call_retried", subject=subject, error=exc.message)
+                await anyio.sleep(min(pause, remaining))
+                pause = min(pause * 2, MAX_RETRY_PAUSE_S)
+
     async def exec_tool(request: ExecTool) -> ToolResult:
         timeout = request.timeout_s + 15
         run_id = request.run_id
@@ -237,24 +257,23 @@ def bus_ports(bus: Bus, executors: ExecutorCache | None = None) -> Ports:
         try:
             if pinned is not None:
                 try:
-                    result = await bus.request(
-                        s.tools_exec_on(pinned), request, ToolResult, timeout=timeout
-                    )
+                    result = await send_tool_call(s.tools_exec_on(pinned), request, timeout)
                 except RemoteError as exc:
                     if exc.code != "unavailable":
                         raise
-                    # That process is gone, and the session with it. A call that does
-                    # not need the session's page starts afresh elsewhere; one that
-                    # does is refused until the run navigates again.
+                    # That process is gone (still no responder after the reconnect
+                    # grace), and the session with it. A call that does not need the
+                    # session's page starts afresh elsewhere; one that does is refused
+                    # until the run navigates again.
                     log.warning("tools_instance_gone", instance=pinned, session=had_session)
                     tools_of_run.pop(run_id, None)
                     if had_session:
                         lost.add(run_id)
                     if refused := session_lost(request):
                         raise refused from None
-                    result = await bus.request(s.TOOLS_EXEC, request, ToolResult, timeout=timeout)
+                    result = await send_tool_call(s.TOOLS_EXEC, request, timeout)
             else:
-                result = await bus.request(s.TOOLS_EXEC, request, ToolResult, timeout=timeout)
+                result = await send_tool_call(s.TOOLS_EXEC, request, timeout)
         except RemoteError as exc:
             raise PortError(exc.code, exc.message) from None
         if request.tool == "browser_navigate":

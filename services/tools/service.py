@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import anyio
@@ -161,33 +162,33 @@ def _password_fields(result: ToolResult) -> set[str]:
     return {t for t in reported if isinstance(t, str)} if isinstance(reported, list) else set()
 
 
-def _masked_error(error: ErrorInfo | None) -> ErrorInfo | None:
+def _masked_error(error: ErrorInfo | None, *, query: bool = True) -> ErrorInfo | None:
     """A tool failure's error with secrets masked: messages quote what the call was
     given ("cannot open https://user:pw@host/")."""
     if error is None:
         return None
-    masked = redact_struct(error)
+    masked = redact_struct(error, query=query)
     if masked is None:  # ErrorInfo has no constraints to break; never so, but typed
-        return ErrorInfo(code=error.code, message=redact(error.message))
+        return ErrorInfo(code=error.code, message=redact(error.message, query=query))
     return masked
 
 
-async def _redacted(output: Any) -> Any:
+async def _redacted(output: Any, *, query: bool) -> Any:
     if output is None or isinstance(output, int | float | bool):
         return output
     if len(msgspec.json.encode(output)) < 64 * 1024:
-        return redact_value(output)
+        return redact_value(output, query=query)
     # A bounded output is at most a few hundred KB: linear, but keep the loop free.
-    return await anyio.to_thread.run_sync(redact_value, output)
+    return await anyio.to_thread.run_sync(partial(redact_value, output, query=query))
 
 
-async def _masked(result: ToolResult) -> ToolResult:
-    """`result` with secrets masked in its output, metadata (the page's URL keeps a
-    password it was opened with) and error: the reply goes to the model and into the
-    run's durable transcript, as the finished event goes into the trace."""
-    result.output = await _redacted(result.output)
-    result.metadata = redact_struct(result.metadata) or ToolMetadata()
-    result.error = _masked_error(result.error)
+async def _masked(result: ToolResult, *, query: bool) -> ToolResult:
+    """`result` (changed in place) with secrets masked in its output, metadata (the
+    page's URL keeps a password it was opened with) and error; with `query`, credential
+    query parameters too (see `redact`)."""
+    result.output = await _redacted(result.output, query=query)
+    result.metadata = redact_struct(result.metadata, query=query) or ToolMetadata()
+    result.error = _masked_error(result.error, query=query)
     return result
 
 
@@ -230,16 +231,21 @@ async def serve(
                 raise ServiceError(
                     "unavailable", f"cannot record the tool call on JetStream: {exc}"
                 ) from None
-            result: ToolResult | None = None
+            result: ToolResult | None = None  # the reply
+            recorded: ToolResult | None = None  # what the finished event shows
             refusal: ServiceError | None = None
             password_fields: set[str] = set()
             try:
                 ran = await toolbox.run(toolbox.prepare(call))
                 # Read before masking: compared with the call's input as written.
                 password_fields = _password_fields(ran)
-                # Masked for the event and the reply alike: the runner logs the reply,
-                # keeps it in the run's transcript and shows it to the model.
-                result = await _masked(ran)
+                # The reply goes to the model, which must be able to follow a page's
+                # links (a reset ?token=, a presigned X-Amz-Security-Token): it keeps
+                # credential query parameters. The event is kept, in the trace: fully
+                # masked. (The runner masks fully what it logs and keeps of the reply.)
+                reply = await _masked(ran, query=False)
+                recorded = await _masked(msgspec.structs.replace(reply), query=True)
+                result = reply
             except ServiceError as exc:
                 refusal = exc
             except Exception as exc:
@@ -261,9 +267,9 @@ async def serve(
                 )
                 # Shielded only when the call was cut off (shutdown): then the finished
                 # event must still go out; otherwise nothing here waits.
-                with anyio.CancelScope(shield=result is None and refusal is None):
+                with anyio.CancelScope(shield=recorded is None and refusal is None):
                     try:
-                        finished = events.finished(started, call, result, error, password_fields)
+                        finished = events.finished(started, call, recorded, error, password_fields)
                         await events.publish(call, call_id, finished)
                     except Exception as exc:
                         # The tool ran: its result matters more than the event.

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import parse_qs, urljoin, urlparse
 
 import anyio
 import msgspec
@@ -108,6 +108,12 @@ SEARCH = """<!doctype html><title>Search</title>
 <form action="/results"><input id="q" name="q"></form>
 """
 
+# A password-reset mail: its link works only with the token it carries.
+RESET_TOKEN = "Reset-7731-tok"
+MAIL = f"""<!doctype html><title>Mail</title>
+<a id="reset" href="/reset?token={RESET_TOKEN}&amp;u=ada">Reset your password</a>
+"""
+
 
 class _Handler(BaseHTTPRequestHandler):
     def _send(self, body: str, status: int = 200, headers: dict[str, str] | None = None) -> None:
@@ -137,6 +143,11 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(SEARCH)
             case "/login":
                 self._send(LOGIN)
+            case "/mail":
+                self._send(MAIL)
+            case "/reset":
+                valid = query.get("token") == [RESET_TOKEN]
+                self._send(f"<title>Reset</title><p id='state'>{'valid' if valid else 'bad'}</p>")
             case "/results":
                 q = html.escape(query.get("q", [""])[0])
                 self._send(f"<title>Results</title><h1>Results for {q}</h1>")
@@ -278,7 +289,8 @@ async def test_navigate_then_extract(tools: Tools, site: str) -> None:
     assert names.metadata.item_count == 3 and not names.truncated
 
     hrefs = await tools.call("browser_extract", {"selector": "a.name", "attribute": "href"})
-    assert hrefs.output == ["/p/1", "/p/2", "/p/3"]
+    # Absolute, as browser_navigate takes them.
+    assert hrefs.output == [f"{site}/p/1", f"{site}/p/2", f"{site}/p/3"]
 
     rows = await tools.call(
         "browser_extract",
@@ -295,8 +307,8 @@ async def test_navigate_then_extract(tools: Tools, site: str) -> None:
     )
     assert rows.ok
     assert rows.output == [
-        {"name": "Widget", "price": "$3", "link": "/p/1", "id": "p1"},
-        {"name": "Gadget", "price": "$5", "link": "/p/2", "id": "p2"},
+        {"name": "Widget", "price": "$3", "link": f"{site}/p/1", "id": "p1"},
+        {"name": "Gadget", "price": "$5", "link": f"{site}/p/2", "id": "p2"},
     ]
     assert rows.metadata.item_count == 2
 
@@ -932,16 +944,35 @@ async def test_tool_errors_are_masked_in_reply_and_event(tools: Tools, site: str
     assert ok.output["url"] == opened.replace("hunter2pw", MASK)
 
 
-async def test_token_query_parameters_are_masked_in_reply_and_event(
+async def test_token_links_reach_the_model_and_are_masked_in_events(
     tools: Tools, site: str
 ) -> None:
+    # The model must be able to follow a page's links (a password reset, a presigned
+    # download): replies keep credential query parameters; the events, kept in the
+    # trace, mask them.
+    run_id = "run-query"
     url = f"{site}/?access_token=QTok-5521&page_token=p2"
-    nav = await tools.call("browser_navigate", {"url": url}, run_id="run-query")
+    nav = await tools.call("browser_navigate", {"url": url}, run_id=run_id)
+    assert nav.ok and nav.output["url"] == url and nav.metadata.url == url
+    await tools.call("browser_navigate", {"url": f"{site}/mail"}, run_id=run_id)
+    link = await tools.call(
+        "browser_extract", {"selector": "#reset", "attribute": "href"}, run_id=run_id
+    )
+    (href,) = link.output
+    assert f"token={RESET_TOKEN}" in href
+    reset = await tools.call("browser_navigate", {"url": urljoin(site, href)}, run_id=run_id)
+    assert reset.ok and RESET_TOKEN in reset.output["url"]
+    state = await tools.call("browser_extract", {"selector": "#state"}, run_id=run_id)
+    assert state.output == ["valid"]  # the link worked
+
+    events = await _tool_events(tools.bus, run_id, 10)
+    stored = b"".join(msgspec.json.encode(e) for _, e in events)
+    assert b"QTok-5521" not in stored and RESET_TOKEN.encode() not in stored
     shown = f"{site}/?access_token={MASK}&page_token=p2"  # a pagination cursor is no secret
-    assert nav.ok and nav.output["url"] == shown and nav.metadata.url == shown
-    events = await _tool_events(tools.bus, "run-query", 2)
-    assert b"QTok-5521" not in b"".join(msgspec.json.encode(e) for _, e in events)
-    assert [e.input["url"] for _, e in events] == [shown, shown]
+    assert [e.input["url"] for _, e in events[:2]] == [shown, shown]
+    finished = [e for _, e in events if e.event == "finished"]
+    assert finished[0].output["url"] == shown and finished[0].metadata.url == shown
+    assert finished[2].output == [href.replace(RESET_TOKEN, MASK)]
 
 
 async def test_text_typed_into_password_fields_is_masked_in_events(tools: Tools, site: str) -> None:

@@ -9,6 +9,7 @@ import pytest
 from services.kernel import secrets
 from services.kernel.secrets import MASK, redact, register_credential, register_from_env
 from services.kernel.settings import Settings
+from services.tools.local import command_env
 
 
 @pytest.mark.parametrize(
@@ -24,18 +25,31 @@ from services.kernel.settings import Settings
         ("nats://:tok3n@nats:4222", f"nats://:{MASK}@nats:4222"),
         # An unencoded @ in the password: masked up to the last @ before the host.
         ("postgresql://rote:Pg@hunter22@db/rote", f"postgresql://rote:{MASK}@db/rote"),
-        ("https://u:hunter22@h/p?mail=a@b.c", f"https://u:{MASK}@h/p?mail=a@b.c"),
+        # Unencoded /?#, escaped quotes: all part of the password, up to the last @.
+        ("postgresql://u:pa/sswordXYZ@h/db", f"postgresql://u:{MASK}@h/db"),
+        ("redis://:pw#secret123@h", f"redis://:{MASK}@h"),
+        ("postgresql://u:x?hunter22@h/db", f"postgresql://u:{MASK}@h/db"),
+        ('{"e":"postgresql://u:ab\\"cdefghij@h"}', f'{{"e":"postgresql://u:{MASK}@h"}}'),
+        ("postgresql://u:pw@[::1]:5432/db", f"postgresql://u:{MASK}@[::1]:5432/db"),
         # Credential query parameters, whatever their case.
         ("https://api.test/v1?Access_Token=tok3n&page=2", f"?Access_Token={MASK}&page=2"),
         ("https://api.test/x?api_key=abcdefghijkl#top", f"?api_key={MASK}#top"),
         ("/cb?code=1&client_secret=pa55&refresh_token=t0k@", f"client_secret={MASK}&refresh"),
         ("see /cb?id_token=hunter22 and", f"/cb?id_token={MASK} and"),
+        # A quote, <, > or backslash is part of the value; & # whitespace and " end it.
+        ("/r?password=abc'hunter22&x=1", f"?password={MASK}&x=1"),
+        ("/r?token=pa55<hunter22>\\x#top", f"?token={MASK}#top"),
+        ('<a href="/r?token=hunter22">reset</a>', f'<a href="/r?token={MASK}">reset</a>'),
+        ('{"u":"/r?token=hunter22\\"}', f'{{"u":"/r?token={MASK}\\"}}'),
     ],
 )
 def test_credentials_in_urls_and_key_shapes_are_masked(text: str, shown: str) -> None:
     masked = redact(text)
     assert shown in masked
-    for secret in ("s3cret-token", "hunter22", "tok3n", "t0k@", "pa55", "abcdefghijkl"):
+    for secret in (
+        *("s3cret-token", "hunter22", "tok3n", "t0k@", "pa55", "abcdefghijkl"),
+        *("sswordXYZ", "secret123", "cdefghij"),
+    ):
         assert secret not in masked
 
 
@@ -44,10 +58,20 @@ def test_ordinary_urls_user_names_and_a_pages_own_links_are_left_alone() -> None
     # follows them would never compile.
     text = (
         "GET https://alice@example.test/news?page=2&page_token=abc&next_token=def "
-        "https://cdn.test/img.png?sig=xyz&signature=uvw https://medium.com:443/@alice "
-        "http://[::1]:8080/a@b and http://127.0.0.1:8000/"
+        "https://cdn.test/img.png?sig=xyz&signature=uvw http://[::1]:8080/a@b and "
+        "http://127.0.0.1:8000/"
     )
     assert redact(text) == text
+
+
+def test_an_at_later_in_a_url_over_masks_rather_than_leaks() -> None:
+    # A password may hold unencoded / ? # @, so it runs to the last @ before a host-like
+    # part: a port followed by /@user, or an e-mail in the query, is masked with it.
+    assert redact("https://medium.com:443/@alice") == f"https://medium.com:{MASK}@alice"
+    assert redact("https://u:hunter22@h/p?mail=a@b.c") == f"https://u:{MASK}@b.c"
+    # A bare " ends it: the next field of a JSON line is not swallowed.
+    line = '{"url":"nats://u:hunter22@nats:4222","to":"a@b.c"}'
+    assert redact(line) == f'{{"url":"nats://u:{MASK}@nats:4222","to":"a@b.c"}}'
 
 
 @pytest.fixture
@@ -78,6 +102,10 @@ def test_a_short_password_is_masked_as_a_word_not_inside_other_words() -> None:
     # Inside other words it is no secret: masking it there would mangle every output
     # (and a mask in a tool output keeps the run from compiling).
     assert redact("rotenone at /srv/protest") == "rotenone at /srv/protest"
+    # Nor inside dotted, dashed, slashed or underscored names: subjects, hosts, paths.
+    names = "rote.api.llm.complete rote-runner /srv/rote rote/x rote@h ROTE_X rote_y x.rote"
+    assert redact(f"call {names}") == f"call {names}"
+    assert redact("(rote), 'rote' rote: rote...") == f"({MASK}), '{MASK}' {MASK}: {MASK}..."
     # Long secrets are masked wherever they occur.
     assert redact("Xtok3n-long-enoughX") == f"X{MASK}X"
 
@@ -98,6 +126,8 @@ SECRET_ENV = {
     "SENTRY_DSN": "https://abcdef0123@sentry.test/42",
     "DATABASE_URL": "postgresql://db.internal/app",
     "SECRET_KEY_BASE": "railsSecretKeyBase",
+    "GCPCREDENTIALS": "gcpCredentialsJson",  # glued names, like PGPASSWORD
+    "MYCREDENTIAL": "myCredential42",
 }
 # Names that do not say secret: the shell's working directory, paths, a socket.
 PLAIN_ENV = {
@@ -119,6 +149,11 @@ def test_values_of_secret_looking_variables_are_masked() -> None:
         assert redact(f"{name}={value}\0next") == f"{name}={MASK}\0next", name
     for name, value in PLAIN_ENV.items():
         assert redact(f"{name}={value}") == f"{name}={value}", name
+
+
+def test_commands_do_not_see_secret_looking_variables() -> None:
+    seen = command_env({**SECRET_ENV, "PATH": "/usr/bin"})
+    assert seen == {"PATH": "/usr/bin"}
 
 
 @pytest.mark.usefixtures("no_secrets")

@@ -122,3 +122,14 @@ def test_an_entry_too_large_for_any_message_becomes_a_note_of_its_size() -> None
     assert entries[0].kind == "note" and entries[0].step == 0
     assert "a replay_step entry (step 0) of" in str(entries[0].detail)
     assert entries[-1].detail == {"text": "done"}
+
+
+def test_a_tool_result_keeps_its_links_for_the_model_but_not_in_the_transcript() -> None:
+    # Tool replies keep credential query parameters (the model follows those links);
+    # the transcript is kept and read by people: it masks them.
+    link = "https://mail.test/reset?token=Reset-7731-tok&u=ada"
+    recorder = TranscriptRecorder("r", "t")
+    result = ToolResultBlock(tool_use_id="toolu_1", content=f'["{link}"]')
+    recorder.message(Message(role="user", content=[result]))
+    written = str(recorder.build().entries[0])
+    assert "Reset-7731-tok" not in written and "token=[redacted]&u=ada" in written
