@@ -23,6 +23,7 @@ from contracts.tasks import CreateTask, TaskSpec, TaskView, Trigger, UpdateTask
 from services.kernel.errors import ServiceError
 from services.kernel.ids import slug
 from services.kernel.logs import get_logger
+from services.kernel.secrets import redact
 from services.kernel.transcoding import StructAsText
 from services.scheduler.budget import DailySpend, utc_day
 from services.scheduler.ids import task_uuid, untracked_uuid
@@ -49,7 +50,8 @@ def to_view(task: Task, last_checked: datetime | None = None) -> TaskView:
         task_id=task.task_id,
         spec=task.spec,
         status=task.status,
-        status_reason=task.status_reason,
+        # As the paused event says it: an operator's reason may quote a secret.
+        status_reason=None if task.status_reason is None else redact(task.status_reason),
         version=task.version,
         created_at=task.created_at,
         updated_at=task.updated_at,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from contracts.runs import RunEvent, RunRequest
 from contracts.tasks import TaskEvent, TaskSpec
 from services.kernel.secrets import register_secret
+from services.scheduler.application import to_view
 from services.scheduler.outbox import messages_for
 from services.scheduler.task import Task
 from tests.unit.conftest import T0
@@ -63,3 +64,11 @@ def test_reasons_and_errors_are_masked_in_events() -> None:
     assert len(finished) == 2  # the task's run_finished and the run's failed event
     for event in finished:
         assert event.error == "cannot reach postgresql://rote:[redacted]@db/rote"
+
+
+def test_a_pause_reason_is_masked_in_the_task_view_too() -> None:
+    # tasks.get shows the reason as the paused event does.
+    register_secret(SECRET)
+    task = Task("deploy-check", TaskSpec(name="deploy check", prompt="Check"), T0)
+    task.pause(f"rotating {SECRET}", T0)
+    assert to_view(task).status_reason == "rotating [redacted]"
