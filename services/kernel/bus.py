@@ -27,9 +27,9 @@ from services.kernel.secrets import redact
 T = TypeVar("T")
 log = get_logger("rote.bus")
 
-# With `resend`, a request no service answers this soon after a reconnect is sent
-# again, after a pause doubling up to a second: the services reconnect too, within a
-# second or two of each other. Later, no responder means none is running.
+# With `retry_undelivered` (or `resend`), a request no service answers this soon after a
+# reconnect is sent again, after a pause doubling up to a second: the services reconnect
+# too, within a second or two of each other. Later, no responder means none is running.
 RECONNECT_GRACE_S = 5.0
 RETRY_PAUSE_S = 0.25
 MAX_RETRY_PAUSE_S = 1.0
@@ -74,19 +74,21 @@ class Bus:
         *,
         timeout: float = 10.0,
         resend: int = 0,
+        retry_undelivered: bool = False,
     ) -> T:
         """Call a micro endpoint. An error reply, no responder, a timeout, a request
         over the server's max payload or a connection that cannot send raises
         RemoteError with a stable code; a reply is decoded into `reply_type`.
 
-        `resend` > 0 is for endpoints that answer a repeated request from their record
-        of the first (the llm service, by call_id): when the connection comes back
-        while waiting, the reply may have been sent while it was away and lost, so the
-        request is sent again, up to `resend` times. One that no service answers just
-        after a reconnect is tried again too (the services are coming back). `timeout`
-        bounds all of it."""
+        `retry_undelivered`: a request no service answers just after a reconnect is
+        tried again (the services are coming back); it was not delivered, so this is
+        safe for any endpoint. `resend` > 0 (which implies it) is for endpoints that
+        answer a repeated request from their record of the first (the llm service, by
+        call_id): when the connection comes back while waiting, the reply may have been
+        sent while it was away and lost, so the request is sent again, up to `resend`
+        times. `timeout` bounds all of it."""
         data = payload if isinstance(payload, bytes) else encode(payload)
-        if resend <= 0:
+        if resend <= 0 and not retry_undelivered:
             return await self._request(subject, data, reply_type, timeout)
         deadline = anyio.current_time() + timeout
         timed_out = RemoteError(

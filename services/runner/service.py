@@ -45,7 +45,7 @@ from contracts.tasks import MAX_SPEC_BYTES
 from contracts.tools import CloseSession, ExecTool, ListTools, SessionClosed, ToolList, ToolResult
 from services import __version__
 from services.compiler.fingerprint import task_fingerprint
-from services.kernel.bus import MAX_RETRY_PAUSE_S, RETRY_PAUSE_S, Bus
+from services.kernel.bus import Bus
 from services.kernel.codec import decode, encode
 from services.kernel.consumers import (
     MaxDeliveries,
@@ -226,24 +226,13 @@ def bus_ports(bus: Bus, executors: ExecutorCache | None = None) -> Ports:
             raise PortError(exc.code, exc.message, billed=_billed(exc)) from None
 
     async def send_tool_call(subject: str, request: ExecTool, timeout: float) -> ToolResult:
-        """One tool call on `subject`. Just after a NATS reconnect, no responder does not
-        mean no tools process: ours came back first and theirs is on its way (with the
-        run's page intact). No responder means the call was not delivered, so sending it
-        again cannot run it twice: retried with a short backoff until the bus's reconnect
-        grace is over; only then is the process taken for gone."""
-        deadline = anyio.current_time() + timeout
-        pause = RETRY_PAUSE_S
-        while True:
-            remaining = deadline - anyio.current_time()
-            try:
-                return await bus.request(subject, request, ToolResult, timeout=remaining)
-            except RemoteError as exc:
-                remaining = deadline - anyio.current_time()
-                if exc.code != "unavailable" or not bus.coming_back() or remaining <= 0:
-                    raise
-                log.info("tool_call_retried", subject=subject, error=exc.message)
-                await anyio.sleep(min(pause, remaining))
-                pause = min(pause * 2, MAX_RETRY_PAUSE_S)
+        # Just after a NATS reconnect, no responder does not mean no tools process: ours
+        # came back first and theirs is on its way (with the run's page intact). The
+        # call was not delivered, so the bus sends it again until its reconnect grace
+        # is over; only then is the process taken for gone.
+        return await bus.request(
+            subject, request, ToolResult, timeout=timeout, retry_undelivered=True
+        )
 
     async def exec_tool(request: ExecTool) -> ToolResult:
         timeout = request.timeout_s + 15

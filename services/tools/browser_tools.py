@@ -465,6 +465,19 @@ def _matching(options: list[dict[str, str]], text: str) -> int | None:
     return None
 
 
+async def _choose(first: Locator, choices_js: str, text: str, key: str, noun: str) -> int:
+    """The index of the choice (a select's option, a radio group's member) `text` names,
+    or element_not_found listing what there is to choose from."""
+    choices = await first.evaluate(choices_js)
+    index = _matching(choices, text)
+    if index is None:
+        raise ToolFailure(
+            "element_not_found",
+            f"{key!r} has no {noun} {text!r}; its {noun}s are {_choices(choices)}",
+        )
+    return index
+
+
 async def _set_value(key: str, locator: Locator, value: t.FormValue, timeout_ms: float) -> bool:
     """Set the control's value; whether it is a password field. Raises ToolFailure for a
     value the control cannot take, rather than setting something else."""
@@ -478,13 +491,7 @@ async def _set_value(key: str, locator: Locator, value: t.FormValue, timeout_ms:
     if tag == "select":
         # Checked first: select_option would wait out its whole timeout for an option
         # that will never appear.
-        options = await first.evaluate(_OPTIONS_JS)
-        index = _matching(options, text)
-        if index is None:
-            raise ToolFailure(
-                "element_not_found",
-                f"{key!r} has no option {text!r}; its options are {_choices(options)}",
-            )
+        index = await _choose(first, _OPTIONS_JS, text, key, "option")
         await first.select_option(index=index, timeout=timeout_ms)
     elif input_type == "checkbox":
         await first.set_checked(text.lower() in _TRUE, timeout=timeout_ms)
@@ -499,13 +506,7 @@ async def _set_value(key: str, locator: Locator, value: t.FormValue, timeout_ms:
                 "invalid_value", f"{key!r} is a radio group: give the value or label to choose"
             )
         # Never a fallback to the first member: that would choose something not asked for.
-        members = await first.evaluate(_RADIO_CHOICES_JS)
-        index = _matching(members, text)
-        if index is None:
-            raise ToolFailure(
-                "element_not_found",
-                f"{key!r} has no choice {text!r}; its choices are {_choices(members)}",
-            )
+        index = await _choose(first, _RADIO_CHOICES_JS, text, key, "choice")
         handle = await first.evaluate_handle(f"(el, i) => ({_RADIO_GROUP})(el)[i]", index)
         try:
             member = handle.as_element()

@@ -26,6 +26,7 @@ from contracts.runs import RunEvent, Transcript
 from contracts.tasks import TaskSpec
 from contracts.tools import ToolEvent, ToolMetadata
 from contracts.traces import PREVIEW_CHARS, Trace, TraceStep
+from services.compiler.outcomes import full_run_cost
 
 
 def preview(output: Any) -> str:
@@ -137,14 +138,10 @@ def missing_calls(transcript: Transcript | None, calls: Iterable[ToolEvent]) -> 
 
 
 def full_loop_cost(run: RunEvent) -> float:
-    """What the run's full LLM loop cost: a fallback run's cost also holds the replay
-    that broke, and a redelivered run's the attempts that died, which are no part of
-    what an executor compiled from it replaces."""
-    if run.loop_cost_usd is not None:
-        return max(0.0, round(run.loop_cost_usd, 9))
-    # An event from before loop_cost_usd: its cost_usd may hold dead attempts too.
-    replay = run.replay.cost_usd if run.replay is not None else 0.0
-    return max(0.0, round(run.cost_usd - replay, 9))
+    """What the run's full LLM loop cost, as the compiler counts a full run (a
+    fallback's broken replay and a redelivered run's dead attempts left out): what an
+    executor compiled from it replaces. The tracer only builds completed full runs."""
+    return full_run_cost(run) or 0.0
 
 
 def build_trace(

@@ -3,9 +3,8 @@ publishes: not the run's answer, its transcript, its trace, or any event."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
@@ -17,6 +16,7 @@ from services.kernel.codec import encode
 from services.kernel.replay_read import read_all
 from tests.e2e.conftest import Rig
 from tests.e2e.helpers import wait_finished, wait_for
+from tests.local_site import serve
 
 pytestmark = [pytest.mark.anyio, pytest.mark.browser, pytest.mark.slow]
 
@@ -42,12 +42,8 @@ def leaky_page() -> Iterator[str]:
         def log_message(self, *args: object) -> None:
             return
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/notes"
-    finally:
-        server.shutdown()
+    with serve(Handler) as url:
+        yield f"{url}/notes"
 
 
 async def test_secrets_read_by_a_tool_are_masked_everywhere(rig: Rig, leaky_page: str) -> None:

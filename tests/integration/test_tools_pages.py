@@ -4,11 +4,10 @@ duplicates of what a person would click, and what extraction should (not) return
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -22,6 +21,7 @@ from services.tools.browser_tools import BrowserLimits
 from services.tools.specs import SPECS
 from services.tools.toolbox import ToolBox, ToolsConfig
 from tests.integration.test_tools_service import _descendants, nothing_left_behind  # noqa: F401
+from tests.local_site import serve
 
 pytestmark = [
     pytest.mark.anyio,
@@ -103,20 +103,10 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False
-
-
 @pytest.fixture
 def site() -> Iterator[str]:
-    server = _Server(("127.0.0.1", 0), _Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve(_Handler) as url:
+        yield url
 
 
 @dataclass

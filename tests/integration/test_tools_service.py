@@ -13,12 +13,11 @@ import json
 import os
 import signal
 import struct
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urljoin, urlparse
@@ -56,6 +55,7 @@ from services.tools import local
 from services.tools import service as tools_service
 from services.tools.specs import SPECS
 from tests.hand_built_replay import hand_built_executor
+from tests.local_site import serve
 
 pytestmark = [
     pytest.mark.anyio,
@@ -182,21 +182,10 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False
-
-
 @pytest.fixture
 def site() -> Iterator[str]:
-    server = _Server(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve(_Handler) as url:
+        yield url
 
 
 # --- the service -------------------------------------------------------------------------
