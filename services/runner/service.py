@@ -601,18 +601,8 @@ class Runner:
         except Exception as exc:
             log.warning("transcript_unreadable", error=str(exc))
             return
-        if earlier is None:
-            return
-        transcript.truncated |= earlier.truncated
-        for entry in earlier.entries:
-            if entry.kind == "message" and entry.message is not None:
-                transcript.message(entry.message, at=entry.at)
-            elif entry.kind == "replay_step" and entry.step is not None:
-                transcript.replay_step(entry.step, entry.detail or {}, at=entry.at)
-            else:
-                detail = dict(entry.detail or {})
-                detail.pop("at", None)
-                transcript.note(str(detail.pop("text", "")), at=entry.at, **detail)
+        if earlier is not None:
+            transcript.carry_over(earlier)
 
     async def execute(
         self, request: RunRequest, attempt: int, claim: Lease | None = None

@@ -134,6 +134,13 @@ class TranscriptRecorder:
         self.truncated |= cut
         self._add(TranscriptEntry(at=at or utc_now(), kind="note", detail=value))
 
+    def carry_over(self, earlier: Transcript) -> None:
+        """Start from an earlier attempt's stored record (its entries already bounded
+        and masked when they were recorded)."""
+        self.truncated |= earlier.truncated
+        for entry in earlier.entries:
+            self._add(entry)
+
     def build(self) -> Transcript:
         return Transcript(
             run_id=self.run_id,
