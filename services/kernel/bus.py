@@ -216,6 +216,17 @@ class Bus:
                 log.info("nats_close_unclean", error=redact(str(exc)))
 
 
+async def routed(nc: Client, timeout: float = 10.0) -> None:
+    """Return once the server has applied every SUB and UNSUB this connection sent, so
+    a request from another connection finds them. nats-py's flush() writes its PING
+    ahead of commands still queued, so it proves nothing; a message to ourselves
+    travels behind them all and comes back only after them."""
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox, max_msgs=1)
+    await nc.publish(inbox, b"")
+    await sub.next_msg(timeout)
+
+
 def remote_error(subject: str, headers: dict[str, str], body: bytes) -> RemoteError:
     status: int | None
     try:

@@ -29,7 +29,7 @@ from nats.micro.request import Request
 from nats.micro.service import Service
 
 from contracts.errors import ErrorReply
-from services.kernel.bus import Bus
+from services.kernel.bus import Bus, routed
 from services.kernel.codec import decoder, encode
 from services.kernel.errors import ServiceError, validation_error
 from services.kernel.logs import get_logger
@@ -168,10 +168,7 @@ async def start_service(
             handler=handle,
             metadata={"description": endpoint.description} if endpoint.description else None,
         )
-    # Return only once the server routes to us: nats-py's flush() writes its PING ahead
-    # of SUBs still queued, so it proves nothing, while a request to our own PING
-    # subject travels behind every SUB above and is answered only after them.
-    await bus.nc.request(f"$SRV.PING.{name}.{service.id}", b"", timeout=10)
+    await routed(bus.nc)  # return only once requests reach us
     return service
 
 

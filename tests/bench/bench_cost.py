@@ -49,7 +49,7 @@ from contracts.runs import RunEvent, RunStarted, StartRun
 from contracts.tasks import OnceTrigger, TaskSpec
 from services.compiler.outcomes import full_run_cost
 from services.demo.corpus import SITES, TASKS, TASKS_BY_ID, CorpusTask, Layout, SiteServer
-from services.kernel.bus import Bus
+from services.kernel.bus import Bus, routed
 from services.kernel.embedded_nats import EmbeddedNats, free_port
 from services.kernel.logs import configure_logging
 from services.kernel.replay_read import read_all
@@ -158,7 +158,7 @@ class Watcher:
             self._subs.append(
                 await nc.subscribe(s.executor_event("*", event), cb=self._on_executor)
             )
-        await nc.flush()
+        await routed(nc)
 
     async def stop(self) -> None:
         for sub in self._subs:

@@ -25,6 +25,7 @@ from contracts.base import utc_now
 from contracts.executors import Executor, ExecutorStats, ResultStep, ToolStep
 from contracts.tasks import TaskSpec
 from contracts.tools import ExecTool
+from services.kernel.bus import routed
 from services.kernel.codec import encode
 from services.kernel.embedded_nats import EmbeddedNats, free_port
 from services.kernel.runtime import open_stack
@@ -85,7 +86,7 @@ async def run(quick: bool) -> Section:
                 await msg.respond(msg.data)  # type: ignore[attr-defined]
 
             await bus.nc.subscribe(ECHO, cb=echo)
-            await bus.nc.flush()
+            await routed(bus.nc)
             ports = bus_ports(bus)
             spec = TaskSpec(name="bench", prompt="bench", allowed_tools=["noop"])
             executors = {n: _executor(n) for n in (SHORT, LONG)}

@@ -22,7 +22,7 @@ from contracts.runs import RunEvent, RunRequest
 from contracts.tasks import TaskSpec
 from contracts.tools import ToolMetadata
 from contracts.traces import Trace, TraceCaptured, TraceStep
-from services.kernel.bus import Bus, connect
+from services.kernel.bus import Bus, connect, routed
 from services.kernel.codec import decode, encode
 from services.kernel.embedded_nats import EmbeddedNats, free_port
 from services.kernel.ids import new_run_id
@@ -80,6 +80,7 @@ async def _drive(bus: Bus, spec: TaskSpec, runs: int) -> tuple[float, int]:
                 done.set()
 
     sub = await bus.nc.subscribe(s.run_events_of(task_id=TASK, event="completed"), cb=on_done)
+    await routed(bus.nc)
     started = time.perf_counter()
     acks = []
     for run_id in ids:

@@ -19,6 +19,7 @@ from contracts.runs import RunRequest, RunStarted, StartRun
 from contracts.tasks import TaskSpec
 from contracts.traces import Trace, TraceCaptured
 from services.demo.site import DemoSite
+from services.kernel.bus import routed
 from services.kernel.codec import decode
 from services.kernel.replay_read import read_all
 from services.kernel.runtime import open_stack
@@ -211,6 +212,7 @@ async def test_killed_runner_run_is_redelivered_and_completes_once(
             published.append(msg.subject.rsplit(".", 1)[-1])  # type: ignore[attr-defined]
 
         sub = await stack.bus.nc.subscribe(s.run_events_of(task_id="news"), cb=watch)
+        await routed(stack.bus.nc)
         # Make the model slow, so the run is surely in flight when the runner dies.
         standin.inject(latency_ms=1500, latency_count=2)
         spec = TaskSpec(name="news", prompt=f"Open {site.url}/news and report the top 3 headlines")

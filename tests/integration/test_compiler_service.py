@@ -38,7 +38,7 @@ from contracts.executors import (
 from contracts.runs import ModelTokens, ReplayOutcome, RunEvent
 from contracts.traces import Trace, TraceCaptured
 from services.compiler.service import RELAY_LEASE, serve
-from services.kernel.bus import Bus
+from services.kernel.bus import Bus, routed
 from services.kernel.codec import decode
 from services.kernel.errors import RemoteError
 from services.kernel.runtime import ServiceContext
@@ -665,7 +665,7 @@ async def test_an_event_stored_but_unpublished_when_killed_is_published_once_aft
             published.append(msg)
 
         await bus.nc.subscribe(s.EXECUTOR_EVENTS_ALL, cb=count)
-        await bus.nc.flush()
+        await routed(bus.nc)
 
         second = CompilerProcess(settings, tmp_path / "compiler-2.log")  # restores the stream
         processes.append(second)

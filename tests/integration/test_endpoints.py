@@ -11,7 +11,7 @@ import pytest
 import structlog
 
 from contracts.base import Command, Reply
-from services.kernel.bus import Bus
+from services.kernel.bus import Bus, routed
 from services.kernel.endpoints import Endpoint, start_service, stop_service
 from services.kernel.errors import RemoteError, ServiceError
 
@@ -119,7 +119,7 @@ async def test_no_responder_and_timeout_are_structured(bus: Bus) -> None:
         return None
 
     silent = await bus.nc.subscribe("t.silent", cb=ignore)
-    await bus.nc.flush()
+    await routed(bus.nc)
     with pytest.raises(RemoteError) as caught:
         await bus.request("t.silent", Echo(text="x"), Echoed, timeout=0.3)
     assert caught.value.code == "timeout" and "t.silent" in caught.value.message

@@ -17,7 +17,7 @@ from contracts.llm import ToolDefinition, UsageEvent
 from contracts.runs import RunStarted, StartRun
 from contracts.tasks import TaskSpec
 from contracts.tools import ExecTool, SessionClosed, ToolList, ToolResult
-from services.kernel.bus import Bus, connect
+from services.kernel.bus import Bus, connect, routed
 from services.kernel.codec import decode, encode
 from services.kernel.embedded_nats import EmbeddedNats, free_port
 from services.kernel.errors import RemoteError
@@ -60,7 +60,7 @@ async def test_a_request_is_sent_again_when_the_connection_came_back_while_it_wa
                 await msg.respond(b'"answered"')
 
         await service.nc.subscribe(SUBJECT, cb=answer)
-        await service.nc.flush()
+        await routed(service.nc)
         # No responder, no reconnect: unavailable at once, as without re-sends.
         with anyio.fail_after(1), pytest.raises(RemoteError) as caught:
             await caller.request("rote.test.nobody", b"{}", str, resend=3)
@@ -108,7 +108,7 @@ async def serve_tools(bus: Bus) -> None:
     await bus.nc.subscribe(s.TOOLS_LIST, cb=list_tools)
     await bus.nc.subscribe(s.TOOLS_EXEC, cb=exec_tool)
     await bus.nc.subscribe(s.TOOLS_CLOSE_SESSION, cb=close_session)
-    await bus.nc.flush()
+    await routed(bus.nc)
 
 
 async def usage_events(bus: Bus, run_id: str) -> list[UsageEvent]:

@@ -33,7 +33,7 @@ from contracts.runs import (
 from contracts.tasks import TaskSpec
 from contracts.tools import ToolList
 from services.compiler.outcomes import full_run_cost
-from services.kernel.bus import Bus
+from services.kernel.bus import Bus, routed
 from services.kernel.codec import decode, encode
 from services.kernel.lease import Lease, run_key
 from services.kernel.replay_read import read_all
@@ -339,6 +339,7 @@ async def test_a_run_whose_runner_stops_during_every_delivery_still_ends(
     async with open_stack(settings, ["system"]) as side:
         await side.bus.nc.subscribe(s.LLM_COMPLETE, cb=never_answers)
         await side.bus.nc.subscribe(s.TOOLS_LIST, cb=no_tools)
+        await routed(side.bus.nc)
         for delivery in range(1, MAX_DELIVERIES + 1):
             async with open_stack(settings, ["runner"]) as stack:
                 if delivery == 1:

@@ -39,7 +39,7 @@ from contracts.llm import (
 from contracts.runs import RunEvent, RunList, RunStarted, StartRun
 from contracts.tasks import RunAccepted, TaskSpec, TaskView
 from contracts.tools import CloseSession, ExecTool, SessionClosed, ToolList, ToolResult
-from services.kernel.bus import Bus
+from services.kernel.bus import Bus, routed
 from services.kernel.codec import decode, encode
 from services.kernel.runtime import open_stack
 from services.kernel.settings import Settings
@@ -80,7 +80,7 @@ class ToolsProcess:
             await nc.subscribe(s.tools_close_session_on(self.instance), cb=self._close),
             await nc.subscribe(s.TOOLS_CLOSE_SESSION, queue=MICRO_QUEUE, cb=self._close),
         ]
-        await nc.flush()
+        await routed(nc)
 
     async def stop(self) -> None:
         """The process dies: its subjects have no responders, its sessions are gone."""
@@ -88,7 +88,7 @@ class ToolsProcess:
             await sub.unsubscribe()
         self._subs = []
         self.pages.clear()
-        await self.bus.nc.flush()
+        await routed(self.bus.nc)
 
     def ran(self, tool: str) -> list[str]:
         return [page for name, page in self.calls if name == tool]
