@@ -79,10 +79,10 @@ async def test_long_handler_is_not_redelivered(bus: Bus) -> None:
     async def handler(job: Job, msg: Msg) -> None:
         nonlocal calls
         calls += 1
-        await anyio.sleep(2.5)  # longer than the 1 s ack wait below
+        await anyio.sleep(5.0)  # longer than two of the 2 s ack waits below
 
     await bus.js.publish(s.WORK_RUNS, b'{"n":1}')
-    config = durable_config("test-long", filter_subjects=[s.WORK_RUNS], ack_wait_s=1)
+    config = durable_config("test-long", filter_subjects=[s.WORK_RUNS], ack_wait_s=2)
     async with anyio.create_task_group() as tg:
         await tg.start(
             lambda task_status: consume(
@@ -97,7 +97,7 @@ async def test_long_handler_is_not_redelivered(bus: Bus) -> None:
                 task_status=task_status,
             )
         )
-        await anyio.sleep(3.5)
+        await anyio.sleep(6.0)
         tg.cancel_scope.cancel()
     assert calls == 1
 

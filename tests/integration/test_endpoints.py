@@ -149,7 +149,7 @@ async def test_concurrent_endpoint_does_not_serialise_callers(bus: Bus) -> None:
         elapsed = anyio.current_time() - started
         assert sorted(results) == [str(i) for i in range(10)]
         # Ten 0.3 s calls one after another would take 3 s.
-        assert elapsed < 1.5
+        assert elapsed < 2.5
         await stop_service(service)
         tg.cancel_scope.cancel()
 

@@ -3,6 +3,8 @@ waits as a standby and takes over when the first one stops."""
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
 
@@ -22,6 +24,24 @@ from services.scheduler.engine import SchedulerConfig
 from services.scheduler.service import serve
 
 pytestmark = pytest.mark.anyio
+
+# A test bucket's TTL, for rote_leases' fifteen seconds: longer than a stall of the test
+# process (an audit froze it for a second at a time), so keys expire only when meant to.
+TTL_S = 4.0
+# How long a key is waited on to expire: the server expires keys some time after the TTL.
+EXPIRY_WAIT_S = 15.0
+
+
+async def poll(
+    condition: Callable[[], bool | Awaitable[bool]], timeout_s: float = EXPIRY_WAIT_S
+) -> None:
+    """Wait until `condition()` (awaited if need be) holds, failing after `timeout_s`."""
+    with anyio.fail_after(timeout_s):
+        while True:
+            held = condition()
+            if await held if inspect.isawaitable(held) else held:
+                return
+            await anyio.sleep(0.05)
 
 
 async def test_one_holder_then_the_next_on_release(bus: Bus) -> None:
@@ -60,27 +80,35 @@ async def test_a_renewal_applied_late_is_not_mistaken_for_a_takeover(bus: Bus) -
     """After a NATS restart, a renewal that timed out while NATS was away can be applied
     on reconnect (or the server can lose the last write): the key is this holder's at a
     revision it did not expect. Keeping and confirming carry on from that revision."""
-    kv = await bus.js.create_key_value(bucket="test_leases", ttl=1.0)
-    holder = Lease(kv, "role", 0.6, "holder")
+    kv = await bus.js.create_key_value(bucket="test_leases", ttl=TTL_S)
+    ttl = 0.6 * TTL_S  # renewing every 0.8 s
+    holder = Lease(kv, "role", ttl, "holder")
     assert await holder.try_acquire()
     assert holder.revision is not None
     # The late renewal, behind the holder's back: same value, a revision it never saw.
     late = await kv.update("role", b"holder", last=holder.revision)
-    with anyio.move_on_after(1.0):  # five renewals: none may raise LeaseLost
-        await holder.keep()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(holder.keep)  # a LeaseLost from any renewal fails the test
+        # The renewal that finds the late one, then the next: carrying on from it.
+        await poll(lambda: (holder.revision or 0) > late)
+        adopted = holder.revision or 0
+        await poll(lambda: (holder.revision or 0) > adopted)
+        tg.cancel_scope.cancel()
     assert await holder.current_holder() == "holder"
-    assert holder.revision is not None and holder.revision > late
 
-    await kv.update("role", b"holder", last=holder.revision)  # again, then confirm
-    await anyio.sleep(0.35)  # past half a TTL: confirming renews
+    # Again, then confirm. (From the key's revision: a renewal cut short by the
+    # cancelling above may have been applied all the same.)
+    moved = await kv.update("role", b"holder", last=(await kv.get("role")).revision)
+    await anyio.sleep(ttl / 2 + 0.2)  # past half a TTL: confirming renews
     assert await holder.confirm()
+    assert holder.revision is not None and holder.revision > moved
     assert await holder.current_holder() == "holder"
 
     # A real other holder is still a takeover, for both.
     await kv.put("role", b"usurper")
-    await anyio.sleep(0.35)
+    await anyio.sleep(ttl / 2 + 0.2)
     assert not await holder.confirm()
-    with anyio.fail_after(3), pytest.raises(LeaseLost, match="usurper"):
+    with anyio.fail_after(10), pytest.raises(LeaseLost, match="usurper"):
         await holder.keep()
 
 
@@ -103,9 +131,11 @@ async def test_a_holder_keeps_its_lease_across_a_nats_restart(tmp_path: Path) ->
             except LeaseLost as exc:
                 lost.append(exc)
 
+        acquired = holder.revision
         async with anyio.create_task_group() as tg:
             tg.start_soon(keep)  # renews at 3 s, 6 s...
-            await anyio.sleep(3.2)
+            await poll(lambda: holder.revision != acquired)  # the renewal at 3 s is done
+            renewed = holder.revision
             assert server.process is not None
             server.process.kill()  # kill -9: the renewal at 6 s waits in the client
             server.process.wait()
@@ -113,7 +143,8 @@ async def test_a_holder_keeps_its_lease_across_a_nats_restart(tmp_path: Path) ->
             await anyio.sleep(4.1)  # ...and times out at 7 s
             server.spawn()
             await anyio.to_thread.run_sync(server.wait_ready)
-            await anyio.sleep(4.0)  # reconnected, the late renewal applied, renewed at 10 s
+            # Reconnected, the late renewal applied, renewed at 10 s: renewing goes on.
+            await poll(lambda: bool(lost) or holder.revision != renewed, timeout_s=20)
             tg.cancel_scope.cancel()
         assert not lost, lost
         assert await holder.current_holder() == "holder"
@@ -128,35 +159,38 @@ async def test_a_key_gone_from_under_its_holder_is_lost_though_no_one_took_it(
 ) -> None:
     """Expired (no renewal for a whole TTL) or removed (an operator, lost data): someone
     may have held it meanwhile, so the holder cannot vouch for being alone."""
-    kv = await bus.js.create_key_value(bucket="test_leases", ttl=1.0)
-    expired, removed = Lease(kv, "one", 1.0, "expired"), Lease(kv, "two", 0.6, "removed")
+    kv = await bus.js.create_key_value(bucket="test_leases", ttl=TTL_S)
+    expired = Lease(kv, "one", TTL_S, "expired")
+    removed = Lease(kv, "two", 0.6 * TTL_S, "removed")
     assert await expired.try_acquire() and await removed.try_acquire()
     await kv.delete("two")
-    with anyio.fail_after(3), pytest.raises(LeaseLost, match="expired or was removed"):
+    with anyio.fail_after(10), pytest.raises(LeaseLost, match="expired or was removed"):
         await removed.keep()
-    await anyio.sleep(1.5)
-    assert await expired.current_holder() is None
+
+    async def expired_by_now() -> bool:  # no renewal for a whole TTL: the server expires it
+        return await expired.current_holder() is None
+
+    await poll(expired_by_now)
     assert not await expired.confirm()
 
 
 async def test_confirm_tells_a_holder_whether_it_still_holds_the_lease(bus: Bus) -> None:
-    kv = await bus.js.create_key_value(bucket="test_leases", ttl=1.0)
-    holder = Lease(kv, "role", 1.0, "holder")
+    kv = await bus.js.create_key_value(bucket="test_leases", ttl=TTL_S)
+    holder = Lease(kv, "role", TTL_S, "holder")
     assert await holder.try_acquire()
     assert await holder.confirm()  # just taken: cannot have expired
     # Past half a TTL, still the key's holder: confirming renews it.
-    await anyio.sleep(0.6)
+    await anyio.sleep(TTL_S / 2 + 0.2)
     revision = holder.revision
     assert await holder.confirm() and holder.revision != revision
     # Its renewals stopped (NATS away), the key expired and another runner took it.
-    await anyio.sleep(1.5)
-    assert await Lease(kv, "role", 1.0, "other").try_acquire()
+    await poll(Lease(kv, "role", TTL_S, "other").try_acquire)
     assert not await holder.confirm()
     assert await holder.current_holder() == "other"
 
 
 async def test_confirming_while_keeping_is_not_mistaken_for_a_takeover(bus: Bus) -> None:
-    kv = await bus.js.create_key_value(bucket="test_leases", ttl=1.0)
+    kv = await bus.js.create_key_value(bucket="test_leases", ttl=TTL_S)
     # Renewing every 10 ms and confirming (a renewal too) every 5 ms: their
     # compare-and-sets overlap again and again.
     holder = Lease(kv, "role", 0.03, "holder")

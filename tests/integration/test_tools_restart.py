@@ -104,4 +104,4 @@ async def test_an_instance_still_missing_after_the_grace_is_gone(
         await restarted.ports.exec_tool(call("browser_extract", {}))
     assert caught.value.code == SESSION_LOST
     # Retried for the grace after the runner's reconnect, not for the call's timeout.
-    assert anyio.current_time() - started < 2.5
+    assert anyio.current_time() - started < 4
