@@ -6,6 +6,14 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+class QuietHandler(BaseHTTPRequestHandler):
+    """A page handler that keeps its request log out of the test output."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
 
 
 class _Server(ThreadingHTTPServer):

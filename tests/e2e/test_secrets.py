@@ -4,7 +4,6 @@ publishes: not the run's answer, its transcript, its trace, or any event."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
 
 import pytest
 
@@ -16,7 +15,7 @@ from services.kernel.codec import encode
 from services.kernel.replay_read import read_all
 from tests.e2e.conftest import Rig
 from tests.e2e.helpers import wait_finished, wait_for
-from tests.local_site import serve
+from tests.local_site import QuietHandler, serve
 
 pytestmark = [pytest.mark.anyio, pytest.mark.browser, pytest.mark.slow]
 
@@ -31,16 +30,13 @@ PAGE = (
 
 @pytest.fixture
 def leaky_page() -> Iterator[str]:
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self) -> None:
             self.send_response(200)
             self.send_header("Content-Type", "text/html")
             self.send_header("Content-Length", str(len(PAGE)))
             self.end_headers()
             self.wfile.write(PAGE)
-
-        def log_message(self, *args: object) -> None:
-            return
 
     with serve(Handler) as url:
         yield f"{url}/notes"

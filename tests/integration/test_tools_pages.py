@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -21,7 +20,7 @@ from services.tools.browser_tools import BrowserLimits
 from services.tools.specs import SPECS
 from services.tools.toolbox import ToolBox, ToolsConfig
 from tests.integration.test_tools_service import _descendants, nothing_left_behind  # noqa: F401
-from tests.local_site import serve
+from tests.local_site import QuietHandler, serve
 
 pytestmark = [
     pytest.mark.anyio,
@@ -75,7 +74,7 @@ root.getElementById("inner").attachShadow({mode: "open"}).innerHTML = "<b>nested
 }
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(QuietHandler):
     def do_GET(self) -> None:
         url = urlparse(self.path)
         query = parse_qs(url.query)
@@ -100,9 +99,6 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the browser gave up on a slow page
-
-    def log_message(self, *args: Any) -> None:
-        pass
 
 
 @pytest.fixture

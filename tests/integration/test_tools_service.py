@@ -17,7 +17,6 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urljoin, urlparse
@@ -55,7 +54,7 @@ from services.tools import local
 from services.tools import service as tools_service
 from services.tools.specs import SPECS
 from tests.hand_built_replay import hand_built_executor
-from tests.local_site import serve
+from tests.local_site import QuietHandler, serve
 
 pytestmark = [
     pytest.mark.anyio,
@@ -115,7 +114,7 @@ MAIL = f"""<!doctype html><title>Mail</title>
 """
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(QuietHandler):
     def _send(self, body: str, status: int = 200, headers: dict[str, str] | None = None) -> None:
         data = body.encode()
         try:
@@ -177,9 +176,6 @@ class _Handler(BaseHTTPRequestHandler):
             for k, v in sorted(form.items())
         )
         self._send(f"<title>Thanks</title><h1>Thanks</h1><ul>{rows}</ul>")
-
-    def log_message(self, *args: Any) -> None:
-        pass
 
 
 @pytest.fixture
