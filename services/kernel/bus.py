@@ -224,7 +224,12 @@ async def routed(nc: Client, timeout: float = 10.0) -> None:
     inbox = nc.new_inbox()
     sub = await nc.subscribe(inbox, max_msgs=1)
     await nc.publish(inbox, b"")
-    await sub.next_msg(timeout)
+    try:
+        await sub.next_msg(timeout)
+    except (nats.errors.TimeoutError, TimeoutError):
+        # Not answered (the connection is down): do not leave the inbox subscribed.
+        await sub.unsubscribe()
+        raise
 
 
 def remote_error(subject: str, headers: dict[str, str], body: bytes) -> RemoteError:

@@ -45,7 +45,7 @@ from contracts.tasks import MAX_SPEC_BYTES
 from contracts.tools import CloseSession, ExecTool, ListTools, SessionClosed, ToolList, ToolResult
 from services import __version__
 from services.compiler.fingerprint import task_fingerprint
-from services.kernel.bus import Bus
+from services.kernel.bus import Bus, routed
 from services.kernel.codec import decode, encode
 from services.kernel.consumers import (
     MaxDeliveries,
@@ -149,6 +149,12 @@ class ExecutorCache:
                 self._generation[parts[3]] = self._generation.get(parts[3], 0) + 1
 
         await self.bus.nc.subscribe(s.EXECUTOR_EVENTS_ALL, cb=forget)
+        # In place before the runner says it started, so an invalidation published
+        # right after that is not missed by a cached lookup.
+        try:
+            await routed(self.bus.nc)
+        except TimeoutError:  # NATS away right now: the subscription still comes into force
+            log.warning("executor_cache_subscribe_unconfirmed")
         self._subscribed = True
 
     async def get(self, task_id: str) -> ActiveExecutor | None:

@@ -6,7 +6,8 @@ and, where it matters, the current time. Nothing reads a clock.
 Missed schedules collapse: a run that goes out uses up every slot passed by then
 (`passed_slots` says how many, and the latest), and the next due time is the slot after
 that one. So a scheduler that was down for five hourly slots runs once, and a run that
-went out late does not shift the schedule (nor, on the night clocks go back, repeat it).
+went out late does not shift the schedule (nor, on the night clocks go back, repeat a
+fixed-hour job).
 """
 
 from __future__ import annotations
@@ -172,10 +173,15 @@ def _latest(*times: datetime | None) -> datetime:
 def cron_after(expr: str, tz: str, after: datetime) -> datetime:
     """The first cron time strictly after `after`, in UTC.
 
-    Each local wall-clock time fires at most once: when clocks go back, the repeated
-    hour does not run a daily 02:30 job twice. A wall time skipped when clocks go
-    forward runs at the first valid time after it (croniter's behaviour).
+    A job at fixed hours fires once per local wall-clock time: when clocks go back, the
+    repeated hour does not run a daily 02:30 job twice. A job whose hour field is a
+    wildcard (`0 * * * *`, `*/15 * * * *`) keeps to real time instead, as cron does:
+    an hourly check runs in the repeated hour too rather than going quiet for an hour.
+    A wall time skipped when clocks go forward runs at the first valid time after it
+    (croniter's behaviour).
     """
+    if _hour_is_wildcard(expr):
+        return _wildcard_hour_after(expr, zone(tz), _utc(after))
     local = _utc(after).astimezone(zone(tz))
     wall = local.replace(tzinfo=None)
     try:
@@ -192,6 +198,55 @@ def cron_after(expr: str, tz: str, after: datetime) -> datetime:
     if candidate.replace(tzinfo=None) <= wall:
         raise TriggerError("trigger.expr", f"cron expression {expr!r} never fires")
     return candidate.astimezone(UTC)
+
+
+# Longer than any clock change (Lord Howe moves 30 minutes; none has moved 3 hours).
+_CLOCK_CHANGE_MAX = timedelta(hours=3)
+
+
+def _hour_is_wildcard(expr: str) -> bool:
+    fields = ["0", "*", "*", "*", "*"] if expr == "@hourly" else expr.split()
+    return len(fields) == 5 and fields[1].startswith("*")
+
+
+def _wildcard_hour_after(expr: str, tz: ZoneInfo, after: datetime) -> datetime:
+    """The first instant strictly after `after` whose local wall time matches `expr`,
+    counting both instants of a wall time that clocks going back show twice."""
+    wall = after.astimezone(tz).replace(tzinfo=None)
+    found = _first_instant(expr, tz, after, wall)
+    if _offset(found, tz) >= _offset(after, tz):
+        return found
+    # Clocks go back before it: the repeated hour's second pass shows wall times
+    # earlier than `after`'s, so look again from before them (slower, once a year).
+    return _first_instant(expr, tz, after, wall - _CLOCK_CHANGE_MAX)
+
+
+def _offset(when: datetime, tz: ZoneInfo) -> timedelta:
+    offset = when.astimezone(tz).utcoffset()
+    assert offset is not None  # an aware datetime in a ZoneInfo always has one
+    return offset
+
+
+def _first_instant(expr: str, tz: ZoneInfo, after: datetime, start: datetime) -> datetime:
+    """The earliest instant after `after` of the wall times `expr` names from `start`
+    on; wall times that do not exist (clocks went forward) are left out."""
+    walls = croniter(expr, start)
+    best: datetime | None = None
+    while True:
+        try:
+            candidate: datetime = walls.get_next(datetime)
+        except (CroniterError, ValueError, OverflowError) as exc:
+            raise TriggerError(
+                "trigger.expr", f"cron expression {expr!r} never fires: {exc}"
+            ) from None
+        # First instants only grow with the wall time: none later can beat `best`.
+        if best is not None and candidate.replace(tzinfo=tz, fold=0).astimezone(UTC) > best:
+            return best
+        for fold in (0, 1):
+            instant = candidate.replace(tzinfo=tz, fold=fold).astimezone(UTC)
+            exists = instant.astimezone(tz).replace(tzinfo=None) == candidate
+            if exists and instant > after and (best is None or instant < best):
+                best = instant
 
 
 # Where validation asks "does this cron ever fire?": any fixed instant will do.

@@ -4,6 +4,7 @@ schedule does, cron in a named time zone (DST included), and what is refused."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -134,20 +135,52 @@ def test_cron_runs_once_when_clocks_go_back_and_once_when_they_skip() -> None:
     assert skipped == datetime(2025, 3, 9, 7, 0, tzinfo=UTC)
 
 
-@pytest.mark.parametrize("expr", ["*/15 * * * *", "* * * * *", "0 * * * *"])
-def test_sub_daily_cron_goes_on_through_the_repeated_hour(expr: str) -> None:
-    # 2024-11-03, New York: 01:00-01:59 happens twice. A task firing many times an
-    # hour must neither stop nor repeat a wall time: from 01:58 EDT it goes on at the
-    # first wall time after 01:58 that has not been seen, then every slot after.
+@pytest.mark.parametrize("expr", ["*/15 * * * *", "0 * * * *", "@hourly", "*/20 */2 * * *"])
+@pytest.mark.parametrize(
+    "start",
+    [
+        datetime(2024, 11, 3, 3, 50, tzinfo=UTC),  # New York: clocks go back at 06:00Z
+        datetime(2025, 3, 9, 5, 50, tzinfo=UTC),  # New York: clocks go forward at 07:00Z
+    ],
+)
+def test_cron_with_a_wildcard_hour_keeps_to_real_time_through_clock_changes(
+    expr: str, start: datetime
+) -> None:
+    # An hourly check must not go quiet for the repeated hour, nor run twice in the
+    # skipped one: New York's offsets are whole hours, so it fires exactly when the
+    # same schedule in UTC does (every 2 hours counts the wall clock's hours, so the
+    # repeated hour shifts that one; it still never stops nor goes back).
     ny = validate(CronTrigger(expr=expr, tz="America/New_York"))
+    utc = validate(CronTrigger(expr=expr, tz="UTC"))
+    when = when_utc = start
+    fired, fired_utc = [], []
+    for _ in range(12):
+        when = next_due(ny, TriggerState(set_at=T0 - timedelta(days=400), last_fired=when))
+        when_utc = next_due(utc, TriggerState(set_at=T0 - timedelta(days=400), last_fired=when_utc))
+        assert when is not None and when_utc is not None
+        fired.append(when)
+        fired_utc.append(when_utc)
+    assert fired == sorted(set(fired)), "an instant fired twice or the schedule went back"
+    if "*/2" not in expr:
+        assert fired == fired_utc
+    else:
+        gaps = {later - earlier for earlier, later in pairwise(fired)}
+        assert max(gaps) <= timedelta(hours=2, minutes=20)
+
+
+def test_cron_at_fixed_hours_fires_once_per_wall_time_when_clocks_go_back() -> None:
+    # Every 15 minutes during 01:00-01:59 New York time: the repeated hour is not run
+    # twice (what a fixed-hour job means), and the job goes on the next night.
+    ny = validate(CronTrigger(expr="*/15 1 * * *", tz="America/New_York"))
     zone = ZoneInfo("America/New_York")
-    when = datetime(2024, 11, 3, 5, 58, tzinfo=UTC)  # 01:58 EDT
+    when = datetime(2024, 11, 3, 5, 50, tzinfo=UTC)  # 01:50 EDT
     walls = []
     for _ in range(6):
         when = next_due(ny, TriggerState(set_at=T0 - timedelta(days=400), last_fired=when))
+        assert when is not None
         walls.append(when.astimezone(zone).replace(tzinfo=None))
     assert walls == sorted(set(walls)), "a wall-clock time fired twice or went backwards"
-    assert walls[-1] >= datetime(2024, 11, 3, 2, 0)
+    assert walls[0] == datetime(2024, 11, 4, 1, 0)
 
 
 def test_cron_missed_slots_collapse_and_resume_skips_the_paused_ones() -> None:
