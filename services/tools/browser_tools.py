@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import re
 import uuid
+from collections.abc import AsyncIterator
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Any
 
 import anyio
 from playwright.async_api import Error as PlaywrightError
-from playwright.async_api import Locator, Page
+from playwright.async_api import Frame, Locator, Page
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 from contracts import tools as t
@@ -37,6 +38,7 @@ _TRUE = {"true", "on", "yes", "1", "checked"}
 class BrowserLimits:
     max_page_chars: int = 40_000
     max_items: int = 1_000
+    max_frames: int = 20  # embedded frames read_page reads after the page itself
     element_timeout_s: float = 5.0  # waiting for an element to click/type/fill
     load_timeout_s: float = 10.0  # waiting for `load` after the DOM is ready
     extract_wait_s: float = 1.0  # a selector that matches nothing yet: wait this long
@@ -248,12 +250,39 @@ async def navigate(
     )
 
 
+async def _shown_frames(frame: Frame) -> AsyncIterator[Frame]:
+    """The frames embedded in `frame` that a person sees, depth first in the order the
+    page attached them (hidden and zero-size iframes, like tracking pixels, left out)."""
+    for child in frame.child_frames:
+        try:
+            element = await child.frame_element()
+            shown = await element.is_visible()
+        except PlaywrightError:  # detached while we looked
+            continue
+        if shown:
+            yield child
+            async for grandchild in _shown_frames(child):
+                yield grandchild
+
+
 async def read_page(
     session: Session, args: t.BrowserReadPageInput, budget: Budget, limits: BrowserLimits
 ) -> Outcome:
     page = await current_page(session)
-    raw = await page.evaluate(READ_PAGE_JS)
-    text, truncated = bound_text(readable_text(str(raw)), limits.max_page_chars)
+    # innerText stops at an iframe: what embedded frames show follows the page's own
+    # text (a widget, an embedded document), up to a cap for pages full of ad frames.
+    parts = [str(await page.evaluate(READ_PAGE_JS))]
+    frames = _shown_frames(page.main_frame)
+    try:
+        async for frame in frames:
+            if len(parts) > limits.max_frames:
+                break
+            with suppress(PlaywrightError):  # navigated or removed meanwhile
+                parts.append(str(await frame.evaluate(READ_PAGE_JS)))
+    finally:
+        await frames.aclose()
+    raw = "\n\n".join(part for part in parts if part.strip())
+    text, truncated = bound_text(readable_text(raw), limits.max_page_chars)
     title = await _title(page)
     return Outcome(text, ToolMetadata(url=page.url, title=title), truncated)
 

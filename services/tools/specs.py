@@ -45,7 +45,8 @@ SPECS: dict[str, ToolSpec] = {
         ToolSpec(
             "browser_read_page",
             "browser",
-            "Return the readable visible text of the current page (long pages are cut).",
+            "Return the readable visible text of the current page, then that of the "
+            "frames it embeds (long pages are cut).",
             t.BrowserReadPageInput,
         ),
         ToolSpec(

@@ -56,6 +56,15 @@ root.innerHTML = `<h2>Inside</h2><p>text <slot></slot></p><span hidden>not shown
   <div id="inner"></div>`;
 root.getElementById("inner").attachShadow({mode: "open"}).innerHTML = "<b>nested</b>";
 </script>""",
+    "/framed": """<title>Framed</title><p>outer</p>
+<iframe src="/inner"></iframe>
+<iframe src="/secret" style="display:none"></iframe>
+<iframe src="/secret" width="0" height="0" style="border:0"></iframe>
+<iframe srcdoc="<p>from srcdoc</p>"></iframe>
+<p>outer end</p>""",
+    "/inner": """<title>I</title><p>inner text</p><iframe src="/deepest"></iframe>""",
+    "/deepest": "<title>D</title><p>nested frame</p>",
+    "/secret": "<title>X</title><p>tracking</p>",
     "/links": """<title>Links</title>
 <ul><li><a href="/p/1">One</a></li><li><a href="p/2?x=1#f">Two</a></li>
   <li><a href="https://example.org/x">Three</a></li></ul>
@@ -285,6 +294,17 @@ async def test_extract_leaves_out_text_no_one_sees(browser: Browser, site: str) 
     assert classes.output == ["t"]
     token = await browser("browser_extract", selector="[name=token]", attribute="value")
     assert token.output == ["abc"]
+
+
+async def test_read_page_includes_the_frames_a_person_sees(browser: Browser, site: str) -> None:
+    await browser("browser_navigate", url=f"{site}/framed")
+    page = await browser("browser_read_page")
+    assert page.ok, page
+    assert page.output == "outer\n\nouter end\n\ninner text\n\nnested frame\n\nfrom srcdoc"
+    # Another origin's frame (localhost is another site than 127.0.0.1) is read too.
+    other = site.replace("127.0.0.1", "localhost")
+    await browser("browser_navigate", url=f"{other}/inner")
+    assert (await browser("browser_read_page")).output == "inner text\n\nnested frame"
 
 
 async def test_read_page_includes_open_shadow_roots(browser: Browser, site: str) -> None:
