@@ -87,16 +87,30 @@ def _is_selector_syntax(exc: PlaywrightError) -> bool:
     )
 
 
+# Tabs a run keeps open, the current one included. Tools act on the current tab only;
+# the others are kept for when the page closes itself (window.close()).
+MAX_OPEN_PAGES = 5
+
+
 async def current_page(session: Session) -> Page:
     """The page tools act on; reopened if the run closed it (window.close())."""
-    if not session.page.is_closed():
-        return session.page
-    open_pages = [p for p in session.context.pages if not p.is_closed()]
-    if open_pages:
-        session.page = open_pages[-1]
-    else:
-        session.adopt(await session.context.new_page())
+    if session.page.is_closed():
+        open_pages = [p for p in session.context.pages if not p.is_closed()]
+        if open_pages:
+            session.page = open_pages[-1]
+        else:
+            session.adopt(await session.context.new_page())
+    await _close_old_pages(session)
     return session.page
+
+
+async def _close_old_pages(session: Session) -> None:
+    """A run that keeps opening tabs (target=_blank links, pop-ups) keeps the newest
+    few: each holds a renderer's memory until the run ends."""
+    others = [p for p in session.context.pages if p is not session.page and not p.is_closed()]
+    for page in others[: max(0, len(others) - (MAX_OPEN_PAGES - 1))]:
+        with suppress(PlaywrightError):  # closed meanwhile
+            await page.close()
 
 
 # How long stopping a navigation or probing a page may take: CDP answers these from the

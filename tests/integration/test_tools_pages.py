@@ -16,7 +16,7 @@ import pytest
 
 from contracts.tools import ExecTool, ToolResult
 from services.tools.browser import BrowserConfig, BrowserPool
-from services.tools.browser_tools import BrowserLimits
+from services.tools.browser_tools import MAX_OPEN_PAGES, BrowserLimits
 from services.tools.specs import SPECS
 from services.tools.toolbox import ToolBox, ToolsConfig
 from tests.integration.test_tools_service import _descendants, nothing_left_behind  # noqa: F401
@@ -65,6 +65,7 @@ root.getElementById("inner").attachShadow({mode: "open"}).innerHTML = "<b>nested
     "/inner": """<title>I</title><p>inner text</p><iframe src="/deepest"></iframe>""",
     "/deepest": "<title>D</title><p>nested frame</p>",
     "/secret": "<title>X</title><p>tracking</p>",
+    "/tabs": '<title>T</title><a href="/a" target="_blank">new tab</a>',
     "/links": """<title>Links</title>
 <ul><li><a href="/p/1">One</a></li><li><a href="p/2?x=1#f">Two</a></li>
   <li><a href="https://example.org/x">Three</a></li></ul>
@@ -294,6 +295,20 @@ async def test_extract_leaves_out_text_no_one_sees(browser: Browser, site: str) 
     assert classes.output == ["t"]
     token = await browser("browser_extract", selector="[name=token]", attribute="value")
     assert token.output == ["abc"]
+
+
+async def test_a_run_that_keeps_opening_tabs_keeps_only_the_newest(
+    browser: Browser, site: str
+) -> None:
+    for _ in range(8):
+        await browser("browser_navigate", url=f"{site}/tabs")
+        opened = await browser("browser_click", text="new tab")
+        assert opened.ok and opened.output["url"] == f"{site}/a", opened
+    assert (await browser("browser_read_page")).output == "page a"
+    assert browser.box.browsers is not None
+    session = browser.box.browsers.sessions["run-a"]
+    pages = [p for p in session.context.pages if not p.is_closed()]
+    assert len(pages) == MAX_OPEN_PAGES and session.page is pages[-1]
 
 
 async def test_read_page_includes_the_frames_a_person_sees(browser: Browser, site: str) -> None:
