@@ -119,6 +119,9 @@ class Scheduler:
         # before the run's outcome reaches this scheduler (another stream).
         self.settled: dict[str, str] = {}
         self._tick_lock = anyio.Lock()
+        # Checking a chosen run_id is free and queuing the run are one step: two asks
+        # at once for two tasks under one run_id must not both pass the check.
+        self._run_lock = anyio.Lock()
         self._wake = anyio.Event()
 
     def wake(self) -> None:
@@ -205,17 +208,18 @@ class Scheduler:
         run_id = command.run_id or (run_id_for_key(key) if key else new_run_id(now))
         # A run id is global on the bus (the work queue's Nats-Msg-Id, run leases): one
         # another task already used would have its run request dropped as a duplicate.
-        await _in_thread(self.app.catalog.catch_up)
-        owner = self.app.catalog.run_owner(run_id)
-        if owner is not None and owner != command.task_id:
-            raise ServiceError(
-                "conflict",
-                f"run_id {run_id!r} is already a run of task {owner!r}; choose another run_id",
-                field="run_id",
+        async with self._run_lock:
+            await _in_thread(self.app.catalog.catch_up)
+            owner = self.app.catalog.run_owner(run_id)
+            if owner is not None and owner != command.task_id:
+                raise ServiceError(
+                    "conflict",
+                    f"run_id {run_id!r} is already a run of task {owner!r}; choose another run_id",
+                    field="run_id",
+                )
+            _, (run_id, queued) = await _in_thread(
+                self.app.request_run, command.task_id, run_id, "manual", now, key
             )
-        _, (run_id, queued) = await _in_thread(
-            self.app.request_run, command.task_id, run_id, "manual", now, key
-        )
         self._saved()
         return RunAccepted(task_id=command.task_id, run_id=run_id, queued=queued)
 

@@ -6,9 +6,11 @@ tests/integration/test_scheduler_rules_stores.py."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from typing import Any
 
+import anyio
 import msgspec
 import pytest
 
@@ -265,6 +267,36 @@ async def test_a_manual_run_waits_behind_the_run_in_flight(app: Tasks, clock: Ma
     replay = await engine.run(RunTask(task_id="m", run_id="my-key-1"))
     assert replay.run_id == "my-key-1"
     assert (await engine.tick()).dispatched == []  # already ran: not again
+
+
+async def test_a_run_id_belongs_to_one_task_even_when_asked_at_once(
+    app: Tasks, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = scheduler(app, clock)
+    for name in ("a", "b"):
+        await engine.create(spec(name, trigger=ManualTrigger()))
+    # A slow store: queuing a run takes a while, so the second ask comes meanwhile.
+    request_run = app.request_run
+
+    def slow_request_run(*args: Any) -> Any:
+        time.sleep(0.2)
+        return request_run(*args)
+
+    monkeypatch.setattr(app, "request_run", slow_request_run)
+    outcomes: dict[str, str] = {}
+
+    async def ask(task_id: str) -> None:
+        try:
+            outcomes[task_id] = (await engine.run(RunTask(task_id=task_id, run_id="k1"))).run_id
+        except ServiceError as exc:
+            outcomes[task_id] = f"{exc.code}:{exc.field}"
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(ask, "a")
+        tg.start_soon(ask, "b")
+    assert sorted(outcomes.values()) == ["conflict:run_id", "k1"], outcomes
+    winner = next(task for task, said in outcomes.items() if said == "k1")
+    assert (await engine.tick()).dispatched == [(winner, "k1")]
 
 
 async def test_commands_on_tasks(app: Tasks, clock: ManualClock) -> None:
