@@ -190,8 +190,10 @@ class Compiler:
 
     async def history(self, query: HistoryQuery) -> ExecutorHistory:
         state = await self._state(query.task_id)
-        events = await anyio.to_thread.run_sync(self.store.history, query.task_id)
-        return views.history(query.task_id, state, events, query)
+        total, start, page = await anyio.to_thread.run_sync(
+            self.store.history_page, query.task_id, query.limit, query.before
+        )
+        return views.history(query.task_id, state, page, start, total)
 
     async def _all_states(self, after: str | None = None) -> AsyncIterator[h.Health]:
         """Every task's state (health.as_of applied), in the order the tasks were first

@@ -291,6 +291,27 @@ class ExecutorStore(Application[uuid.UUID]):
             if isinstance(stored, ExecutorAggregate.Recorded)
         ]
 
+    def history_page(
+        self, task_id: str, limit: int, before: int | None
+    ) -> tuple[int, int, list[h.HealthEvent]]:
+        """The `limit` events before event number `before` (numbered from 1, oldest
+        first; all of them when None), read by version from the store rather than the
+        whole history: (how many events there are, the number of the first one before
+        the page, the page)."""
+        aggregate = self.load(task_id)
+        if aggregate is None:
+            return 0, 0, []
+        total = aggregate.version - 1  # event n is version n + 1: Created is version 1
+        end = total if before is None else min(before - 1, total)
+        start = max(0, end - limit)
+        stored = self.events.get(aggregate_id(task_id), gt=start + 1, lte=end + 1)
+        page = [
+            h.event_from_data(item.data)
+            for item in stored
+            if isinstance(item, ExecutorAggregate.Recorded)
+        ]
+        return total, start, page
+
     def task_ids(self) -> list[str]:
         """Every task with an executor aggregate, in creation order (read from the
         notification log once, then only what is new)."""

@@ -11,7 +11,6 @@ from contracts.executors import (
     ExecutorEvent,
     ExecutorHealth,
     ExecutorHistory,
-    HistoryQuery,
     SavingsStats,
 )
 from services.compiler import health as h
@@ -24,16 +23,14 @@ def none_health(task_id: str) -> ExecutorHealth:
 
 
 def history(
-    task_id: str, state: h.Health, events: list[h.HealthEvent], query: HistoryQuery
+    task_id: str, state: h.Health, page: list[h.HealthEvent], start: int, total: int
 ) -> ExecutorHistory:
-    """One page of the history (see HistoryQuery); events are numbered from 1, oldest
-    first. Bounded, so a long-lived task's history still fits in a reply."""
-    total = len(events)
-    end = total if query.before is None else min(query.before - 1, total)
-    start = max(0, end - query.limit)
+    """One page of the history (see HistoryQuery): `page` holds the events after the
+    first `start` of `total`, numbered from 1, oldest first. Bounded, so a long-lived
+    task's history still fits in a reply."""
     versions: list[Executor] = []
     wire: list[ExecutorEvent] = []
-    for event in events[start:end]:
+    for event in page:
         out = h.to_wire(task_id, event)
         if out is None:
             continue

@@ -269,6 +269,22 @@ def test_health_is_the_fold_of_the_stored_events(store: ExecutorStore, settings:
     other.close()
 
 
+def test_a_history_page_is_read_by_version_and_matches_the_whole_history(
+    store: ExecutorStore,
+) -> None:
+    assert store.history_page("t", 10, None) == (0, 0, [])  # no such task yet
+    store.record_trace("t", "r1", executor())
+    for i in range(12):
+        (succeed if i % 5 else fail)(store, f"x{i}")
+    whole = store.history("t")
+    assert len(whole) == 13
+    for limit, before in [(5, None), (5, 9), (5, 3), (100, None), (1, 1), (4, 99)]:
+        total, start, page = store.history_page("t", limit, before)
+        end = 13 if before is None else min(before - 1, 13)
+        assert (total, start) == (13, max(0, end - limit))
+        assert page == whole[start:end], (limit, before)
+
+
 def test_listing_finds_every_task(store: ExecutorStore) -> None:
     for task in ("a", "b", "c"):
         store.record_trace(task, f"r-{task}", executor())
