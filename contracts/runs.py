@@ -101,10 +101,10 @@ class RunEvent(Event, kw_only=True):
     duration_ms: int | None = None
     reason: FailureReason | None = None
     error: str | None = None
-    # The run failed because a rote service it needs could not be reached (none
-    # answered, or the tools service never replied), not because of its task: the
-    # scheduler does not count it toward the task's max_failures. False in events
-    # written before the field existed.
+    # The run failed because a service it needs could not serve it (no rote service
+    # answered, the tools service never replied, the model API stayed rate limited or
+    # overloaded), not because of its task: the scheduler does not count it toward
+    # the task's max_failures. False in events written before the field existed.
     infrastructure: bool = False
     replay: ReplayOutcome | None = None
     spec: TaskSpec | None = None
@@ -144,7 +144,7 @@ class RunView(Reply, kw_only=True):
     duration_ms: int | None = None
     reason: FailureReason | None = None
     error: str | None = None
-    # It failed because a rote service could not be reached (RunEvent.infrastructure).
+    # It failed because a service could not serve it (RunEvent.infrastructure).
     infrastructure: bool = False
     requested_at: UtcDatetime | None = None
     started_at: UtcDatetime | None = None

@@ -42,9 +42,12 @@ SYSTEM_PROMPT = (
 # Errors from the tools service that mean it cannot serve at all (rather than a tool
 # that failed): the run cannot go on without it.
 FATAL_TOOL_CODES = {"unavailable", "timeout"}
-# A model call no llm service answered. Not "timeout": the llm service also says so
-# when the model API is slow, which a task's own huge conversation can cause.
-UNREACHABLE_LLM_CODES = {"unavailable"}
+# A model call that could not be served, whatever the task: no llm service answered,
+# or the model API stayed rate limited, overloaded or failing through the llm service's
+# retries (as a replay counts them too). Not "timeout": the llm service also says so
+# when the model API is slow, which a task's own huge conversation can cause; not
+# "auth": a bad key fails every run, and pausing the tasks makes that loud.
+UNSERVED_LLM_CODES = {"unavailable", "rate_limited", "overloaded", "upstream"}
 # A browser call whose session died with its tools process (the port refuses to run it
 # on a fresh, blank page): the model reads it and navigates again; not fatal.
 SESSION_LOST = "session_lost"
@@ -219,7 +222,7 @@ class AgentLoop:
                     False,
                     reason="llm_error",
                     error=f"{exc.code}: {exc.message}",
-                    infrastructure=exc.code in UNREACHABLE_LLM_CODES,
+                    infrastructure=exc.code in UNSERVED_LLM_CODES,
                 )
             self.ledger.add(reply)
             assistant = Message(role="assistant", content=list(reply.content))

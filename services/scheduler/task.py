@@ -364,8 +364,8 @@ class Task(Aggregate):
         infrastructure: bool = False,
     ) -> str:
         """Record the outcome of the run in flight and free its slot; max_failures
-        failures in a row pause the task. A run failed by `infrastructure` (a rote
-        service could not be reached) says nothing about the task: it neither counts
+        failures in a row pause the task. A run failed by `infrastructure` (a service
+        could not serve it) says nothing about the task: it neither counts
         toward that nor resets it. Returns "recorded", "duplicate" (already recorded) or
         "untracked" (not a run this task is waiting for, or the late outcome of a run
         it abandoned)."""

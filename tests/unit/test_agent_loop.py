@@ -245,11 +245,15 @@ async def test_a_text_event_that_cannot_be_published_does_not_stop_the_run(
     ("code", "infrastructure"),
     [
         ("unavailable", True),  # no llm service answers: not the task's fault
+        ("rate_limited", True),  # nor is the model API's load, through every retry
+        ("overloaded", True),
+        ("upstream", True),
         ("invalid_request", False),
+        ("auth", False),  # fails every run: pausing the task says so
         ("over_budget", False),
     ],
 )
-async def test_a_model_call_no_service_answers_is_an_infrastructure_failure(
+async def test_a_model_call_that_cannot_be_served_is_an_infrastructure_failure(
     code: str, infrastructure: bool
 ) -> None:
     def unreachable(request: CompleteRequest) -> CompleteReply:
