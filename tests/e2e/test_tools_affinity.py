@@ -3,6 +3,7 @@ browser session, so multi-step browsing works however the queue group spreads wo
 
 from __future__ import annotations
 
+import anyio
 import pytest
 
 from contracts import subjects as s
@@ -33,7 +34,10 @@ async def test_runs_stay_on_the_tools_process_holding_their_session(
     )
     names = ["system", "llm", "tools", "compiler", "tracer", "runner"]
     async with open_stack(stack_settings, names) as stack, open_stack(stack_settings, ["tools"]):
-        infos = await gather(stack.bus, "$SRV.INFO.rote-tools")
+        # Every instance answers; ask again until both have (a busy one may answer late).
+        with anyio.fail_after(30):
+            while len(infos := await gather(stack.bus, "$SRV.INFO.rote-tools", wait_s=2)) < 2:
+                await anyio.sleep(0.2)
         assert len(infos) == 2  # two tools processes share the queue group
         for i in range(4):
             started = await stack.bus.request(

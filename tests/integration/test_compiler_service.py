@@ -23,7 +23,6 @@ import msgspec
 import pytest
 from eventsourcing.sqlite import SQLiteApplicationRecorder
 from nats.aio.msg import Msg
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import KeyNotFoundError
 
 from contracts import subjects as s
@@ -41,6 +40,7 @@ from services.compiler.service import RELAY_LEASE, serve
 from services.kernel.bus import Bus, routed
 from services.kernel.codec import decode
 from services.kernel.errors import RemoteError
+from services.kernel.replay_read import read_all
 from services.kernel.runtime import ServiceContext
 from services.kernel.settings import Settings
 from services.kernel.streams import ensure_streams
@@ -137,23 +137,14 @@ async def until(check: Callable[[], Any], timeout: float = 10.0) -> Any:
 
 async def executor_events(bus: Bus, task_id: str, event: str = "*") -> list[ExecutorEvent]:
     """Everything the executors stream holds for the task, oldest first."""
-    config = ConsumerConfig(deliver_policy=DeliverPolicy.ALL, ack_policy=AckPolicy.NONE)
-    sub = await bus.js.pull_subscribe(
-        s.executor_event(task_id, event), stream=s.STREAM_EXECUTORS, config=config
-    )
-    found: list[ExecutorEvent] = []
-    try:
-        while True:
-            try:
-                msgs = await sub.fetch(100, timeout=0.5)
-            except TimeoutError:  # nats' and asyncio's: nothing (more) stored
-                break
-            found += [decode(m.data, ExecutorEvent) for m in msgs]
-            if msgs[-1].metadata.num_pending == 0:
-                break
-    finally:
-        await sub.unsubscribe()
-    return found
+    msgs = await read_all(bus.js, s.STREAM_EXECUTORS, s.executor_event(task_id, event))
+    return [decode(m.data, ExecutorEvent) for m in msgs]
+
+
+async def consumer_settled(bus: Bus, stream: str, consumer: str) -> bool:
+    """Every message the compiler's durable consumer has been given is handled (acked)."""
+    info = await bus.js.consumer_info(stream, consumer)
+    return info.num_pending == 0 and info.num_ack_pending == 0
 
 
 async def health(bus: Bus, task_id: str) -> ExecutorHealth:
@@ -200,7 +191,10 @@ async def test_a_captured_trace_becomes_an_active_executor(settings: Settings, b
         await bus.publish_event(
             s.trace_captured("news", "run-1"), TraceCaptured(trace=t), msg_id="again"
         )
-        await anyio.sleep(0.5)
+        # Traces are handled one at a time, in order, and what they store is published in
+        # order: once a later trace's executor is out, so is anything the copy led to.
+        await publish_trace(bus, trace("news_top3", "later", "run-2"))
+        await until(lambda: executor_events(bus, "later", "compiled"))
         assert len(await executor_events(bus, "news", "compiled")) == 1
         assert (await health(bus, "news")).versions == 1
 
@@ -300,7 +294,8 @@ async def test_a_redelivered_runs_successful_replay_counts(settings: Settings, b
         assert got.total_cost_saved_usd == pytest.approx(0.0402)
         succeeded = await until(lambda: executor_events(bus, "news", "replay_succeeded"))
         assert [(e.run_id, e.attempt, e.cost_saved_usd) for e in succeeded] == [("r", 2, 0.0402)]
-        await anyio.sleep(0.3)
+        # The redelivery handled too (acked), not merely not yet seen.
+        await until(lambda: consumer_settled(bus, s.STREAM_RUNS, s.CONSUMER_COMPILER_RUNS))
         assert (await health(bus, "news")).success_count == 1
 
 

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import nats.errors
 import pytest
 
 from contracts import subjects as s
@@ -30,6 +29,7 @@ from services.kernel.bus import Bus
 from services.kernel.codec import decode
 from services.kernel.errors import ServiceError
 from services.kernel.event_store import application_env
+from services.kernel.replay_read import read_all
 from services.kernel.settings import Settings
 from services.kernel.streams import ensure_streams
 from services.scheduler.application import Tasks
@@ -271,19 +271,25 @@ async def test_intake_commands_sent_again_after_a_restart_are_applied_once(
 # --- the durable intake over a real NATS -------------------------------------------------
 
 
-async def task_events(bus: Bus, task_id: str, wait: float) -> list[str]:
-    """Every event of a task so far, read from the start of its stream."""
-    sub = await bus.js.subscribe(s.task_event(task_id, "*"), ordered_consumer=True)
-    names: list[str] = []
-    try:
-        while True:
-            try:
-                msg = await sub.next_msg(timeout=wait)
-            except nats.errors.TimeoutError:
-                return names
-            names.append(decode(msg.data, TaskEvent).event)
-    finally:
-        await sub.unsubscribe()
+async def task_events(bus: Bus, task_id: str) -> list[str]:
+    """Every event of a task so far, read from the start of its stream to its end."""
+    msgs = await read_all(bus.js, s.STREAM_TASKS, s.task_event(task_id, "*"))
+    return [decode(m.data, TaskEvent).event for m in msgs]
+
+
+async def rejected(bus: Bus) -> list[bytes]:
+    """Every refusal the intake published so far."""
+    return [m.data for m in await read_all(bus.js, s.STREAM_TASKS, s.TASK_REJECTED)]
+
+
+async def published_so_far(bus: Bus, marker: str) -> None:
+    """A command sent through the intake after the others: once its task's event is on
+    the stream, every command before it was applied (one at a time, in order) and what
+    each stored was published (the relay publishes in the store's order)."""
+    await bus.js.publish(s.intake_task("create"), f'{{"name": "{marker}", "prompt": "p"}}'.encode())
+    with anyio.fail_after(30):
+        while not await task_events(bus, marker):
+            await anyio.sleep(0.1)
 
 
 async def get(bus: Bus) -> TaskView:
@@ -342,19 +348,18 @@ async def test_an_intake_command_is_applied_once_even_past_the_duplicate_window(
             await anyio.sleep(0.2)
     async with running_scheduler(settings, bus):
         await intake_drained(bus)
-        await anyio.sleep(0.3)  # a few ticks: time for a wrongly queued run to go out
+        # Time for a wrongly queued run to go out, and for all that was stored to be
+        # published: a later command's event is on the stream.
+        await published_so_far(bus, "marker")
         after = await get(bus)
         assert (after.runs_dispatched, after.run_in_flight, after.run_pending) == (1, None, None)
-    names = await task_events(bus, "dup", wait=0.5)
+    names = await task_events(bus, "dup")
     assert names.count("defined") == 1
     assert names.count("run_requested") == 1
     assert names.count("run_dispatched") == 1
     work = await bus.js.stream_info(s.STREAM_WORK)
     assert work.state.messages == 1  # one run request ever (nobody consumes it here)
-    sub = await bus.js.subscribe(s.TASK_REJECTED, ordered_consumer=True)
-    with pytest.raises(nats.errors.TimeoutError):
-        await sub.next_msg(timeout=0.3)  # nothing was refused
-    await sub.unsubscribe()
+    assert await rejected(bus) == []  # nothing was refused
 
 
 async def test_a_command_sent_without_a_message_id_is_applied_once_when_redelivered(
@@ -387,9 +392,11 @@ async def test_a_command_sent_without_a_message_id_is_applied_once_when_redelive
     # The redelivery reaches the restarted scheduler.
     async with running_scheduler(settings, bus):
         await intake_drained(bus)
-        await anyio.sleep(0.3)  # a few ticks: time for a wrongly queued run to go out
+        # Time for a wrongly queued run to go out, and for all that was stored to be
+        # published: a later command's event is on the stream.
+        await published_so_far(bus, "marker")
         view = await get(bus)
     assert view.run_in_flight == accepted.run_id  # type: ignore[attr-defined]
     assert view.run_pending is None
-    names = await task_events(bus, "dup", wait=0.5)
+    names = await task_events(bus, "dup")
     assert names.count("run_requested") == 1

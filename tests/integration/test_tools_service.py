@@ -13,7 +13,9 @@ import json
 import os
 import signal
 import struct
+import threading
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -114,6 +116,27 @@ MAIL = f"""<!doctype html><title>Mail</title>
 """
 
 
+class Gate:
+    """A page that loads only once the test opens it, and tells when it was asked for:
+    a page in flight for as long as the test needs, however slow the machine."""
+
+    def __init__(self) -> None:
+        self.name = uuid.uuid4().hex
+        self.asked = threading.Event()
+        self.opened = threading.Event()
+
+    def url(self, site: str) -> str:
+        return f"{site}/held?gate={self.name}"
+
+    async def wait_asked(self, timeout: float = 30.0) -> None:
+        with anyio.fail_after(timeout):
+            while not self.asked.is_set():
+                await anyio.sleep(0.05)
+
+
+GATES: dict[str, Gate] = {}
+
+
 class _Handler(QuietHandler):
     def _send(self, body: str, status: int = 200, headers: dict[str, str] | None = None) -> None:
         data = body.encode()
@@ -159,6 +182,11 @@ class _Handler(QuietHandler):
             case "/slow":
                 time.sleep(float(query.get("s", ["5"])[0]))
                 self._send("<title>Slow</title>finally")
+            case "/held":
+                gate = GATES[query["gate"][0]]
+                gate.asked.set()
+                gate.opened.wait(120)
+                self._send("<title>Slow</title>finally")
             case "/tall":
                 self._send("<title>Tall</title><div style='height:5000px'>top</div>")
             case "/missing":
@@ -182,6 +210,17 @@ class _Handler(QuietHandler):
 def site() -> Iterator[str]:
     with serve(_Handler) as url:
         yield url
+
+
+@pytest.fixture
+def gate() -> Iterator[Gate]:
+    held = Gate()
+    GATES[held.name] = held
+    try:
+        yield held
+    finally:
+        held.opened.set()  # a page still held must not hold the site's thread
+        del GATES[held.name]
 
 
 # --- the service -------------------------------------------------------------------------
@@ -441,11 +480,13 @@ async def test_two_runs_at_once_do_not_share_cookies(tools: Tools, site: str) ->
     }
 
 
-async def test_a_slow_page_does_not_hold_up_other_runs(tools: Tools, site: str) -> None:
+async def test_a_slow_page_does_not_hold_up_other_runs(tools: Tools, site: str, gate: Gate) -> None:
     done: list[str] = []
 
     async def slow() -> None:
-        await tools.call("browser_navigate", {"url": site + "/slow?s=3"}, run_id="run-slow")
+        # Loads only once the test opens it (below): slow for as long as the fast run takes.
+        url = gate.url(site)
+        await tools.call("browser_navigate", {"url": url}, run_id="run-slow", timeout_s=90)
         done.append("slow")
 
     async def fast() -> None:
@@ -454,8 +495,12 @@ async def test_a_slow_page_does_not_hold_up_other_runs(tools: Tools, site: str) 
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(slow)
-        await anyio.sleep(0.2)
+        await gate.wait_asked()  # the slow page is loading
         tg.start_soon(fast)
+        with anyio.fail_after(30):  # the fast run is done while the slow page still loads
+            while not done:
+                await anyio.sleep(0.05)
+        gate.opened.set()
     assert done == ["fast", "slow"]
 
 
@@ -507,7 +552,7 @@ async def test_tool_failures_are_results_the_model_sees(tools: Tools, site: str)
 
     started = time.monotonic()
     slow = await tools.call("browser_navigate", {"url": site + "/slow?s=10"}, timeout_s=1.5)
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 8  # at the call's timeout, not the page's 10 s
     assert not slow.ok and slow.error is not None
     assert slow.error.code == "timeout"
     await _still_serving(tools, site)
@@ -1092,20 +1137,21 @@ def _browser_pids() -> list[int]:
     return pids
 
 
-async def test_browser_relaunches_after_it_is_killed(tools: Tools, site: str) -> None:
+async def test_browser_relaunches_after_it_is_killed(tools: Tools, site: str, gate: Gate) -> None:
     await tools.call("browser_navigate", {"url": f"{site}/setcookie?who=dora"}, run_id="run-d")
     pids = _browser_pids()
     assert len(pids) == 1, pids
 
     # A call in flight when the browser dies fails; only that call.
     async def in_flight() -> ToolResult:
-        return await tools.call("browser_navigate", {"url": site + "/slow?s=4"}, run_id="run-d")
+        return await tools.call("browser_navigate", {"url": gate.url(site)}, run_id="run-d")
 
     results: list[ToolResult] = []
     async with anyio.create_task_group() as tg:
         tg.start_soon(lambda: _append(results, in_flight()))
-        await anyio.sleep(1.0)
+        await gate.wait_asked()  # the page is loading: the call is in flight
         os.kill(pids[0], signal.SIGKILL)
+    gate.opened.set()
     assert len(results) == 1
     assert not results[0].ok and results[0].error is not None
     assert results[0].error.code in ("browser_closed", "navigation_failed", "browser_error")
