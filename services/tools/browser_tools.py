@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import re
 import uuid
-from collections.abc import AsyncIterator
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,8 +108,9 @@ async def _close_old_pages(session: Session) -> None:
     few: each holds a renderer's memory until the run ends."""
     others = [p for p in session.context.pages if p is not session.page and not p.is_closed()]
     for page in others[: max(0, len(others) - (MAX_OPEN_PAGES - 1))]:
-        with suppress(PlaywrightError):  # closed meanwhile
-            await page.close()
+        # Closed meanwhile, or hung in a script: a close must not hold the call up.
+        with suppress(PlaywrightError), anyio.move_on_after(_STOP_WITHIN_S):
+            await page.close(run_before_unload=False)
 
 
 # How long stopping a navigation or probing a page may take: CDP answers these from the
@@ -264,19 +264,24 @@ async def navigate(
     )
 
 
-async def _shown_frames(frame: Frame) -> AsyncIterator[Frame]:
-    """The frames embedded in `frame` that a person sees, depth first in the order the
-    page attached them (hidden and zero-size iframes, like tracking pixels, left out)."""
-    for child in frame.child_frames:
+async def _shown_frames(main: Frame, want: int) -> list[Frame]:
+    """Up to `want` frames embedded in `main` that a person sees, depth first in the
+    order the page attached them (hidden and zero-size iframes, like tracking pixels,
+    left out). Each look is a round trip: a page of hidden frames gets a few looks."""
+    shown: list[Frame] = []
+    looks = 4 * want
+    stack = list(reversed(main.child_frames))
+    while stack and looks > 0 and len(shown) < want:
+        frame = stack.pop()
+        looks -= 1
         try:
-            element = await child.frame_element()
-            shown = await element.is_visible()
+            visible = await (await frame.frame_element()).is_visible()
         except PlaywrightError:  # detached while we looked
             continue
-        if shown:
-            yield child
-            async for grandchild in _shown_frames(child):
-                yield grandchild
+        if visible:
+            shown.append(frame)
+            stack.extend(reversed(frame.child_frames))
+    return shown
 
 
 async def read_page(
@@ -286,15 +291,9 @@ async def read_page(
     # innerText stops at an iframe: what embedded frames show follows the page's own
     # text (a widget, an embedded document), up to a cap for pages full of ad frames.
     parts = [str(await page.evaluate(READ_PAGE_JS))]
-    frames = _shown_frames(page.main_frame)
-    try:
-        async for frame in frames:
-            if len(parts) > limits.max_frames:
-                break
-            with suppress(PlaywrightError):  # navigated or removed meanwhile
-                parts.append(str(await frame.evaluate(READ_PAGE_JS)))
-    finally:
-        await frames.aclose()
+    for frame in await _shown_frames(page.main_frame, limits.max_frames):
+        with suppress(PlaywrightError):  # navigated or removed meanwhile
+            parts.append(str(await frame.evaluate(READ_PAGE_JS)))
     raw = "\n\n".join(part for part in parts if part.strip())
     text, truncated = bound_text(readable_text(raw), limits.max_page_chars)
     title = await _title(page)

@@ -46,12 +46,19 @@ async def scheduler(settings: Settings, bus: Bus) -> AsyncIterator[None]:
         tg.cancel_scope.cancel()
 
 
-async def events(bus: Bus, subject: str, type_: type[T], count: int, wait: float = 30) -> list[T]:
-    """Events on `subject` from the start of its stream (ROTE_TASKS): the first `count`
-    of them, or fewer if no more were stored within `wait` seconds."""
+async def events(
+    bus: Bus,
+    subject: str,
+    type_: type[T],
+    count: int,
+    wait: float = 30,
+    stream: str = s.STREAM_TASKS,
+) -> list[T]:
+    """Events on `subject` from the start of its stream: the first `count` of them, or
+    fewer if no more were stored within `wait` seconds."""
     msgs: list[Msg] = []
     with anyio.move_on_after(wait):
-        while len(msgs := await read_all(bus.js, s.STREAM_TASKS, subject)) < count:
+        while len(msgs := await read_all(bus.js, stream, subject)) < count:
             await anyio.sleep(0.1)
     return [decode(m.data, type_) for m in msgs[:count]]
 

@@ -69,7 +69,7 @@ async def runs_requested(bus: Bus, task_id: str, count: int) -> int:
     """How many of `task_id`'s runs were requested (up to `count`); each went out on the
     work queue too."""
     subject = s.run_events_of(task_id, event="requested")
-    requested = await events(bus, subject, RunEvent, count)
+    requested = await events(bus, subject, RunEvent, count, stream=s.STREAM_RUNS)
     # The relay publishes the event, then the request: the latter may land a moment later.
     with anyio.fail_after(5):
         while (await bus.js.stream_info(s.STREAM_WORK)).state.messages < len(requested):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -316,6 +316,13 @@ async def test_read_page_includes_the_frames_a_person_sees(browser: Browser, sit
     page = await browser("browser_read_page")
     assert page.ok, page
     assert page.output == "outer\n\nouter end\n\ninner text\n\nnested frame\n\nfrom srcdoc"
+    # A page full of frames is read up to a cap, in the same order.
+    config = browser.box.config
+    capped = Browser(
+        ToolBox(replace(config, limits=replace(config.limits, max_frames=2)), browser.box.browsers)
+    )
+    page = await capped("browser_read_page")
+    assert page.output == "outer\n\nouter end\n\ninner text\n\nnested frame"
     # Another origin's frame (localhost is another site than 127.0.0.1) is read too.
     other = site.replace("127.0.0.1", "localhost")
     await browser("browser_navigate", url=f"{other}/inner")
