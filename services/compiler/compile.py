@@ -113,6 +113,16 @@ def skip_reason(task: TaskSpec, trace: Trace) -> str | None:
         # The trace keeps only the head of an oversized input: replayed, that head would
         # be sent (a cut file written), and a small model could not write it out again.
         return f"the trace holds cut inputs (step {', '.join(cut)}); replaying them would send less"
+    reads = [s for s in trace.steps if s.status == "ok" and is_content(s.tool)]
+    if len(reads) >= 2 and not any(_non_empty(s.output) for s in reads):
+        # The run looked in several ways and found nothing (a page without the data, or
+        # selectors that all missed): whatever it answered, no data flows into it, and
+        # its replays would "succeed" on empty reads forever. One empty read is kept: it
+        # can be the answer (a status page listing no incidents).
+        return (
+            f"every read came back empty ({len(reads)} reads): the run found no data"
+            " an executor could read again"
+        )
     masked = [s.index for s in trace.steps if s.status == "ok" and _holds_mask(s.input)]
     if masked:
         # The run sent the secret; the trace only knows the mask. Replayed as a constant,

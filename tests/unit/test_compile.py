@@ -454,6 +454,41 @@ def test_a_trace_left_with_one_tool_step_after_pruning_is_not_compiled() -> None
     assert result.reason == "fewer than 2 tool steps are needed to produce the answer (1)"
 
 
+def test_a_run_whose_reads_all_came_back_empty_is_not_compiled() -> None:
+    # The model tried selector after selector on a page without headlines and gave up:
+    # replays of that would read nothing and still count as successes.
+    tries = [
+        _step(i, "browser_extract", {"selector": selector}, [])
+        for i, selector in enumerate(["h2.headline", ".story h3", "article h2"], start=1)
+    ]
+    trace = _trace(
+        f"Open {SITE}/nothing-here and report the top 3 headlines",
+        [_navigated(0, f"{SITE}/nothing-here", "Not found"), *tries],
+        "I could not find 3 headlines on the page: every selector I tried matched nothing.",
+    )
+    result = compile(trace.task, trace)
+    assert isinstance(result, Skip)
+    assert result.reason == (
+        "every read came back empty (3 reads): the run found no data an executor could read again"
+    )
+    # One empty read can be the answer itself: it compiles, and a replay that finds
+    # items again hands them to the small model.
+    status = _trace(
+        f"Open {SITE}/status and say whether any incident is listed.",
+        [
+            _navigated(0, f"{SITE}/status", "Status"),
+            _step(1, "browser_extract", {"selector": ".incident"}, []),
+        ],
+        "No incidents are listed.",
+    )
+    assert isinstance(compile(status.task, status), Executor)
+    # Nor does an empty try among reads that found data hold the run back.
+    found = copy.deepcopy(trace)
+    found.steps[3].output = ["Bridge reopens", "Library hours", "Market day"]
+    found.answer = "1. Bridge reopens\n2. Library hours\n3. Market day"
+    assert isinstance(compile(found.task, found), Executor)
+
+
 def test_a_backslash_before_a_reference_is_kept() -> None:
     files = [{"name": "report-2025-01.pdf"}, {"name": "notes.txt"}]
     trace = _trace(
