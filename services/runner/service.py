@@ -17,6 +17,7 @@ import msgspec
 import structlog
 from anyio.abc import TaskStatus
 from nats.aio.msg import Msg
+from nats.js.errors import NotFoundError
 from nats.js.kv import KeyValue
 
 from contracts import subjects as s
@@ -88,6 +89,10 @@ CLAIM_POLL_S = 1.0
 MAX_ABANDON_ERROR_CHARS = 500
 # How long a broken attempt may spend saving its transcript (it holds up a shutdown).
 TRANSCRIPT_SAVE_S = 5.0
+# The longest gap between a run's in-progress heartbeats. Every runner process shares
+# one consumer, whose ack wait is the one the runner that started last set: beating at
+# least this often keeps a run alive whatever another runner set, down to about 2x this.
+MAX_HEARTBEAT_S = 5.0
 
 
 def abandon_error(failure: BaseException) -> str:
@@ -906,6 +911,7 @@ async def serve(
         ack_wait_s=ack_wait,
         max_deliver=MAX_DELIVERIES,
     )
+    await _warn_if_ack_wait_differs(ctx.bus, ack_wait)
     # One runner process (a queue group) ends each run whose deliveries ran out.
     advisories = await ctx.bus.nc.subscribe(
         max_deliveries_subject(s.STREAM_WORK, s.CONSUMER_RUNNER),
@@ -920,7 +926,7 @@ async def serve(
             type_=RunRequest,
             handler=runner.handle,
             workers=max(1, ctx.settings.runner_slots),
-            heartbeat_s=max(0.2, ack_wait / 3),
+            heartbeat_s=max(0.2, min(ack_wait / 3, MAX_HEARTBEAT_S)),
             task_status=task_status,
         )
     finally:
@@ -930,3 +936,23 @@ async def serve(
             except Exception as exc:  # the connection is going away anyway
                 log.debug("advisories_unsubscribe_failed", error=str(exc))
         await stop_service(service)
+
+
+async def _warn_if_ack_wait_differs(bus: Bus, ack_wait_s: float) -> None:
+    """Runner processes share one consumer: a different ROTE_RUNNER_ACK_WAIT_S here
+    changes it for all of them (and an idle one puts its own back later). Say so."""
+    try:
+        info = await bus.js.consumer_info(s.STREAM_WORK, s.CONSUMER_RUNNER)
+    except NotFoundError:
+        return  # the first runner: nothing to differ from
+    except Exception as exc:  # NATS briefly away: consume() copes, this is advice only
+        log.debug("runner_consumer_info_failed", error=str(exc))
+        return
+    current = info.config.ack_wait
+    if current is not None and abs(current - ack_wait_s) > 0.001:
+        log.warning(
+            "runner_ack_wait_differs",
+            configured_s=ack_wait_s,
+            consumer_s=current,
+            hint="every runner process must set the same ROTE_RUNNER_ACK_WAIT_S",
+        )

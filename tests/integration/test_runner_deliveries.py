@@ -17,6 +17,7 @@ import anyio
 import pytest
 from nats.aio.msg import Msg
 from nats.js.errors import KeyNotFoundError
+from structlog.testing import capture_logs
 
 from contracts import subjects as s
 from contracts.base import utc_now
@@ -35,12 +36,13 @@ from contracts.tools import ToolList
 from services.compiler.outcomes import full_run_cost
 from services.kernel.bus import Bus, routed
 from services.kernel.codec import decode, encode
+from services.kernel.consumers import durable_config
 from services.kernel.lease import Lease, run_key
 from services.kernel.replay_read import read_all
 from services.kernel.run_store import RunStore
 from services.kernel.runtime import open_stack
 from services.kernel.settings import Settings
-from services.kernel.streams import KV_TTL_S
+from services.kernel.streams import KV_TTL_S, ensure_streams
 from services.runner.service import MAX_DELIVERIES
 from services.tracer.build import full_loop_cost
 from tests.e2e.helpers import work_queue_settled
@@ -506,3 +508,47 @@ async def test_a_request_republished_after_the_run_ended_is_not_run_again(
     await work_queue_settled(bus)
     await anyio.sleep(0.5)
     assert seen.published == ["requested"]  # acked: no start, no second ending
+
+
+async def test_a_run_outlives_a_shorter_ack_wait_another_runner_set(
+    settings: Settings, bus: Bus
+) -> None:
+    # Runner processes share one consumer. Another runner, started with an ack wait of
+    # 8 s, set it; this one is started with 30 s (a third of which, 10 s, would be too
+    # slow a heartbeat for 8 s): it says the values differ, and its runs stay alive.
+    await ensure_streams(bus.js)
+    await bus.js.add_consumer(
+        s.STREAM_WORK,
+        durable_config(s.CONSUMER_RUNNER, filter_subjects=[s.WORK_RUNS], ack_wait_s=8.0),
+    )
+    with capture_logs() as logs:
+        async with open_stack(settings.with_(runner_ack_wait_s=30.0), ["runner"]) as stack:
+            differs = [e for e in logs if e["event"] == "runner_ack_wait_differs"]
+            assert [(e["configured_s"], e["consumer_s"]) for e in differs] == [(30.0, 8.0)]
+            # The other runner's value is back (its idle check restores its config).
+            config = (await bus.js.consumer_info(s.STREAM_WORK, s.CONSUMER_RUNNER)).config
+            config.ack_wait = 8.0
+            await bus.js.add_consumer(s.STREAM_WORK, config)
+
+            async def slow_model(msg: Msg) -> None:  # longer than the 8 s ack wait
+                await anyio.sleep(11)
+                reply = CompleteReply(
+                    id="m1", model="claude-sonnet-5-5", content=[TextBlock(text="done")],
+                    stop_reason="end_turn", usage=Usage(input_tokens=10, output_tokens=1),
+                    cost_usd=0.001,
+                )  # fmt: skip
+                await msg.respond(encode(reply))
+
+            async def no_tools(msg: Msg) -> None:
+                await msg.respond(encode(ToolList(tools=[])))
+
+            await bus.nc.subscribe(s.TOOLS_LIST, cb=no_tools)
+            await bus.nc.subscribe(s.LLM_COMPLETE, cb=slow_model)
+            await routed(bus.nc)
+            seen = await watch(bus, "outlives")
+            await start(stack.bus, "outlives")
+            done = await finished(bus, "outlives", timeout=60)
+            assert (done.status, done.attempt) == ("completed", 1)
+            info = await bus.js.consumer_info(s.STREAM_WORK, s.CONSUMER_RUNNER)
+            assert info.delivered.consumer_seq == 1  # never redelivered
+            assert seen.count("started") == 1
