@@ -49,6 +49,10 @@ scheme://... with no spaces or commas; <N> is digits or one..ten):
    the first line's colon, the same number of lines, and numbered items that are
    neither empty nor repeated (a page of placeholders) — else "FAIL: <the problem>".
 
+Session lost (items 1-8): a tool result "session_lost: ..." (the runner's, when the tools
+process holding the page died) starts the script over, as a real model would: navigate to
+<URL> again and go on as if fresh, forgetting the steps before it (at most 3 times).
+
 Misbehaviour markers (anywhere in the prompt, for runner tests):
 - [standin:stuck]    repeats the same failing call, browser_click
                      {"selector": "#rote-standin-stuck"}, every turn.
@@ -74,7 +78,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 # Item selectors tried, in order, for "top N" tasks.
@@ -127,6 +131,13 @@ TRUNCATION_NOTE = "\n[output truncated]"
 STUCK_CALL: tuple[str, dict[str, Any]] = ("browser_click", {"selector": "#rote-standin-stuck"})
 MAX_EXTRACT_ITEMS = 20
 READ_LINES = 20
+# The error code the runner gives a browser call whose session died with its tools
+# process (services/runner/agent_loop.py SESSION_LOST); the model reads it as
+# "session_lost: <message>" and must navigate again.
+SESSION_LOST = "session_lost"
+# Session losses the script starts over from; at the next one it answers that it could not
+# finish instead of navigating forever.
+MAX_SESSION_RESTARTS = 3
 
 _CONFIRMATION_WORDS = ("confirm", "thank", "success", "received")
 _ERROR_TYPES = {
@@ -865,4 +876,29 @@ def _next_turn(conv: Conversation, found: dict[str, str | None]) -> Decision:
         return Answer(
             f"This task needs the tools {', '.join(missing)}, which the request does not offer."
         )
-    return task.next(conv.steps)
+    steps, losses = current_session(conv.steps)
+    if losses and not steps:  # the latest call was refused: the page is gone
+        if losses > MAX_SESSION_RESTARTS:
+            return Answer(
+                f"The browser session was lost {losses} times; I could not finish the task."
+            )
+        decision = task.next(steps)
+        if isinstance(decision, ToolCall) and decision.name == "browser_navigate":
+            url = decision.input.get("url")
+            return replace(
+                decision, preface=f"The browser session was lost; let me open {url} again."
+            )
+        return decision
+    return task.next(steps)
+
+
+def session_lost(step: Step) -> bool:
+    """Whether `step` was refused because the run's browser session was lost."""
+    return not step.ok and (step.error or "").startswith(f"{SESSION_LOST}:")
+
+
+def current_session(steps: tuple[Step, ...]) -> tuple[tuple[Step, ...], int]:
+    """The steps since the latest session loss (all of them when there was none), and how
+    many losses there were: after a loss the script starts over from its navigation."""
+    losses = [i for i, step in enumerate(steps) if session_lost(step)]
+    return (steps[losses[-1] + 1 :] if losses else steps), len(losses)

@@ -9,13 +9,15 @@
   replay stops there, and the failure is not held against its executor.
 
 The runner and scheduler are real; the model and the tools processes are stand-ins at
-the bus boundary (rote.api.llm.complete, rote.api.tools.*).
+the bus boundary (rote.api.llm.complete, rote.api.tools.*); in one test of a lost session
+the model is rote's own stand-in (services/standin) behind the real llm service.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import anyio
@@ -47,6 +49,7 @@ from services.runner.ports import RunScope
 from services.runner.replay import Replayer
 from services.runner.service import bus_ports
 from services.runner.transcript import TranscriptRecorder
+from services.standin.server import StandinServer
 from tests.e2e.helpers import wait_finished
 from tests.hand_built_replay import hand_built_executor
 
@@ -247,6 +250,95 @@ async def test_a_session_lost_mid_run_is_an_error_the_model_sees_not_a_blank_pag
         # The run went on and answered from the page, not from an empty extract.
         assert (done.status, done.infrastructure) == ("completed", False)
         assert done.result is not None and "ACME $42" in done.result
+
+
+NEWS = "https://news.test/"
+HEADLINES = ["Bridge approved", "Team wins", "Storm warning", "Fair opens"]
+
+
+class NewsProcess(ToolsProcess):
+    """A tools process serving a news page whose headlines only `li.item` finds. With
+    `dies_at`, it dies while serving its call number `dies_at` (from 0), its answer
+    still sent, and `heir` takes over the queue group before the runner hears back."""
+
+    def __init__(
+        self, bus: Bus, instance: str, dies_at: int | None = None, heir: ToolsProcess | None = None
+    ) -> None:
+        super().__init__(bus, instance)
+        self.dies_at, self.heir = dies_at, heir
+        self._dying: asyncio.Task[None] | None = None
+
+    async def _exec(self, msg: Msg) -> None:
+        call = decode(msg.data, ExecTool)
+        page = self.pages.get(call.run_id, "about:blank")
+        self.calls.append((call.tool, page))
+        if call.tool == "browser_navigate":
+            self.pages[call.run_id] = page = call.input["url"]
+            output: Any = {"url": page, "status": 200, "title": "News"}
+        else:
+            wanted = page == NEWS and call.input.get("selector") == "li.item"
+            output = HEADLINES if wanted else []
+        result = ToolResult(ok=True, output=output, duration_ms=1, served_by=self.instance)
+        if len(self.calls) - 1 == self.dies_at and self.heir is not None:
+            # Not from this callback's task: unsubscribing cancels it.
+            self._dying = asyncio.create_task(self._die_then_respond(msg, result))
+            return
+        await msg.respond(encode(result))
+
+    async def _die_then_respond(self, msg: Msg, result: ToolResult) -> None:
+        assert self.heir is not None
+        await self.stop()
+        await self.heir.start()
+        await msg.respond(encode(result))
+
+
+@pytest.fixture
+def standin(monkeypatch: pytest.MonkeyPatch) -> Iterator[StandinServer]:
+    with StandinServer() as server:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-standin-key-0000")
+        yield server
+
+
+async def test_the_standin_navigates_again_after_a_session_lost_and_answers(
+    settings: Settings, standin: StandinServer
+) -> None:
+    # rote's stand-in model plays the run, as in the demo, and the tools process dies
+    # after the stand-in's first probe: its next probe is refused with session_lost.
+    async with open_stack(settings, ["llm", "runner"]) as stack:
+        bus = stack.bus
+        second = NewsProcess(bus, "second")
+        first = NewsProcess(bus, "first", dies_at=1, heir=second)
+        await first.start()
+        spec = TaskSpec(
+            name="news",
+            prompt=f"Open {NEWS} and report the top 3 headlines",
+            allowed_tools=["browser_navigate", "browser_extract"],
+        )
+        started = await bus.request(s.RUNS_START, StartRun(spec=spec, task_id="news"), RunStarted)
+        done = await wait_finished(bus, started.run_id, timeout=30)
+
+        assert first.calls == [("browser_navigate", "about:blank"), ("browser_extract", NEWS)]
+        # The stand-in read the session_lost error, navigated again and probed the fresh
+        # page from its first selector (.headline, article .title, then li.item), not
+        # from where it was on the lost page.
+        assert second.calls == [
+            ("browser_navigate", "about:blank"),
+            ("browser_extract", NEWS),
+            ("browser_extract", NEWS),
+            ("browser_extract", NEWS),
+        ]
+        lost = [
+            block
+            for sent in standin.received
+            for message in sent["messages"]
+            if isinstance(message["content"], list)
+            for block in message["content"]
+            if block.get("type") == "tool_result" and block.get("is_error")
+        ]
+        assert lost and str(lost[-1]["content"]).startswith("session_lost: ")
+        assert (done.status, done.infrastructure) == ("completed", False), done.error
+        assert done.result == "Top 3 headlines:\n1. Bridge approved\n2. Team wins\n3. Storm warning"
 
 
 async def test_a_replay_whose_session_is_lost_stops_and_does_not_blame_its_executor(

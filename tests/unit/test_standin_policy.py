@@ -8,10 +8,12 @@ from typing import Any
 
 import pytest
 
+from services.runner.agent_loop import SESSION_LOST as RUNNER_SESSION_LOST
 from services.runner.quality import Verdict, parse_verdict, quality_prompt
 from services.standin.policy import (
     CANDIDATE_RECORDS,
     CANDIDATE_SELECTORS,
+    MAX_SESSION_RESTARTS,
     STUCK_CALL,
     Answer,
     ApiFailure,
@@ -512,3 +514,219 @@ def test_verdicts_dressed_in_markdown_or_punctuation_are_read(said: str, verdict
     # Small models decorate their verdicts; a readable PASS must not fail a good replay
     # (and supersede its executor after three).
     assert parse_verdict(said) == verdict
+
+
+# --- a session lost mid-run -------------------------------------------------------------
+
+# What the model reads when the runner refuses a browser call whose tools process died
+# (services/runner/service.py, bus_ports: PortError(SESSION_LOST, ...) as "code: message").
+LOST = (
+    f"{RUNNER_SESSION_LOST}: the browser session was lost (its tools service stopped); the"
+    " page is blank now: navigate again"
+)
+
+
+def play_dying(
+    prompt: str, tool_outputs: Any, die_before: set[int], tools: frozenset[str] = BROWSER
+) -> tuple[list[Decision], list[Step]]:
+    """`play`, with the tools process dying just before the calls numbered in
+    `die_before` (from 0): as the runner does, every browser call but a navigate is then
+    refused with session_lost until the model navigates again."""
+    steps: list[Step] = []
+    decisions: list[Decision] = []
+    lost = False
+    for k in range(40):
+        decision = decide(Conversation(prompt=prompt, tools=tools, steps=tuple(steps)))
+        decisions.append(decision)
+        if not isinstance(decision, ToolCall):
+            return decisions, steps
+        lost = lost or k in die_before
+        if lost and decision.name != "browser_navigate":
+            steps.append(step(decision, ok=False, error=LOST))
+            continue
+        lost = False
+        ok, output = tool_outputs(decision)
+        steps.append(step(decision, output if ok else None, ok, None if ok else str(output)))
+    raise AssertionError("the policy never finished")
+
+
+HEADLINES = ["Alpha", "Beta", "Gamma", "Delta"]
+
+
+def news(call: ToolCall) -> tuple[bool, Any]:
+    if call.name != "browser_extract":
+        return True, NAV_OK
+    return True, HEADLINES if call.input["selector"] == "li.item" else []
+
+
+TOP3 = Answer("Top 3 headlines:\n1. Alpha\n2. Beta\n3. Gamma")
+NEWS_PROMPT = "Open http://site.test/news and report the top 3 headlines."
+
+
+def test_a_session_lost_right_after_navigating_navigates_again() -> None:
+    decisions, steps = play_dying(NEWS_PROMPT, news, die_before={1})
+    assert steps[1].error == LOST
+    again = decisions[2]
+    assert isinstance(again, ToolCall)
+    assert (again.name, again.input) == ("browser_navigate", {"url": "http://site.test/news"})
+    assert again.preface is not None and "session was lost" in again.preface
+    assert calls(decisions) == [
+        ("browser_navigate", {"url": "http://site.test/news"}),
+        ("browser_extract", {"selector": ".headline"}),  # refused: session_lost
+        ("browser_navigate", {"url": "http://site.test/news"}),
+        ("browser_extract", {"selector": ".headline"}),
+        ("browser_extract", {"selector": "article .title"}),
+        ("browser_extract", {"selector": "li.item"}),
+    ]
+    assert decisions[-1] == TOP3
+
+
+def test_a_session_lost_after_some_probes_starts_the_probing_over() -> None:
+    # .headline and article .title found nothing on the old page; li.item is refused.
+    decisions, _ = play_dying(NEWS_PROMPT, news, die_before={3})
+    made = calls(decisions)
+    assert made[3] == ("browser_extract", {"selector": "li.item"})
+    assert made[4] == ("browser_navigate", {"url": "http://site.test/news"})
+    # The probes before the loss do not count: the fresh page is probed from the start.
+    assert [i["selector"] for _, i in made[5:]] == [".headline", "article .title", "li.item"]
+    assert decisions[-1] == TOP3
+
+
+def test_a_session_lost_after_a_click_clicks_again_on_the_fresh_page() -> None:
+    prompt = "Open http://site.test/, click News, and report the top 3 headlines"
+    decisions, _ = play_dying(prompt, news, die_before={2})
+    assert [name for name, _ in calls(decisions)] == [
+        "browser_navigate", "browser_click", "browser_extract",  # refused
+        "browser_navigate", "browser_click",
+        "browser_extract", "browser_extract", "browser_extract",
+    ]  # fmt: skip
+    assert decisions[-1] == TOP3
+
+
+FORM_PROMPT = (
+    "Open http://site.test/signup, fill the form with name=Ada, plan=pro and report the "
+    "confirmation."
+)
+
+
+def signup(call: ToolCall) -> tuple[bool, Any]:
+    if call.name == "browser_read_page":
+        return True, "Signup\nThank you, Ada! Your pro plan is confirmed."
+    return True, NAV_OK
+
+
+@pytest.mark.parametrize("die_before", [1, 2])  # at the fill, or at the read after it
+def test_a_form_whose_session_is_lost_is_filled_again_on_a_fresh_page(die_before: int) -> None:
+    decisions, _ = play_dying(FORM_PROMPT, signup, die_before={die_before})
+    made = calls(decisions)
+    assert made[die_before + 1] == ("browser_navigate", {"url": "http://site.test/signup"})
+    assert made[die_before + 1 :] == [
+        ("browser_navigate", {"url": "http://site.test/signup"}),
+        ("browser_fill_form", {"fields": {"name": "Ada", "plan": "pro"}}),
+        ("browser_read_page", {}),
+    ]
+    assert decisions[-1] == Answer("Confirmation: Thank you, Ada! Your pro plan is confirmed.")
+
+
+def test_the_other_browsing_scripts_navigate_again_too() -> None:
+    def shop(call: ToolCall) -> tuple[bool, Any]:
+        if call.name == "browser_extract":
+            return True, PRODUCTS
+        if call.name == "browser_read_page":
+            return True, "Mug\nShipping time: 3 days"
+        return True, NAV_OK
+
+    prompt = "Open http://shop.test/, open the cheapest product and report its shipping time."
+    decisions, _ = play_dying(prompt, shop, die_before={3})  # at the read_page
+    assert [name for name, _ in calls(decisions)] == [
+        "browser_navigate", "browser_extract", "browser_click", "browser_read_page",
+        "browser_navigate", "browser_extract", "browser_click", "browser_read_page",
+    ]  # fmt: skip
+    assert decisions[-1] == Answer("Cheapest product: Mug at $4.50; shipping time: 3 days")
+
+    extract, _ = play_dying(
+        "Open http://site.test/ and extract `li a`",
+        lambda c: (True, ["a", "b"] if c.name == "browser_extract" else NAV_OK),
+        die_before={1},
+    )
+    assert calls(extract)[2] == ("browser_navigate", {"url": "http://site.test/"})
+    assert extract[-1] == Answer("Items matching li a:\n1. a\n2. b")
+
+    read, _ = play_dying(
+        "Open http://site.test/ and read the page",
+        lambda c: (True, "One\nTwo" if c.name == "browser_read_page" else NAV_OK),
+        die_before={1},
+    )
+    assert calls(read)[2] == ("browser_navigate", {"url": "http://site.test/"})
+    assert read[-1] == Answer("The page reads:\nOne\nTwo")
+
+
+def test_a_session_lost_again_and_again_ends_with_an_answer() -> None:
+    decisions, steps = play_dying(NEWS_PROMPT, news, die_before={1, 3, 5, 7})
+    navigations = [i for n, i in calls(decisions) if n == "browser_navigate"]
+    assert len(navigations) == 1 + MAX_SESSION_RESTARTS
+    assert sum(s.error == LOST for s in steps) == MAX_SESSION_RESTARTS + 1
+    assert decisions[-1] == Answer(
+        f"The browser session was lost {MAX_SESSION_RESTARTS + 1} times; "
+        "I could not finish the task."
+    )
+
+
+def test_other_errors_do_not_start_the_script_over() -> None:
+    nav = ToolCall("browser_navigate", {"url": "http://site.test/news"})
+    extract = ToolCall("browser_extract", {"selector": ".headline"})
+    for error in ("timeout: the tool took too long", "no element: session_lost: not a code"):
+        steps = (step(nav, NAV_OK), step(extract, ok=False, error=error))
+        decision = decide(Conversation(prompt=NEWS_PROMPT, tools=BROWSER, steps=steps))
+        assert isinstance(decision, ToolCall)
+        assert (decision.name, decision.input) == (
+            "browser_extract",
+            {"selector": "article .title"},
+        )
+
+
+def test_the_runners_session_lost_tool_result_is_read_as_one() -> None:
+    # As the model sees it over the Messages API: a plain-text tool_result with is_error.
+    body = {
+        "tools": [{"name": name, "input_schema": {}} for name in sorted(BROWSER)],
+        "messages": [
+            {"role": "user", "content": NEWS_PROMPT},
+            {
+                "role": "assistant",
+                "content": [
+                    {
+                        "type": "tool_use",
+                        "id": "t0",
+                        "name": "browser_navigate",
+                        "input": {"url": "http://site.test/news"},
+                    }
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "t0", "content": json.dumps(NAV_OK)}
+                ],
+            },
+            {
+                "role": "assistant",
+                "content": [
+                    {
+                        "type": "tool_use",
+                        "id": "t1",
+                        "name": "browser_extract",
+                        "input": {"selector": ".headline"},
+                    }
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "t1", "content": LOST, "is_error": True}
+                ],
+            },
+        ],
+    }
+    decision = decide(read_conversation(body))
+    assert isinstance(decision, ToolCall)
+    assert (decision.name, decision.input) == ("browser_navigate", {"url": "http://site.test/news"})
