@@ -16,6 +16,9 @@ from services.kernel.settings import Settings, SettingsError
 
 # A failure's message is shown on one line, cut to this length.
 MAX_MESSAGE = 500
+# JetStream's error code for a stream asked for more than one replica on a server that
+# is not part of a cluster ("replicas > 1 not supported in non-clustered mode").
+NOT_CLUSTERED = 10074
 
 
 def load_settings(*, quiet: bool = False) -> Settings:
@@ -58,12 +61,27 @@ def first_error(exc: BaseException) -> BaseException:
     return exc
 
 
+def replicas_problem(exc: BaseException, replicas: int, fix: str) -> str | None:
+    """What to do when NATS refused `replicas` because it is a single server; None for
+    any other failure. `fix`: how to ask for one replica instead."""
+    exc = first_error(exc)
+    if not (isinstance(exc, nats.js.errors.APIError) and exc.err_code == NOT_CLUSTERED):
+        return None
+    return (
+        f"streams with {replicas} replicas need a JetStream cluster of at least {replicas}"
+        " servers, and this NATS is a single server that is not clustered: run a cluster"
+        f" (infra/nats/cluster/, see infra/README.md) or use {fix} on a single server"
+    )
+
+
 def describe_failure(exc: BaseException, settings: Settings) -> str:
     """One masked line saying what failed, for `rote: ...` on stderr."""
     exc = first_error(exc)
     message = str(exc).strip()
     if isinstance(exc, PersistenceError):
         text = f"event store {settings.event_store}: {message or type(exc).__name__}"
+    elif problem := replicas_problem(exc, settings.stream_replicas, "ROTE_STREAM_REPLICAS=1"):
+        text = problem
     elif isinstance(exc, nats.js.errors.APIError):
         text = f"NATS JetStream refused a request: {exc.description or message}"
     elif isinstance(exc, nats.errors.Error) or type(exc).__module__.startswith("services."):

@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 from nats.js import JetStreamContext
 
-from services.cli.common import load_settings
+from services.cli.common import load_settings, replicas_problem
 from services.kernel.bus import connect
 from services.kernel.secrets import redact, register_url_credentials
 from services.kernel.streams import STREAMS, StreamSpec, ensure_streams
@@ -217,7 +217,9 @@ def run_streams(args: argparse.Namespace) -> int:
 
 
 def run_provision(args: argparse.Namespace) -> int:
-    settings = load_settings()
+    # Quiet (warnings only, unless ROTE_LOG_LEVEL asks for more): the summary printed at
+    # the end says what was created and updated, without log lines in between.
+    settings = load_settings(quiet=True)
     url = args.nats_url or settings.nats_url
     register_url_credentials(url)  # --nats-url: masked like ROTE_NATS_URL
     replicas = settings.stream_replicas if args.replicas is None else args.replicas
@@ -246,7 +248,11 @@ def run_provision(args: argparse.Namespace) -> int:
         )
         return 1
     except Exception as exc:  # an API error: say it plainly
-        print(f"rote: provisioning {redact(url)} failed: {redact(str(exc))}", file=sys.stderr)
+        problem = replicas_problem(exc, replicas, "--replicas 1")
+        print(
+            f"rote: provisioning {redact(url)} failed: {problem or redact(str(exc))}",
+            file=sys.stderr,
+        )
         return 1
     for name, outcome in outcomes.items():
         print(f"{name}: {outcome} (R{replicas})")

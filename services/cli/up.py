@@ -28,16 +28,17 @@ log = get_logger("rote.cli")
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     up = sub.add_parser("up", help="run every service in one process (embedded NATS by default)")
     up.add_argument("--nats-url", help="use this NATS instead of the embedded one")
-    up.set_defaults(func=lambda args: run(args, list(SERVICE_MODULES), join=False))
+    up.set_defaults(func=lambda args: run(args, list(SERVICE_MODULES), join=False, command="up"))
 
     serve = sub.add_parser("serve", help="run one service")
     serve.add_argument("name", choices=list(SERVICE_MODULES), help="the service to run")
     serve.add_argument("--nats-url", help="use this NATS instead of the embedded one")
-    serve.set_defaults(func=lambda args: run(args, [args.name], join=True))
+    serve.set_defaults(func=lambda args: run(args, [args.name], join=True, command="serve"))
 
 
-def run(args: argparse.Namespace, names: list[str], *, join: bool) -> int:
-    """`join`: use the embedded NATS a running `rote up` started in this data dir."""
+def run(args: argparse.Namespace, names: list[str], *, join: bool, command: str) -> int:
+    """`join`: use the embedded NATS a running `rote up` started in this data dir.
+    `command`: what was run (`up`, `serve`), for the lines printed."""
     settings = load_settings()
     if args.nats_url:
         settings = settings.with_(nats_url=args.nats_url)
@@ -47,7 +48,7 @@ def run(args: argparse.Namespace, names: list[str], *, join: bool) -> int:
         return 2
     code = 0
     try:
-        anyio.run(_serve_until_signal, settings, names, join, backend="asyncio")
+        anyio.run(_serve_until_signal, settings, names, join, command, backend="asyncio")
     # Start-up failures surface from inside a task group, wrapped in an exception group.
     except* UnknownServiceError as group:
         print(f"rote: {group.exceptions[0]}", file=sys.stderr)
@@ -70,7 +71,21 @@ def run(args: argparse.Namespace, names: list[str], *, join: bool) -> int:
     return code
 
 
-async def _serve_until_signal(settings: Settings, names: list[str], join: bool) -> None:
+def local_only_warning(url: str, names: list[str], *, started: bool) -> str:
+    """What `rote serve` says on stderr when no NATS URL was given: its service is on an
+    embedded NATS that nothing outside this machine can reach (a silent island in a
+    deployment whose other processes use ROTE_NATS_URL)."""
+    which = "its own embedded NATS" if started else "the embedded NATS of a running `rote up`"
+    return (
+        f"rote serve: warning: ROTE_NATS_URL is not set, so {', '.join(names)} is on"
+        f" {which} at {redact(url)}: only processes on this machine pointed at that URL"
+        " can reach it; a deployment sets ROTE_NATS_URL on every process"
+    )
+
+
+async def _serve_until_signal(
+    settings: Settings, names: list[str], join: bool, command: str
+) -> None:
     async with anyio.create_task_group() as tg:
 
         async def stop_on_signal(*, task_status: TaskStatus[None]) -> None:
@@ -88,9 +103,13 @@ async def _serve_until_signal(settings: Settings, names: list[str], join: bool) 
         await tg.start(stop_on_signal)
         async with open_stack(settings, names, join_running=join) as stack:
             where = "embedded" if stack.embedded else "external"
+            if command == "serve" and settings.nats_url is None:
+                started = stack.embedded is not None
+                print(local_only_warning(stack.nats_url, names, started=started), file=sys.stderr)
             # One plain line for people and scripts; the structured log has the rest.
             print(
-                f"rote up: NATS {redact(stack.nats_url)} ({where}); services: {', '.join(names)}",
+                f"rote {command}: NATS {redact(stack.nats_url)} ({where});"
+                f" services: {', '.join(names)}",
                 flush=True,
             )
             log.info(

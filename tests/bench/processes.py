@@ -31,7 +31,7 @@ def serve(name: str, nats_url: str, data_dir: Path, **env: str) -> subprocess.Po
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()
-    if not line.startswith("rote up:"):
+    if not line.startswith("rote serve:"):
         proc.kill()
         raise RuntimeError(f"rote serve {name} did not start: {line!r}")
     return proc

@@ -203,7 +203,7 @@ async def test_killed_runner_run_is_redelivered_and_completes_once(
     async with open_stack(stack_settings, names) as stack:
         first = _runner_process(stack_settings, tmp_path / "r1", standin.url)
         assert first.stdout is not None
-        await anyio.to_thread.run_sync(first.stdout.readline)  # "rote up: ..." = ready
+        await anyio.to_thread.run_sync(first.stdout.readline)  # "rote serve: ..." = ready
         # Core NATS sees every publish; the stream would hide a second completion
         # published under the same Nats-Msg-Id.
         published: list[str] = []

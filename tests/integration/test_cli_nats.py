@@ -76,7 +76,7 @@ def test_serve_and_status_show_the_nats_url_without_its_password(tmp_path: Path)
         try:
             assert proc.stdout is not None
             ready = proc.stdout.readline()
-            assert ready.startswith(f"rote up: NATS nats://ops:[redacted]@127.0.0.1:{port} ")
+            assert ready.startswith(f"rote serve: NATS nats://ops:[redacted]@127.0.0.1:{port} ")
             status = subprocess.run(
                 _rote("status", "--nats-url", url),
                 env=env,
@@ -92,6 +92,7 @@ def test_serve_and_status_show_the_nats_url_without_its_password(tmp_path: Path)
             _, err = proc.communicate(timeout=30)
         assert proc.returncode == 0, err
         assert PASSWORD not in err
+        assert "rote serve: warning" not in err  # a NATS URL was given: no local-only warning
 
 
 def test_a_nats_without_jetstream_is_a_clear_error(tmp_path: Path) -> None:
@@ -121,7 +122,7 @@ def test_a_service_stopped_while_its_nats_is_gone_stops_cleanly(tmp_path: Path) 
         )
         try:
             assert proc.stdout is not None
-            assert proc.stdout.readline().startswith("rote up: NATS ")
+            assert proc.stdout.readline().startswith("rote serve: NATS ")
             server.kill()  # NATS restarts, say, just as the service is being stopped
             server.wait()
             time.sleep(1.0)

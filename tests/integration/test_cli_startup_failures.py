@@ -102,3 +102,16 @@ def test_a_stream_nats_will_not_change_is_one_line(tmp_path: Path) -> None:
     lines = _rote_lines(done.stderr)
     assert len(lines) == 1 and "storage type" in lines[0], done.stderr[-2000:]
     assert "Traceback" not in done.stderr
+
+
+def test_replicas_a_single_server_cannot_hold_say_what_to_do(tmp_path: Path) -> None:
+    with EmbeddedNats(tmp_path / "nats", port=free_port()) as server:
+        env = _env(tmp_path / "d", ROTE_STREAM_REPLICAS="3")
+        done = _run(_rote("serve", "system", "--nats-url", server.url), env)
+    assert done.returncode == 1
+    assert _rote_lines(done.stderr) == [
+        "rote: streams with 3 replicas need a JetStream cluster of at least 3 servers, and"
+        " this NATS is a single server that is not clustered: run a cluster"
+        " (infra/nats/cluster/, see infra/README.md) or use ROTE_STREAM_REPLICAS=1 on a"
+        " single server"
+    ]

@@ -50,7 +50,7 @@ pytestmark = pytest.mark.anyio
 T = TypeVar("T")
 ROOT = Path(__file__).parent.parent.parent
 DATA = ROOT / "tests" / "data" / "traces"
-READY = "rote up: NATS "  # what `rote serve` prints once its services have started
+READY = "rote serve: NATS "  # what `rote serve` prints once its services have started
 T0 = datetime(2025, 6, 1, tzinfo=UTC)
 
 

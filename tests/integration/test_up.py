@@ -18,6 +18,7 @@ from contracts.system import SystemInfo
 from services.kernel.bus import connect
 from services.kernel.codec import decode
 from services.kernel.discovery import gather
+from services.kernel.embedded_nats import EmbeddedNats
 
 ALL_SERVICES = {
     f"rote-{name}"
@@ -168,7 +169,7 @@ def test_embedded_nats_dies_with_a_killed_rote_but_not_with_its_ctrl_c(tmp_path:
     )
     try:
         assert proc.stdout is not None
-        assert proc.stdout.readline().startswith("rote up: NATS nats://127.0.0.1:")
+        assert proc.stdout.readline().startswith("rote serve: NATS nats://127.0.0.1:")
         [nats_pid] = _nats_pids(data_dir / "nats")
         # Its own session: a Ctrl-C to rote's job reaches rote, which stops the server
         # after its services; it does not reach the server directly.
@@ -183,3 +184,40 @@ def test_embedded_nats_dies_with_a_killed_rote_but_not_with_its_ctrl_c(tmp_path:
     while _nats_pids(data_dir / "nats") and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _nats_pids(data_dir / "nats") == []
+
+
+def _serve_system(env: dict[str, str]) -> tuple[str, str]:
+    """`rote serve system` until it is up, then SIGTERM: its banner and its stderr."""
+    proc = subprocess.Popen(
+        _rote("serve", "system"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        banner = proc.stdout.readline()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err[-3000:]
+    return banner, err
+
+
+def test_serve_without_a_nats_url_warns_that_it_is_local_only(tmp_path: Path) -> None:
+    data_dir = tmp_path / "island"
+    banner, err = _serve_system(_env(data_dir))
+    assert banner.startswith("rote serve: NATS nats://127.0.0.1:"), banner
+    assert banner.rstrip().endswith("(embedded); services: system"), banner
+    url = banner.split()[3]
+    [warning] = [line for line in err.splitlines() if line.startswith("rote serve: warning:")]
+    assert warning == (
+        f"rote serve: warning: ROTE_NATS_URL is not set, so system is on its own embedded"
+        f" NATS at {url}: only processes on this machine pointed at that URL can reach it;"
+        " a deployment sets ROTE_NATS_URL on every process"
+    )
+
+
+def test_serve_with_rote_nats_url_does_not_warn(tmp_path: Path) -> None:
+    with EmbeddedNats(tmp_path / "nats") as server:
+        env = {**_env(tmp_path / "d"), "ROTE_NATS_URL": server.url}
+        banner, err = _serve_system(env)
+    assert banner.startswith(f"rote serve: NATS {server.url} (external); services: system")
+    assert "warning" not in err.lower(), err[-3000:]
