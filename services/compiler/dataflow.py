@@ -30,6 +30,7 @@ whole by the small model.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
@@ -308,6 +309,14 @@ def find_template(
     found: dict[str, tuple[Pointer, ...]] = {}  # every occurrence, in the latest output
     read: set[str] = set()
     short: set[str] = set()
+    # The reads holding a text once each, in run order: two pages both saying
+    # "Operational" (or two commands "active") are two values the answer shows in turn.
+    held: dict[str, list[Pointer]] = {}
+    for source in sources:
+        if source.reads:
+            for leaf, paths in source.paths.items():
+                if len(paths) == 1 and leaf != value and leaf in value:
+                    held.setdefault(leaf, []).append(Pointer(source.step, paths[0]))
     for source in reversed(sources):
         for leaf in source.paths:
             if leaf in found or leaf == value or leaf in ctx.constants or leaf not in value:
@@ -346,10 +355,22 @@ def find_template(
     parts: list[str | Pointer] = []
     open_parts: list[tuple[int, tuple[Pointer, ...]]] = []
     opened: dict[str, bool] = {}
+    # A text the answer shows as often as that many reads hold it: the n-th place shows
+    # the n-th read's (not the latest read's every time, which would drop the others).
+    times = Counter(leaf for _, _, leaf in taken)
+    in_turn = {
+        leaf: iter(held[leaf])
+        for leaf, n in times.items()
+        if n >= 2 and leaf not in short and len(held.get(leaf, ())) == n
+    }
     cursor = 0
     for start, end, leaf in taken:
         if start > cursor:
             parts.append(value[cursor:start])
+        if leaf in in_turn:
+            parts.append(next(in_turn[leaf]))
+            cursor = end
+            continue
         pointers = found[leaf]
         if leaf not in opened:
             opened[leaf] = leaf in short or _several_records(pointers)
@@ -988,6 +1009,11 @@ def asks_verdict(prompt: str) -> str | None:
     return match.group(0).lower() if match else None
 
 
+_WEEKDAYS = frozenset(
+    {"monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"}
+)
+
+
 def answer_provenance(
     value: str, sources: Sequence[Source], ctx: Context, content: Sequence[int]
 ) -> Provenance:
@@ -1015,6 +1041,12 @@ def answer_provenance(
         else:
             return prov
         return Provenance("judgement", why, sources=tuple(content))
+    if prov.kind == "template" and prov.template is not None:
+        # "Monday, {{date}}: ...": the weekday the run wrote itself is tomorrow's wrong.
+        dated = sorted((words(prov.template.literal) & _WEEKDAYS) - ctx.allowed_words)
+        if dated:
+            why = f"its text names a weekday ({dated[0]!r}) that changes with the date"
+            return Provenance("judgement", why, sources=tuple(sorted({*prov.sources, *content})))
     if asked is None:
         return prov
     if prov.kind == "template" and prov.template is not None:
@@ -1155,6 +1187,12 @@ def judge_lists(
             )
             pick = indexes[0] if len(indexes) == 1 else None
             verdicts[container] = ListVerdict(False, why, pick=pick, size=n)
+        elif (name := _named_item(prompt, items, indexes)) is not None:
+            # "The price of the Widget": the item is chosen by what it is, and where it
+            # stands today (first, last) says nothing about where it stands tomorrow.
+            pick = indexes[0] if len(indexes) == 1 else None
+            why = f"the item the task names ({name!r}), wherever it stands"
+            verdicts[container] = ListVerdict(False, why, pick=pick, size=n)
         elif len(indexes) >= 2 and indexes == list(range(len(indexes))):
             k = len(indexes)
             if k == n and not (limits.get(step) == k or k in counts):
@@ -1183,6 +1221,22 @@ def judge_lists(
                 False, f"picks items {[i + 1 for i in indexes]} in an order no rule explains"
             )
     return verdicts
+
+
+def _named_item(prompt: str, items: Sequence[Any], indexes: Sequence[int]) -> str | None:
+    """A text of a used item the prompt names (whole words, a letter in it, 3+
+    characters) and not every item holds: the item is the one the task asks about."""
+    texts = [{leaf.strip() for _, leaf in references.leaves(item)} for item in items]
+    for index in indexes:
+        for text in sorted(texts[index]):
+            if (
+                len(text) >= 3
+                and any(ch.isalpha() for ch in text)
+                and not all(text in other for other in texts)
+                and _named(prompt, text)
+            ):
+                return text
+    return None
 
 
 def apply_verdicts(prov: Provenance, verdicts: Mapping[Container, ListVerdict]) -> Provenance:

@@ -489,6 +489,95 @@ def test_a_run_whose_reads_all_came_back_empty_is_not_compiled() -> None:
     assert isinstance(compile(found.task, found), Executor)
 
 
+def test_the_same_text_read_on_two_pages_keeps_both_reads() -> None:
+    # Both services said "Operational": the answer's first status is page A's, the
+    # second page B's, not page B's twice (which dropped the check of A).
+    trace = _trace(
+        f"Each morning check {SITE}/a/status and {SITE}/b/status and report each status.",
+        [
+            _navigated(0, f"{SITE}/a/status", "Service A"),
+            _step(1, "browser_extract", {"selector": "#status"}, ["Operational"]),
+            _navigated(2, f"{SITE}/b/status", "Service B"),
+            _step(3, "browser_extract", {"selector": "#status"}, ["Operational"]),
+        ],
+        "A: Operational\nB: Operational",
+    )
+    executor = compile(trace.task, trace)
+    assert isinstance(executor, Executor)
+    assert kinds(executor).count("tool:browser_extract") == 2
+    assert simulate(executor, trace) == trace.answer
+    outage = copy.deepcopy(trace)
+    outage.steps[1].output = ["Major outage"]
+    assert simulate(executor, outage) == "A: Major outage\nB: Operational"
+    # Two commands alike.
+    checks = _trace(
+        "Every hour run systemctl show --value nginx and postgresql and report both.",
+        [
+            _step(0, "shell_exec", {"command": "systemctl show --value nginx"}, _ran("active")),
+            _step(1, "shell_exec", {"command": "systemctl show --value pg"}, _ran("active")),
+        ],
+        "nginx: active\npostgresql: active",
+    )
+    executor = compile(checks.task, checks)
+    assert isinstance(executor, Executor)
+    down = copy.deepcopy(checks)
+    down.steps[0].output = _ran("failed")
+    assert simulate(executor, down) == "nginx: failed\npostgresql: active"
+
+
+def _ran(stdout: str) -> dict[str, Any]:
+    return {"exit_code": 0, "stdout": stdout, "stderr": ""}
+
+
+def test_an_item_the_prompt_names_is_picked_again_wherever_it_stands() -> None:
+    items = [
+        {"name": "Widget", "price": "$19.99"},
+        {"name": "Gadget", "price": "$24.50"},
+        {"name": "Gizmo", "price": "$7.00"},
+    ]
+    trace = _trace(
+        f"Every morning open {SITE}/shop and tell me the current price of the Widget.",
+        [
+            _navigated(0, f"{SITE}/shop", "Acme Shop"),
+            _step(1, "browser_extract", {"selector": ".product"}, items),
+        ],
+        "The Widget costs $19.99.",
+    )
+    executor = compile(trace.task, trace)
+    assert isinstance(executor, Executor)
+    # Not "item 1" (tomorrow the Gadget may come first): the small model finds it.
+    assert kinds(executor) == [
+        "tool:browser_navigate", "tool:browser_extract", "llm", "llm", "result:template"
+    ]  # fmt: skip
+    reordered = copy.deepcopy(trace)
+    reordered.steps[1].output = [items[1], items[2], {"name": "Widget", "price": "$18.00"}]
+    answered = simulate(executor, reordered, picks={2: "Widget", 3: "$18.00"})
+    assert answered == "The Widget costs $18.00."
+
+
+def test_a_weekday_the_run_wrote_beside_a_date_is_written_again() -> None:
+    trace = _trace(
+        f"Every morning open {SITE}/menu and tell me the date and today's soup.",
+        [
+            _navigated(0, f"{SITE}/menu", "Canteen"),
+            _step(1, "browser_extract", {"selector": ".date"}, ["3 March 2025"]),
+            _step(2, "browser_extract", {"selector": ".soup"}, ["Tomato soup"]),
+        ],
+        "Monday, 3 March 2025: Tomato soup",
+    )
+    executor = compile(trace.task, trace)
+    assert isinstance(executor, Executor)
+    result = executor.steps[-1]
+    assert isinstance(result, ResultStep) and result.mode == "llm"  # not "Monday, {{...}}"
+    # A weekday the task itself names is the task's: "every Monday" stays a template.
+    weekly = copy.deepcopy(trace)
+    weekly.task = msgspec.structs.replace(
+        trace.task, prompt=f"Every Monday open {SITE}/menu and tell me the date and the soup."
+    )
+    fixed = compile(weekly.task, weekly)
+    assert isinstance(fixed, Executor) and kinds(fixed)[-1] == "result:template"
+
+
 def test_a_backslash_before_a_reference_is_kept() -> None:
     files = [{"name": "report-2025-01.pdf"}, {"name": "notes.txt"}]
     trace = _trace(

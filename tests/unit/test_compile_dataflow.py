@@ -248,10 +248,23 @@ def test_a_label_the_prompt_names_among_options(prompt: str, expected: str, choi
 
 def test_a_list_chosen_from_by_named_options_is_a_pick_without_a_judgement_word() -> None:
     uses = [Pointer(1, (2, "name"))]
-    plain = judge_lists(uses, {1: PRODUCTS}, "click Widget or Gizmo", {})[(1, ())]
-    assert plain.ok  # the last item, by position
+    plain = judge_lists(uses, {1: PRODUCTS}, "click the last product", {})[(1, ())]
+    assert plain.ok and plain.last  # the last item, by position
     chosen = judge_lists(uses, {1: PRODUCTS}, "click Widget or Gizmo", {}, {(1, ())})[(1, ())]
     assert (chosen.ok, chosen.pick) == (False, 2)
+
+
+def test_an_item_the_prompt_names_is_a_pick_wherever_it_stands() -> None:
+    # "The price of the Gizmo": last today, elsewhere tomorrow. Not by position.
+    uses = [Pointer(1, (2, "price"))]
+    named = judge_lists(uses, {1: PRODUCTS}, "report the price of the Gizmo", {})[(1, ())]
+    assert (named.ok, named.pick) == (False, 2) and "'Gizmo'" in named.why
+    # First or last alike; several named items are written by the small model.
+    first = judge_lists([Pointer(1, (0, "price"))], {1: PRODUCTS}, "price of Widget?", {})
+    assert first[(1, ())].pick == 0 and not first[(1, ())].ok
+    both = [Pointer(1, (0, "price")), Pointer(1, (1, "price"))]
+    pair = judge_lists(both, {1: PRODUCTS}, "prices of Widget and Gadget", {})[(1, ())]
+    assert (pair.ok, pair.pick) == (False, None)
 
 
 # --- replayed on another day: each value read from where the run took it ----------------
