@@ -17,6 +17,7 @@ from services.kernel.bus import Bus, connect
 from services.kernel.embedded_nats import EmbeddedNats, free_port
 from services.kernel.logs import configure_logging
 from services.kernel.settings import Settings
+from services.standin.server import StandinServer
 
 configure_logging("json", os.environ.get("ROTE_TEST_LOG_LEVEL", "warning"))
 
@@ -117,3 +118,12 @@ def written_logs() -> Iterator[list[dict[str, Any]]]:
         yield seen
     finally:
         processors.remove(capture)
+
+
+@pytest.fixture
+def standin(monkeypatch: pytest.MonkeyPatch) -> Iterator[StandinServer]:
+    """rote's stand-in model, where the llm service (the real anthropic SDK) finds it."""
+    with StandinServer() as server:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-standin-key-0000")
+        yield server

@@ -20,14 +20,6 @@ def site() -> Iterator[DemoSite]:
         yield demo
 
 
-@pytest.fixture
-def standin(monkeypatch: pytest.MonkeyPatch) -> Iterator[StandinServer]:
-    with StandinServer() as server:
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
-        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-standin-key-0000")
-        yield server
-
-
 @dataclass
 class Rig:
     stack: Stack

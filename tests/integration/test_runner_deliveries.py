@@ -135,6 +135,15 @@ async def bill_dead_attempt(bus: Bus, run_id: str) -> None:
     await bus.publish_event(s.llm_event(run_id, "usage"), billed, msg_id=f"usage-{run_id}")
 
 
+def answer(text: str, *, tokens_in: int, cost_usd: float) -> CompleteReply:
+    """A model's final answer, as the llm service replies with it."""
+    return CompleteReply(
+        id="m1", model="claude-sonnet-5-5", content=[TextBlock(text=text)],
+        stop_reason="end_turn", usage=Usage(input_tokens=tokens_in, output_tokens=10),
+        cost_usd=cost_usd,
+    )  # fmt: skip
+
+
 async def test_the_last_failed_delivery_ends_the_run_failed_abandoned(runner_bus: Bus) -> None:
     bus, run_id = runner_bus, "breaks-every-time"
     # A tools service that answers what this runner cannot read (a peer on another
@@ -188,12 +197,7 @@ async def test_a_redelivered_runs_full_run_cost_is_its_last_loop_alone(runner_bu
         await msg.respond(b'{"tools": "not a list"}' if lists == 1 else encode(ToolList(tools=[])))
 
     async def complete(msg: Msg) -> None:
-        reply = CompleteReply(
-            id="m1", model="claude-sonnet-5-5", content=[TextBlock(text="Top story: rain")],
-            stop_reason="end_turn", usage=Usage(input_tokens=100, output_tokens=10),
-            cost_usd=0.01,
-        )  # fmt: skip
-        await msg.respond(encode(reply))
+        await msg.respond(encode(answer("Top story: rain", tokens_in=100, cost_usd=0.01)))
 
     await bus.nc.subscribe(s.TOOLS_LIST, cb=tools_list)
     await bus.nc.subscribe(s.LLM_COMPLETE, cb=complete)
@@ -532,12 +536,7 @@ async def test_a_run_outlives_a_shorter_ack_wait_another_runner_set(
 
             async def slow_model(msg: Msg) -> None:  # longer than the 8 s ack wait
                 await anyio.sleep(11)
-                reply = CompleteReply(
-                    id="m1", model="claude-sonnet-5-5", content=[TextBlock(text="done")],
-                    stop_reason="end_turn", usage=Usage(input_tokens=10, output_tokens=1),
-                    cost_usd=0.001,
-                )  # fmt: skip
-                await msg.respond(encode(reply))
+                await msg.respond(encode(answer("done", tokens_in=10, cost_usd=0.001)))
 
             async def no_tools(msg: Msg) -> None:
                 await msg.respond(encode(ToolList(tools=[])))

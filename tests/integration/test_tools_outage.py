@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -96,17 +96,23 @@ class ToolsProcess:
     def ran(self, tool: str) -> list[str]:
         return [page for name, page in self.calls if name == tool]
 
-    async def _exec(self, msg: Msg) -> None:
+    def output(self, call: ExecTool, page: str) -> Any:
+        """What the call returns on `page` (after a navigation: the page it opened)."""
+        return {"url": page} if call.tool == "browser_navigate" else {
+            "items": PRICES if page == URL else []
+        }  # fmt: skip
+
+    def run_call(self, msg: Msg) -> ToolResult:
         call = decode(msg.data, ExecTool)
         page = self.pages.get(call.run_id, "about:blank")
         self.calls.append((call.tool, page))
         if call.tool == "browser_navigate":
             self.pages[call.run_id] = page = call.input["url"]
-            output: Any = {"url": page}
-        else:
-            output = {"items": PRICES if page == URL else []}
-        result = ToolResult(ok=True, output=output, duration_ms=1, served_by=self.instance)
-        await msg.respond(encode(result))
+        output = self.output(call, page)
+        return ToolResult(ok=True, output=output, duration_ms=1, served_by=self.instance)
+
+    async def _exec(self, msg: Msg) -> None:
+        await msg.respond(encode(self.run_call(msg)))
 
     async def _list(self, msg: Msg) -> None:
         tools = [ToolDefinition(name=name, description=name, input_schema={}) for name in TOOLS]
@@ -268,17 +274,14 @@ class NewsProcess(ToolsProcess):
         self.dies_at, self.heir = dies_at, heir
         self._dying: asyncio.Task[None] | None = None
 
-    async def _exec(self, msg: Msg) -> None:
-        call = decode(msg.data, ExecTool)
-        page = self.pages.get(call.run_id, "about:blank")
-        self.calls.append((call.tool, page))
+    def output(self, call: ExecTool, page: str) -> Any:
         if call.tool == "browser_navigate":
-            self.pages[call.run_id] = page = call.input["url"]
-            output: Any = {"url": page, "status": 200, "title": "News"}
-        else:
-            wanted = page == NEWS and call.input.get("selector") == "li.item"
-            output = HEADLINES if wanted else []
-        result = ToolResult(ok=True, output=output, duration_ms=1, served_by=self.instance)
+            return {"url": page, "status": 200, "title": "News"}
+        wanted = page == NEWS and call.input.get("selector") == "li.item"
+        return HEADLINES if wanted else []
+
+    async def _exec(self, msg: Msg) -> None:
+        result = self.run_call(msg)
         if len(self.calls) - 1 == self.dies_at and self.heir is not None:
             # Not from this callback's task: unsubscribing cancels it.
             self._dying = asyncio.create_task(self._die_then_respond(msg, result))
@@ -290,14 +293,6 @@ class NewsProcess(ToolsProcess):
         await self.stop()
         await self.heir.start()
         await msg.respond(encode(result))
-
-
-@pytest.fixture
-def standin(monkeypatch: pytest.MonkeyPatch) -> Iterator[StandinServer]:
-    with StandinServer() as server:
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
-        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-standin-key-0000")
-        yield server
 
 
 async def test_the_standin_navigates_again_after_a_session_lost_and_answers(
