@@ -454,13 +454,18 @@ class _Assembler:
             f"Task (for context; do not perform it): {task_context(self.task.prompt)}\n\n"
             f"{ask}\n\n{list_ref.name} ({self.tool_of[position]}): {list_ref.format()}"
         )
+        expect: list[Expectation] = [InList(ref=list_ref.format(), path=list(item_path))]
+        if first is None and verdict.named is not None and previous == verdict.named:
+            # The item the task names is gone from today's list: fail (and run in full)
+            # rather than let the small model answer with another one.
+            expect.append(ContainsText(text=verdict.named))
         index = len(self.steps)
         self.steps.append(
             LlmStep(
                 index=index,
                 prompt=prompt,
                 variables=[list_ref.name] + ([Ref(first[1]).name] if first else []),
-                expect=[InList(ref=list_ref.format(), path=list(item_path))],
+                expect=expect,
             )
         )
         self.picks[key] = index

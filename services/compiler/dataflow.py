@@ -1132,6 +1132,7 @@ class ListVerdict:
     last: bool = False
     pick: int | None = None  # the index picked last time, when a pick step can redo it
     size: int = 0
+    named: str | None = None  # the item's text the prompt names ("Widget"), if so
 
 
 def list_position(path: Path) -> tuple[Path, int] | None:
@@ -1192,7 +1193,7 @@ def judge_lists(
             # stands today (first, last) says nothing about where it stands tomorrow.
             pick = indexes[0] if len(indexes) == 1 else None
             why = f"the item the task names ({name!r}), wherever it stands"
-            verdicts[container] = ListVerdict(False, why, pick=pick, size=n)
+            verdicts[container] = ListVerdict(False, why, pick=pick, size=n, named=name)
         elif len(indexes) >= 2 and indexes == list(range(len(indexes))):
             k = len(indexes)
             if k == n and not (limits.get(step) == k or k in counts):

@@ -553,6 +553,11 @@ def test_an_item_the_prompt_names_is_picked_again_wherever_it_stands() -> None:
     reordered.steps[1].output = [items[1], items[2], {"name": "Widget", "price": "$18.00"}]
     answered = simulate(executor, reordered, picks={2: "Widget", 3: "$18.00"})
     assert answered == "The Widget costs $18.00."
+    # Gone from the list: a pick of another item fails the replay (a full run then says
+    # what became of the Widget) instead of pricing the Gadget.
+    pick = executor.steps[2]
+    assert isinstance(pick, LlmStep) and ContainsText(text="Widget") in pick.expect
+    assert expectations.check_all(pick.expect, "Gadget", None, {1: items}) is not None
 
 
 def test_a_weekday_the_run_wrote_beside_a_date_is_written_again() -> None:
