@@ -285,9 +285,13 @@ class ExecutorStore(Application[uuid.UUID]):
 
     def history(self, task_id: str) -> list[h.HealthEvent]:
         """Every recorded event of the task, oldest first."""
+        return self._health_events(task_id)
+
+    def _health_events(self, task_id: str, **versions: int) -> list[h.HealthEvent]:
+        """The task's health events, oldest first; `versions`: EventStore.get's gt/lte."""
         return [
             h.event_from_data(stored.data)
-            for stored in self.events.get(aggregate_id(task_id))
+            for stored in self.events.get(aggregate_id(task_id), **versions)
             if isinstance(stored, ExecutorAggregate.Recorded)
         ]
 
@@ -304,13 +308,7 @@ class ExecutorStore(Application[uuid.UUID]):
         total = aggregate.version - 1  # event n is version n + 1: Created is version 1
         end = total if before is None else min(before - 1, total)
         start = max(0, end - limit)
-        stored = self.events.get(aggregate_id(task_id), gt=start + 1, lte=end + 1)
-        page = [
-            h.event_from_data(item.data)
-            for item in stored
-            if isinstance(item, ExecutorAggregate.Recorded)
-        ]
-        return total, start, page
+        return total, start, self._health_events(task_id, gt=start + 1, lte=end + 1)
 
     def task_ids(self) -> list[str]:
         """Every task with an executor aggregate, in creation order (read from the

@@ -193,11 +193,15 @@ def cron_after(expr: str, tz: str, after: datetime) -> datetime:
             second = local.replace(fold=1).astimezone(UTC).astimezone(local.tzinfo)
             candidate = croniter(expr, max(second, local)).get_next(datetime)
     except (CroniterError, ValueError, OverflowError) as exc:
-        # croniter gives up on dates that never come ("0 0 31 2 *") after a search.
-        raise TriggerError("trigger.expr", f"cron expression {expr!r} never fires: {exc}") from None
+        raise _never_fires(expr, exc) from None
     if candidate.replace(tzinfo=None) <= wall:
         raise TriggerError("trigger.expr", f"cron expression {expr!r} never fires")
     return candidate.astimezone(UTC)
+
+
+def _never_fires(expr: str, exc: Exception) -> TriggerError:
+    # croniter gives up on dates that never come ("0 0 31 2 *") after a search.
+    return TriggerError("trigger.expr", f"cron expression {expr!r} never fires: {exc}")
 
 
 # Longer than any clock change (Lord Howe moves 30 minutes; none has moved 3 hours).
@@ -236,9 +240,7 @@ def _first_instant(expr: str, tz: ZoneInfo, after: datetime, start: datetime) ->
         try:
             candidate: datetime = walls.get_next(datetime)
         except (CroniterError, ValueError, OverflowError) as exc:
-            raise TriggerError(
-                "trigger.expr", f"cron expression {expr!r} never fires: {exc}"
-            ) from None
+            raise _never_fires(expr, exc) from None
         # First instants only grow with the wall time: none later can beat `best`.
         if best is not None and candidate.replace(tzinfo=tz, fold=0).astimezone(UTC) > best:
             return best

@@ -15,9 +15,13 @@ from services.kernel.replay_read import read_all
 T = TypeVar("T")
 
 
+async def stored(bus: Bus, stream: str, subject: str, type_: type[T]) -> list[T]:
+    """Every message on `subject` the stream holds now (read to its end), decoded."""
+    return [decode(m.data, type_) for m in await read_all(bus.js, stream, subject)]
+
+
 async def run_events(bus: Bus, run_id: str) -> list[RunEvent]:
-    msgs = await read_all(bus.js, s.STREAM_RUNS, s.run_events_of(run_id=run_id))
-    return [decode(m.data, RunEvent) for m in msgs]
+    return await stored(bus, s.STREAM_RUNS, s.run_events_of(run_id=run_id), RunEvent)
 
 
 async def wait_finished(bus: Bus, run_id: str, timeout: float = 60.0) -> RunEvent:

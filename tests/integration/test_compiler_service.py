@@ -40,11 +40,11 @@ from services.compiler.service import RELAY_LEASE, serve
 from services.kernel.bus import Bus, routed
 from services.kernel.codec import decode
 from services.kernel.errors import RemoteError
-from services.kernel.replay_read import read_all
 from services.kernel.runtime import ServiceContext
 from services.kernel.settings import Settings
 from services.kernel.streams import ensure_streams
 from services.runner.service import ExecutorCache
+from tests.e2e.helpers import stored
 
 pytestmark = pytest.mark.anyio
 T = TypeVar("T")
@@ -137,8 +137,7 @@ async def until(check: Callable[[], Any], timeout: float = 10.0) -> Any:
 
 async def executor_events(bus: Bus, task_id: str, event: str = "*") -> list[ExecutorEvent]:
     """Everything the executors stream holds for the task, oldest first."""
-    msgs = await read_all(bus.js, s.STREAM_EXECUTORS, s.executor_event(task_id, event))
-    return [decode(m.data, ExecutorEvent) for m in msgs]
+    return await stored(bus, s.STREAM_EXECUTORS, s.executor_event(task_id, event), ExecutorEvent)
 
 
 async def consumer_settled(bus: Bus, stream: str, consumer: str) -> bool:

@@ -19,14 +19,14 @@ from contracts.runs import RunEvent
 from contracts.tasks import TaskView
 from contracts.tools import ToolEvent
 from services.kernel.bus import Bus
-from services.kernel.codec import decode, encode
-from services.kernel.replay_read import read_all
+from services.kernel.codec import encode
 from services.kernel.runtime import ServiceContext
 from services.kernel.settings import Settings
 from services.kernel.streams import ensure_streams
 from services.scheduler.engine import SchedulerConfig
 from services.scheduler.service import serve as serve_scheduler
 from services.tools.service import serve as serve_tools
+from tests.e2e.helpers import stored
 
 pytestmark = pytest.mark.anyio
 
@@ -52,13 +52,11 @@ async def tools_and_scheduler(settings: Settings, bus: Bus) -> AsyncIterator[Non
 async def requested(bus: Bus) -> list[RunEvent]:
     """Runs the scheduler sent out (each also a RunRequest on the work queue), read to
     the end of the stream."""
-    msgs = await read_all(bus.js, s.STREAM_RUNS, s.run_events_of(event="requested"))
-    return [decode(m.data, RunEvent) for m in msgs]
+    return await stored(bus, s.STREAM_RUNS, s.run_events_of(event="requested"), RunEvent)
 
 
 async def condition_checks(bus: Bus) -> list[ToolEvent]:
-    msgs = await read_all(bus.js, s.STREAM_ACTIVITY, s.tool_event("*", "finished"))
-    return [decode(m.data, ToolEvent) for m in msgs]
+    return await stored(bus, s.STREAM_ACTIVITY, s.tool_event("*", "finished"), ToolEvent)
 
 
 async def test_condition_true_false_and_cooldown_through_the_tools_service(

@@ -24,6 +24,7 @@ from services.kernel.settings import Settings
 from services.kernel.streams import ensure_streams
 from services.scheduler.engine import SchedulerConfig
 from services.scheduler.service import serve
+from tests.e2e.helpers import stored
 
 pytestmark = pytest.mark.anyio
 T = TypeVar("T")
@@ -63,9 +64,9 @@ async def events(
     return [decode(m.data, type_) for m in msgs[:count]]
 
 
-async def stored(bus: Bus, subject: str, type_: type[T]) -> list[T]:
-    """Every event on `subject` the stream holds now, read to its end."""
-    return [decode(m.data, type_) for m in await read_all(bus.js, s.STREAM_TASKS, subject)]
+async def task_stream(bus: Bus, subject: str, type_: type[T]) -> list[T]:
+    """Every event on `subject` ROTE_TASKS holds now, read to its end."""
+    return await stored(bus, s.STREAM_TASKS, subject, type_)
 
 
 async def get(bus: Bus, task_id: str) -> TaskView:
@@ -131,7 +132,7 @@ async def test_bad_commands_are_refused_and_the_ones_behind_them_still_apply(
         # Nothing more was refused, and the intake is drained (work-queue retention). The
         # last command is applied (above), and a refusal is published before its command
         # is acked, so every refusal there was to be is on the stream by now.
-        assert len(await stored(bus, s.TASK_REJECTED, TaskRejected)) == 6
+        assert len(await task_stream(bus, s.TASK_REJECTED, TaskRejected)) == 6
         with anyio.fail_after(5):
             while (await bus.js.stream_info(s.STREAM_INTAKE)).state.messages:
                 await anyio.sleep(0.05)
@@ -160,14 +161,14 @@ async def test_a_duplicate_command_is_applied_once(settings: Settings, bus: Bus)
         # wrong one to follow, then the stream read to its end.
         await events(bus, s.task_event("dup", "*"), TaskEvent, 4)
         await anyio.sleep(1.5)
-        got = await stored(bus, s.task_event("dup", "*"), TaskEvent)
+        got = await task_stream(bus, s.task_event("dup", "*"), TaskEvent)
         names = [e.event for e in got]
         assert len(names) == 4, names
         assert names.count("defined") == 1
         assert names.count("run_requested") == 1
         assert names.count("run_dispatched") == 1
         assert names.count("paused") == 1
-        assert await stored(bus, s.TASK_REJECTED, TaskRejected) == []  # all applied (above)
+        assert await task_stream(bus, s.TASK_REJECTED, TaskRejected) == []  # all applied (above)
         work = await bus.js.stream_info(s.STREAM_WORK)
         assert work.state.messages == 1  # one run request, nobody consumed it here
         (requested,) = [e for e in got if e.event == "run_dispatched"]

@@ -26,7 +26,6 @@ from contracts.tasks import (
     TaskView,
 )
 from services.kernel.bus import Bus
-from services.kernel.codec import decode
 from services.kernel.errors import ServiceError
 from services.kernel.event_store import application_env
 from services.kernel.replay_read import read_all
@@ -38,6 +37,7 @@ from services.scheduler.engine import Scheduler, SchedulerConfig
 from services.scheduler.service import intake_key
 from services.scheduler.task import Task
 from tests.integration.test_scheduler_intake import scheduler as running_scheduler
+from tests.integration.test_scheduler_intake import task_stream
 
 pytestmark = pytest.mark.anyio
 
@@ -273,8 +273,7 @@ async def test_intake_commands_sent_again_after_a_restart_are_applied_once(
 
 async def task_events(bus: Bus, task_id: str) -> list[str]:
     """Every event of a task so far, read from the start of its stream to its end."""
-    msgs = await read_all(bus.js, s.STREAM_TASKS, s.task_event(task_id, "*"))
-    return [decode(m.data, TaskEvent).event for m in msgs]
+    return [e.event for e in await task_stream(bus, s.task_event(task_id, "*"), TaskEvent)]
 
 
 async def rejected(bus: Bus) -> list[bytes]:
