@@ -16,13 +16,14 @@ A consumer (or its stream) deleted while the service runs is logged and repaired
 consumer is created again with the same config (its stream too, when it is one of
 rote's), with a bounded backoff, and fetching goes on. A consumer changed behind rote's
 back is put back to its config once its workers have been idle a while. Nothing a fetch
-or an acknowledgement raises may end the service.
+or an acknowledgement raises may end the service. A consumer stopped mid-message
+(shutdown) hands that message back at once instead of leaving it for the ack wait.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
 import anyio
@@ -43,6 +44,8 @@ T = TypeVar("T")
 
 # Backoff between attempts to restore a lost consumer: doubles from the first to the last.
 RESTORE_BACKOFF_S = (0.5, 10.0)
+# How long a stopping consumer may spend handing back one unsettled message.
+HAND_BACK_S = 2.0
 
 
 class Retry(Exception):
@@ -248,6 +251,7 @@ async def consume(
     name = config.durable_name or config.name or "?"
     subs = [await js.pull_subscribe_bind(durable=name, stream=stream) for _ in range(workers)]
     restoring = anyio.Lock()  # one worker re-creates; the others find it done
+    handling: dict[int, Msg] = {}  # worker -> the message it is handling, until settled
     task_status.started()
 
     async def worker(i: int) -> None:
@@ -278,7 +282,9 @@ async def consume(
             else:
                 backoff = RESTORE_BACKOFF_S[0]
                 for msg in msgs:
+                    handling[i] = msg  # left there when cancelled: handed back below
                     await handle_one(msg, type_, handler, heartbeat_s=heartbeat_s, consumer=name)
+                    del handling[i]
                 continue
             restored = await replace_lost(js, stream, config, subs[i], problem, backoff, restoring)
             backoff = min(backoff * 2, RESTORE_BACKOFF_S[1])
@@ -291,8 +297,23 @@ async def consume(
                 tg.start_soon(worker, i)
     finally:
         with anyio.CancelScope(shield=True):
+            # Unsubscribed first: the server drops the pull requests still waiting on
+            # these inboxes, so a message handed back cannot land in one of them.
             for sub in subs:
                 try:
                     await sub.unsubscribe()
                 except Exception as exc:  # already gone with the connection
                     log.debug("unsubscribe_failed", error=str(exc))
+            await _hand_back(handling.values(), name)
+
+
+async def _hand_back(msgs: Iterable[Msg], consumer: str) -> None:
+    """Stopped mid-message (a shutdown): nak it for redelivery now, to another process
+    or to this one's successor, rather than after the whole ack wait. The handler was
+    cancelled, so it is for handlers to be safe to run again, as for any redelivery."""
+    for msg in msgs:
+        if msg.is_acked:
+            continue  # settled just before the cancellation struck
+        with anyio.move_on_after(HAND_BACK_S):
+            await _settle(msg, "nak", consumer)
+            log.info("message_handed_back", consumer=consumer, subject=msg.subject)

@@ -89,6 +89,8 @@ CLAIM_POLL_S = 1.0
 MAX_ABANDON_ERROR_CHARS = 500
 # How long a broken attempt may spend saving its transcript (it holds up a shutdown).
 TRANSCRIPT_SAVE_S = 5.0
+# How long a runner stopping during a run's last delivery may spend ending the run.
+STOP_GIVE_UP_S = 5.0
 # The longest gap between a run's in-progress heartbeats. Every runner process shares
 # one consumer, whose ack wait is the one the runner that started last set: beating at
 # least this often keeps a run alive whatever another runner set, down to about 2x this.
@@ -103,6 +105,13 @@ def abandon_error(failure: BaseException) -> str:
 
 def last_delivery_error(failure: BaseException) -> str:
     return f"unexpected error on the last of {MAX_DELIVERIES} deliveries: " + abandon_error(failure)
+
+
+def stopped_every_time(deliveries: int) -> str:
+    return (
+        f"each of its {deliveries} deliveries ended without an outcome"
+        " (the runner stopped or died during it)"
+    )
 
 
 def elapsed_since(first_started_at: datetime | None, now: datetime) -> float:
@@ -417,8 +426,24 @@ class Runner:
                 return
             try:
                 await self._run_claimed(request, attempt, claimed)
+            except anyio.get_cancelled_exc_class():
+                if attempt >= MAX_DELIVERIES:
+                    await self._stopped_on_last_delivery(request, attempt, msg)
+                raise
             finally:
                 await claimed.release()
+
+    async def _stopped_on_last_delivery(self, request: RunRequest, attempt: int, msg: Msg) -> None:
+        """This runner is stopping during the run's last delivery: handed back, it could
+        never be delivered again, and the server's word that its deliveries ran out may
+        reach no runner (none is listening while all restart). It ends here, as the
+        advisory would have ended it."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(STOP_GIVE_UP_S):
+            await self._give_up(request, attempt, stopped_every_time(attempt))
+            try:
+                await msg.term()
+            except Exception as exc:  # the ack wait lets it go in the end
+                log.warning("work_request_not_terminated", error=str(exc))
 
     async def _run_lease(self, run_id: str) -> Lease:
         """The run's claim (not yet taken): one key per run in the leases bucket."""
@@ -532,11 +557,9 @@ class Runner:
             run_id=request.run_id, task_id=request.task_id
         ):
             if await self._claim_free(request.run_id, mine=None):
-                why = (
-                    f"each of its {advisory.deliveries} deliveries ended without an outcome"
-                    " (the runner stopped or died during it)"
+                await self._give_up(
+                    request, advisory.deliveries, stopped_every_time(advisory.deliveries)
                 )
-                await self._give_up(request, advisory.deliveries, why)
             try:  # never delivered again: it would only sit in the work queue
                 await self.bus.js.delete_msg(s.STREAM_WORK, advisory.stream_seq)
             except Exception as exc:

@@ -178,13 +178,13 @@ async def test_a_run_delivered_again_while_it_runs_is_run_once(rig: Rig) -> None
 
 
 def _runner_process(
-    settings: Settings, data_dir: Path, standin_url: str
+    settings: Settings, data_dir: Path, standin_url: str, ack_wait_s: float = 3.0
 ) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ROTE_")}
     env.update(
         ROTE_NATS_URL=settings.nats_url or "",
         ROTE_DATA_DIR=str(data_dir),
-        ROTE_RUNNER_ACK_WAIT_S="3",
+        ROTE_RUNNER_ACK_WAIT_S=str(ack_wait_s),
         ROTE_LOG_FORMAT="json",
         ANTHROPIC_BASE_URL=standin_url,
     )
@@ -255,6 +255,41 @@ async def test_killed_runner_run_is_redelivered_and_completes_once(
         finally:
             second.send_signal(signal.SIGTERM)
             second.wait(timeout=15)
+
+
+async def test_a_runner_stopped_mid_run_hands_the_run_to_another_at_once(
+    stack_settings: Settings, site: DemoSite, standin: StandinServer, tmp_path: Path
+) -> None:
+    """A rolling restart: the stopped runner gives its run back as it stops, so the
+    other runner takes it over now, not once the (here 2 min) ack wait has passed."""
+    names = ["system", "llm", "tools", "compiler", "tracer"]
+    async with open_stack(stack_settings, names) as stack:
+        first = _runner_process(stack_settings, tmp_path / "r1", standin.url, ack_wait_s=120)
+        second: subprocess.Popen[bytes] | None = None
+        try:
+            assert first.stdout is not None
+            await anyio.to_thread.run_sync(first.stdout.readline)  # ready
+            standin.inject(latency_ms=1500, latency_count=2)
+            spec = TaskSpec(
+                name="news", prompt=f"Open {site.url}/news and report the top 3 headlines"
+            )
+            asked = len(standin.received)
+            run_id = await start(stack.bus, spec, "news")
+            with anyio.fail_after(20):
+                while len(standin.received) == asked:  # its first model call in flight
+                    await anyio.sleep(0.05)
+            second = _runner_process(stack_settings, tmp_path / "r2", standin.url, ack_wait_s=120)
+            assert second.stdout is not None
+            await anyio.to_thread.run_sync(second.stdout.readline)
+            first.send_signal(signal.SIGTERM)
+            assert await anyio.to_thread.run_sync(lambda: first.wait(timeout=20)) == 0
+            done = await wait_finished(stack.bus, run_id, timeout=45)
+            assert done.status == "completed" and done.attempt == 2
+        finally:
+            for runner in (first, second):
+                if runner is not None and runner.poll() is None:
+                    runner.send_signal(signal.SIGTERM)
+                    runner.wait(timeout=15)
 
 
 def _comparable(trace: Trace) -> dict[str, object]:

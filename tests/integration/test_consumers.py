@@ -102,6 +102,58 @@ async def test_long_handler_is_not_redelivered(bus: Bus) -> None:
     assert calls == 1
 
 
+async def test_a_stopped_consumer_hands_its_message_back_at_once(bus: Bus) -> None:
+    """A process stopped mid-message (a rolling restart) does not leave the message to
+    the ack wait: another process on the same durable takes it over at once."""
+    await ensure_streams(bus.js)
+    taken = anyio.Event()
+    handled: list[tuple[str, int]] = []  # (process, delivery)
+    finished = anyio.Event()
+
+    def process(who: str) -> Any:
+        async def handler(job: Job, msg: Msg) -> None:
+            delivery = msg.metadata.num_delivered if msg.metadata else 0
+            handled.append((who, delivery))
+            if not taken.is_set():
+                taken.set()
+                await anyio.sleep_forever()  # busy with it when it is stopped
+            finished.set()
+
+        # Far longer than the test may take: only a hand-back can bring it back in time.
+        config = durable_config("test-handback", filter_subjects=[s.WORK_RUNS], ack_wait_s=120)
+        return lambda task_status: consume(
+            bus.js,
+            stream=s.STREAM_WORK,
+            config=config,
+            type_=Job,
+            handler=handler,
+            workers=2,
+            fetch_timeout_s=0.3,
+            task_status=task_status,
+        )
+
+    async with anyio.create_task_group() as tg:
+        first = anyio.CancelScope()
+        second = anyio.CancelScope()
+
+        async def run(scope: anyio.CancelScope, who: str, task_status: Any) -> None:
+            with scope:
+                await process(who)(task_status)
+
+        await tg.start(run, first, "first")
+        await bus.js.publish(s.WORK_RUNS, b'{"n":1}')
+        with anyio.fail_after(10):
+            await taken.wait()
+        await tg.start(run, second, "second")
+        assert handled == [("first", 1)]
+        first.cancel()
+        with anyio.fail_after(15):
+            await finished.wait()
+        second.cancel()
+    assert handled == [("first", 1), ("second", 2)]
+    await _settled(bus)
+
+
 async def test_consumer_provisioning_updates_in_place(bus: Bus) -> None:
     await ensure_streams(bus.js)
     first = await ensure_consumer(bus.js, s.STREAM_RUNS, durable_config("c", ack_wait_s=10))
