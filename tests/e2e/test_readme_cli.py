@@ -6,6 +6,7 @@ invalidation, then paused)."""
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from pathlib import Path
 
@@ -102,6 +103,11 @@ async def test_readme_nats_cli_loop_works(stack_settings: Settings, rig_parts: R
         assert sources == ["full_llm", "executor", "full_llm"]
         health = await bus.request(s.EXECUTORS_GET, ExecutorRef(task_id="news"), ExecutorHealth)
         assert (health.status, health.version) == ("active", 2)
+        # The pin the "More:" line shows works where the walk-through leaves off.
+        pin = re.search(r"`rote\.api\.executors\.pin '(\{[^']*\})'`", README.read_text())
+        assert pin is not None
+        reply = await bus.nc.request(s.EXECUTORS_PIN, pin.group(1).encode(), timeout=30)
+        assert not (reply.headers or {}).get("Nats-Service-Error"), reply.data
         with anyio.fail_after(20):  # the intake pause is applied
             while (
                 await bus.request(s.TASKS_GET, TaskRef(task_id="news"), TaskView)
