@@ -13,6 +13,7 @@ are handled by a pool of `max_in_flight` workers in the service's task group.
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import Token
@@ -50,10 +51,15 @@ class Endpoint:
     description: str = ""
 
 
+# Control characters (NUL, CR, LF, ...) have no place in a header line: a message that
+# echoes user input (an invalidation reason, a field value) must not break the header.
+_HEADER_UNSAFE = re.compile(r"[\x00-\x1f\x7f]")
+
+
 def error_reply(error: ServiceError) -> tuple[bytes, dict[str, str]]:
     body = encode(ErrorReply(error=error.info()))
     headers = {
-        "Nats-Service-Error": redact(error.message)[:512],
+        "Nats-Service-Error": _HEADER_UNSAFE.sub(" ", redact(error.message))[:512],
         "Nats-Service-Error-Code": str(error.status),
     }
     return body, headers

@@ -101,6 +101,12 @@ async def test_errors_are_adr32_and_the_service_keeps_serving(bus: Bus) -> None:
         assert "sk-ant" not in body["error"]["message"]
         assert "ref" in body["error"]["message"]
 
+        # Input echoed in the message stays on the header's line: no control characters.
+        headers, body = await _raw(bus, "t.refuse", b'{"text":"a\\u0000b\\r\\nX-Evil: 1"}')
+        assert headers["Nats-Service-Error"] == "no such thing: a b  X-Evil: 1"
+        assert "X-Evil" not in headers
+        assert body["error"]["message"] == "no such thing: a\x00b\r\nX-Evil: 1"  # body: as is
+
         # The typed client raises RemoteError with the same stable code.
         with pytest.raises(RemoteError) as caught:
             await bus.request("t.refuse", Echo(text="q"), Echoed)
