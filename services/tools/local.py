@@ -1,6 +1,9 @@
 """Local tools: shell_exec, file_read, file_write. The policy (policy.py) has already
 confined paths and matched the command; this runs them with bounds and timeouts, and
-opens files so that nothing swapped in since the check can lead out of the roots."""
+opens files so that nothing swapped in since the check can lead out of the roots.
+
+Whatever these tools show is masked before it is cut: a secret cut in half no longer
+looks like one to the redaction that runs on the reply later."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import re
 import signal
 import stat
 import subprocess
+import uuid
 from collections.abc import Mapping
 from contextlib import suppress
 from pathlib import Path
@@ -18,8 +22,12 @@ from anyio.abc import ByteReceiveStream
 
 from contracts.tools import ToolMetadata
 from services.kernel.errors import ServiceError
-from services.kernel.secrets import is_secret_name, url_credentials
+from services.kernel.logs import get_logger
+from services.kernel.secrets import is_secret_name, redact, url_credentials
+from services.tools.bounds import TRUNCATION_MARK
 from services.tools.outcome import Outcome, ToolFailure
+
+log = get_logger("rote.tools.local")
 
 # rote's own configuration: a NATS or event store URL may carry a password.
 _ROTE_ENV = re.compile(r"^(ROTE|ANTHROPIC)_", re.IGNORECASE)
@@ -37,12 +45,29 @@ def command_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
     return {k: v for k, v in env.items() if not _hidden(k, v)}
 
 
+# Text kept past a limit so that a secret straddling the limit is still whole when
+# masked. When the kept text is itself cut short (more followed), its last SECRET_MARGIN
+# characters once masked are never shown: they hold whatever the start of a secret cut
+# there became, since masking at most triples a text's length, for any secret of up to
+# a third of the margin. (Counted from the end, earlier masks cannot shift it.)
+SECRET_MARGIN = 8192
+
+
+def _masked(text: str, *, whole: bool) -> str:
+    """`text` masked, ready to be cut anywhere. Unless it is `whole`, its tail (which may
+    hold half a secret) is dropped after masking, when its place is still known."""
+    masked = redact(text)
+    return masked if whole else masked[: max(0, len(masked) - SECRET_MARGIN)]
+
+
 class _Capture:
-    """Keeps the first `limit` bytes of a stream and counts (but drops) the rest, so a
-    chatty command never blocks on a full pipe nor fills our memory."""
+    """Keeps the first `limit` bytes of a stream (plus a margin, see SECRET_MARGIN) and
+    counts (but drops) the rest, so a chatty command never blocks on a full pipe nor
+    fills our memory."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
+        self.keep = limit + 2 * SECRET_MARGIN
         self.data = bytearray()
         self.dropped = 0
 
@@ -51,18 +76,25 @@ class _Capture:
             return
         try:
             async for chunk in stream:
-                room = self.limit - len(self.data)
+                room = self.keep - len(self.data)
                 if room > 0:
                     self.data += chunk[:room]
                 self.dropped += max(0, len(chunk) - max(room, 0))
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass
 
+    @property
+    def truncated(self) -> bool:
+        return len(self.data) + self.dropped > self.limit
+
     def text(self) -> str:
         text = self.data.decode("utf-8", errors="replace")
-        if self.dropped:
-            text += f"\n[... {self.dropped} more bytes dropped]"
-        return text
+        if not self.truncated:
+            return text
+        shown = _masked(text, whole=not self.dropped).encode("utf-8")[: self.limit]
+        more = len(self.data) + self.dropped - len(shown)
+        # A character cut by the byte limit is left out, not shown as U+FFFD.
+        return shown.decode("utf-8", errors="ignore") + f"\n[... {more} more bytes dropped]"
 
 
 # How long output may still arrive once the command has exited and its group is dead.
@@ -74,6 +106,48 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
+# Every call's processes carry `ROTE_TOOL_CALL=<id>` in their environment, inherited by
+# whatever they start: how a process that left the group (setsid, setpgid, a double
+# fork) is still found once the call ends. Linux only (/proc); one that clears its
+# environment (env -i) or changes user escapes it.
+CALL_MARKER = "ROTE_TOOL_CALL"
+_PROC = Path("/proc")
+
+
+def _kill_marked(entry: bytes) -> None:
+    """SIGKILL every process of this user whose environment holds `entry`, until a
+    sweep finds no new one (one may fork while the sweep runs)."""
+    if not (_PROC / "self" / "environ").exists():
+        return
+    uid, killed = os.getuid(), set[int]()
+    for _ in range(20):
+        found = set[int]()
+        for proc in _PROC.iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                if proc.stat().st_uid != uid:
+                    continue
+                environ = (proc / "environ").read_bytes()
+            except OSError:  # gone meanwhile, or not ours to read
+                continue
+            if entry in environ.split(b"\0"):
+                found.add(int(proc.name))
+        # One killed last round but not yet reaped may still show its environment.
+        new = found - killed
+        if not new:
+            return
+        for pid in new:
+            with suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        killed |= new
+    log.warning("tool_call_leftovers_kept_forking", killed=len(killed))
+
+
+async def _kill_leftovers(entry: bytes) -> None:
+    await anyio.to_thread.run_sync(_kill_marked, entry)
+
+
 async def shell_exec(
     argv: list[str],
     *,
@@ -83,8 +157,11 @@ async def shell_exec(
     env: Mapping[str, str] | None = None,
 ) -> Outcome:
     """Run argv in its own process group (session). On timeout, cancellation or once
-    the command exits, the whole group is killed: nothing it started outlives the call."""
+    the command exits, the whole group is killed, and so is every process still
+    carrying the call's marker (CALL_MARKER): nothing it started outlives the call."""
     await anyio.Path(cwd).mkdir(parents=True, exist_ok=True)
+    call_id = uuid.uuid4().hex
+    marker = f"{CALL_MARKER}={call_id}".encode()
     try:
         process = await anyio.open_process(
             argv,
@@ -92,7 +169,7 @@ async def shell_exec(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             cwd=cwd,
-            env=command_env(env),
+            env={**command_env(env), CALL_MARKER: call_id},
             start_new_session=True,
         )
     except FileNotFoundError:
@@ -106,7 +183,7 @@ async def shell_exec(
             "command_failed", f"cannot run {argv[0]!r}: {exc.strerror or exc}"
         ) from None
     out, err = _Capture(max_output_bytes), _Capture(max_output_bytes)
-    timed_out = False
+    timed_out = swept = False
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(out.drain, process.stdout)
@@ -116,19 +193,23 @@ async def shell_exec(
             timed_out = scope.cancelled_caught
             # Background children still holding the pipes would keep the drains open.
             _kill_group(process.pid)
-            # One that left the group (setsid) survives the kill and may hold the pipes
-            # for ever: what is already written arrives at once, so after a short grace
+            await _kill_leftovers(marker)
+            swept = True
+            # One that escaped both (it cleared its environment) may hold the pipes for
+            # ever: what is already written arrives at once, so after a short grace
             # stop reading (the pipes are closed below) and keep what was read.
             tg.cancel_scope.deadline = anyio.current_time() + DRAIN_GRACE_S
     finally:
         if process.returncode is None:
             _kill_group(process.pid)
         with anyio.CancelScope(shield=True):
+            if not swept:  # cancelled (the service stopping) or failed before it
+                await _kill_leftovers(marker)
             await process.wait()
             await process.aclose()
     exit_code = process.returncode if process.returncode is not None else -signal.SIGKILL
     output = {"exit_code": exit_code, "stdout": out.text(), "stderr": err.text()}
-    truncated = bool(out.dropped or err.dropped)
+    truncated = out.truncated or err.truncated
     metadata = ToolMetadata(exit_code=exit_code)
     if timed_out:
         raise ToolFailure(
@@ -235,18 +316,21 @@ def file_read(path: Path, *, root: Path, max_chars: int) -> Outcome:
     except OSError as exc:
         raise ToolFailure("io_error", f"cannot open {str(path)!r}: {exc.strerror}") from None
     _regular_or_close(fd, path)
+    # Read past max_chars: a secret straddling it must be whole when masked.
+    wanted = max_chars + 2 * SECRET_MARGIN
     try:
         with os.fdopen(fd, "rb") as f:
             # UTF-8 needs at most 4 bytes a character: this reads enough, never the
             # whole of a huge file.
-            data = f.read(max_chars * 4 + 4)
+            data = f.read(wanted * 4 + 4)
             more = f.read(1) != b""
     except OSError as exc:  # EIO, a file on a vanished network mount
         raise ToolFailure("io_error", f"cannot read {str(path)!r}: {exc.strerror}") from None
     text = data.decode("utf-8", errors="replace")
     truncated = more or len(text) > max_chars
     if truncated:
-        text = text[:max_chars] + "\n[... truncated]"
+        whole = not more and len(text) <= wanted
+        text = _masked(text[:wanted], whole=whole)[:max_chars] + TRUNCATION_MARK
     return Outcome(text, ToolMetadata(), truncated)
 
 

@@ -2,12 +2,19 @@
 paths may be touched. Every rule refuses with a ServiceError before anything runs.
 
 Command patterns (ROTE_TOOLS_ALLOW_COMMANDS) are matched word by word: a pattern is
-split like a command (shlex), and each of its words must fnmatch exactly one word of
+split like a command (shlex), and each of its words must match exactly one word of
 the command, so the counts must agree. A `*` therefore never spans words: `cat *.log`
 admits `cat app.log` but not `cat /etc/shadow app.log`. A last pattern word of exactly
 `**` stands for any further words, none included: `echo **` admits `echo` and
-`echo a b c`; `git log **` admits `git log` with any options. Elsewhere `**` is a plain
-fnmatch word (the same as `*`).
+`echo a b c` (and any option: `**` says "anything").
+
+Within a word, wildcards never lead out of the directory the pattern names: the word
+and the pattern are compared path component by component (split at `/`), as a shell
+glob does. `*`, `?` and `[...]` match within one component (never a `/`); a component
+that is exactly `**` matches any number of non-empty components (`/opt/scripts/**`
+admits any file below /opt/scripts); and a `..` component is matched only by a `..`
+written in the pattern, never by a wildcard. So `cat /data/*` admits
+`cat /data/a.log`, but neither `cat /data/../etc/passwd` nor `cat /data/a/b`.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from functools import cache
 from pathlib import Path
 
 from services.kernel.errors import ServiceError
+from services.tools.bounds import cut_text
 
 
 def check_allowed(tool: str, allowed_tools: Iterable[str]) -> None:
@@ -63,8 +71,32 @@ def pattern_words(pattern: str) -> tuple[str, ...]:
         raise ValueError(f"cannot split the command pattern {pattern!r}: {exc}") from None
 
 
+def _word_matches(arg: str, word: str) -> bool:
+    """`arg` matches the pattern word `word` component by component (module docstring).
+    Dynamic programming over components: `**` components cannot blow up the time."""
+    parts, pats = arg.split("/"), word.split("/")
+    # ok[j] (for the current i, from the end): parts[i:] matches pats[j:].
+    ok = [False] * len(pats) + [True]  # i == len(parts): only trailing `**`s match
+    for j in range(len(pats) - 1, -1, -1):
+        ok[j] = pats[j] == REST and ok[j + 1]
+    for i in range(len(parts) - 1, -1, -1):
+        part, prev = parts[i], ok
+        ok = [False] * len(pats) + [False]
+        for j in range(len(pats) - 1, -1, -1):
+            pat = pats[j]
+            if pat == REST:
+                # None more (ok[j + 1]) or this part and maybe more (prev[j]); never
+                # an empty part (a leading `/`: an absolute path) nor `..`.
+                ok[j] = ok[j + 1] or (part not in ("", "..") and prev[j])
+            elif part == ".." and pat != "..":
+                ok[j] = False  # a wildcard never climbs out
+            else:
+                ok[j] = fnmatchcase(part, pat) and prev[j + 1]
+    return ok[0]
+
+
 def matches(argv: Sequence[str], pattern: str) -> bool:
-    """Each pattern word fnmatches exactly one argv word; a last `**` takes the rest."""
+    """Each pattern word matches exactly one argv word; a last `**` takes the rest."""
     words = pattern_words(pattern)
     if words and words[-1] == REST:
         words = words[:-1]
@@ -72,7 +104,7 @@ def matches(argv: Sequence[str], pattern: str) -> bool:
             return False
     elif len(argv) != len(words):
         return False
-    return all(fnmatchcase(arg, word) for arg, word in zip(argv, words, strict=False))
+    return all(_word_matches(arg, word) for arg, word in zip(argv, words, strict=False))
 
 
 def check_command(argv: Sequence[str], patterns: Sequence[str]) -> str:
@@ -89,7 +121,8 @@ def check_command(argv: Sequence[str], patterns: Sequence[str]) -> str:
     if not any(matches(argv, pattern) for pattern in patterns):
         raise ServiceError(
             "command_denied",
-            f"command {line[:200]!r} matches no allowed pattern",
+            # Masked before the cut: half a secret would pass the later redaction.
+            f"command {cut_text(line, 200)!r} matches no allowed pattern",
             field="input.command",
         )
     return line
