@@ -26,16 +26,17 @@ CREDENTIAL_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
 # host (http://[::1]:8080/a@b) is not taken for a user. The password is any run of
 # non-whitespace up to the LAST `@` followed by something host-like: people write
 # unencoded `/?#@` in DSN passwords (postgresql://u:pa/ss@h, redis://:pw#x@h), and
-# stopping at any of them would leave the tail in the clear. A bare `"` ends it (the end
-# of a JSON string in a log line, else the next field's `@` would be swallowed) but an
-# escaped `\"` does not. The price is over-masking when an `@` follows in the same run:
-# https://host:443/@user and https://u:pw@h/p?mail=a@b.c lose everything up to the last
-# `@`, which is rare and better than a leak. At most 256 characters (longer than any
-# real DSN password or token): each `scheme://host:port` in a long unbroken run (minified
-# text) is scanned that far for an `@`, not to the end of the run.
+# stopping at any of them would leave the tail in the clear. A `"` is part of it
+# (pa"ss), unless `,:;)]}>/` follows: then it ends a JSON string or an HTML attribute,
+# and the next field's `@` must not be swallowed ({"u":"https://h:443","m":"a@b.c"}).
+# An escaped `\"` never ends it. The price is over-masking when an `@` follows in the
+# same run: https://host:443/@user and https://u:pw@h/p?mail=a@b.c lose everything up
+# to the last `@`, which is rare and better than a leak. At most 256 characters (longer
+# than any real DSN password or token): each `scheme://host:port` in a long unbroken run
+# (minified text) is scanned that far for an `@`, not to the end of the run.
 _URL_PASSWORD = re.compile(
     r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]{0,31}://[^:/@\s\[\]]*)"
-    r":(?P<pw>(?:[^\s\"\\]|\\\S){1,256})@(?=[A-Za-z0-9\[])"
+    r":(?P<pw>(?:[^\s\"\\]|\\\S|\"(?![,:;)\]}>/])){1,256})@(?=[A-Za-z0-9\[])"
 )
 # NATS URLs take a token as their whole userinfo (nats://TOKEN@host); for other schemes
 # a lone userinfo is a user name, not a secret.
@@ -48,13 +49,16 @@ _QUERY_SECRET_NAMES = (
     "password|passwd|pwd|secret|client_secret|token|access_token|refresh_token|id_token"
     "|api_key|apikey|api-key|auth|auth_token|x-amz-security-token"
 )
+# Also after `#`: an OAuth implicit flow hands its token back in the fragment
+# (/cb#access_token=...&token_type=bearer), no less live than a query one; it is masked
+# (or kept, in a reply to the model) with them.
 # The value runs to the next parameter (`&`), the fragment (`#`), whitespace or a double
 # quote (the end of an HTML attribute or a JSON string; an escaped `\"` stays whole). A
 # `'`, `<`, `>` or `\` written unencoded in text belongs to the value: stopping there
 # leaves its tail in the clear (?password=abc'def), and over-masking an attribute quoted
 # with `'` costs less.
 _QUERY_SECRET = re.compile(
-    rf"(?P<key>(?:[?&]|&amp;)(?:{_QUERY_SECRET_NAMES})=)"
+    rf"(?P<key>(?:[?&#]|&amp;)(?:{_QUERY_SECRET_NAMES})=)"
     r"(?P<value>(?:[^&#\s\"\\]|\\(?!\"))+)",
     re.IGNORECASE,
 )
@@ -243,10 +247,10 @@ def register_from_env(env: Mapping[str, str] | None = None) -> None:
 
 def redact(text: str, *, query: bool = True) -> str:
     """`text` with registered secrets, URL passwords, NATS tokens and key shapes masked,
-    and with `query`, the values of credential query parameters too. Without it a tool's
-    reply keeps its links working (a password-reset ?token=, a presigned
-    X-Amz-Security-Token): the model must be able to follow them, while events and logs,
-    which are kept, mask them."""
+    and with `query`, the values of credential URL parameters (query or fragment) too.
+    Without it a tool's reply keeps its links working (a password-reset ?token=, a
+    presigned X-Amz-Security-Token): the model must be able to follow them, while events
+    and logs, which are kept, mask them."""
     # Longest first: a secret containing another is masked whole, not around the shorter.
     for secret in sorted(_secrets, key=len, reverse=True):
         if len(secret) >= MIN_SCANNED_SECRET_CHARS and secret in text:
@@ -266,10 +270,28 @@ def redact_value(value: Any, *, query: bool = True) -> Any:
     if isinstance(value, str):
         return redact(value, query=query)
     if isinstance(value, dict):
-        return {k: redact_value(v, query=query) for k, v in value.items()}
+        out: dict[Any, Any] = {}
+        for key, item in value.items():
+            out[_masked_key(key, out, query=query)] = redact_value(item, query=query)
+        return out
     if isinstance(value, list | tuple):
         return [redact_value(v, query=query) for v in value]
     return value
+
+
+def _masked_key(key: Any, taken: Mapping[Any, Any], *, query: bool) -> Any:
+    """A dict key redacted like a value (a page's or a command's output may be keyed by
+    a token or a URL); masked keys that collide get a `#n` suffix, so no entry silently
+    replaces another."""
+    if not isinstance(key, str):
+        return key
+    masked = redact(key, query=query)
+    if masked == key:
+        return key
+    unique, n = masked, 2
+    while unique in taken:
+        unique, n = f"{masked}#{n}", n + 1
+    return unique
 
 
 def redact_struct(value: S, *, query: bool = True) -> S | None:

@@ -33,6 +33,7 @@ from playwright.async_api import (
 from playwright.async_api import Error as PlaywrightError
 
 from services.kernel.logs import get_logger
+from services.tools.bounds import cut_text
 
 log = get_logger("rote.tools.browser")
 
@@ -272,7 +273,9 @@ class BrowserPool:
                     executable_path=executable, headless=True, args=launch_args()
                 )
             except PlaywrightError as exc:
-                first_line = (exc.message or str(exc)).strip().splitlines()[0][:300]
+                # Masked before the cut: half a secret would pass the later redact.
+                lines = (exc.message or str(exc)).strip().splitlines()
+                first_line = cut_text(lines[0], 300) if lines else type(exc).__name__
                 errors.append(f"{executable or 'playwright chromium'}: {first_line}")
                 continue
             self._generation += 1

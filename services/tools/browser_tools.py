@@ -68,9 +68,14 @@ class Budget:
         return max(1.0, left * 1000)
 
 
+# The first line of a Playwright error, as a failure quotes it.
+MAX_ERROR_LINE_CHARS = 500
+
+
 def _first_line(exc: PlaywrightError) -> str:
     text = (exc.message or str(exc)).strip()
-    return text.splitlines()[0][:500] if text else type(exc).__name__
+    # Masked before the cut (cut_text): half a secret no longer looks like one.
+    return cut_text(text.splitlines()[0], MAX_ERROR_LINE_CHARS) if text else type(exc).__name__
 
 
 def _quoted(url: str) -> str:

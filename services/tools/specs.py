@@ -13,6 +13,7 @@ from contracts import tools as t
 from contracts.llm import ToolDefinition
 from services.kernel.codec import nesting_depth
 from services.kernel.errors import ServiceError, validation_error
+from services.tools.bounds import MAX_QUOTED_URL_CHARS, cut_text
 
 Kind = Literal["browser", "local"]
 
@@ -230,7 +231,9 @@ def _check_rules(value: t.ToolInput) -> None:
             scheme = url.split(":", 1)[0].lower() if ":" in url else ""
             # file:, chrome: and friends would reach past the path policy.
             if scheme not in ("http", "https"):
-                raise _invalid(f"only http(s) URLs can be opened, not {url[:200]!r}", "url")
+                # Masked before the cut: half a URL password would pass the later redact.
+                quoted = cut_text(url, MAX_QUOTED_URL_CHARS)
+                raise _invalid(f"only http(s) URLs can be opened, not {quoted!r}", "url")
         case t.BrowserFillFormInput(fields=fields):
             if not fields:
                 raise _invalid("fill_form needs at least one field", "fields")

@@ -23,6 +23,7 @@ from services.tools.bounds import MAX_MESSAGE_CHARS, bound_metadata, bound_value
 from services.tools.browser import BrowserConfig, BrowserPool, BrowserUnavailable
 from services.tools.browser_tools import (
     BROWSER_TOOLS,
+    MAX_ERROR_LINE_CHARS,
     BrowserLimits,
     Budget,
     inner_timeout,
@@ -223,7 +224,8 @@ class ToolBox:
 
     def _browser_failure(self, exc: PlaywrightError) -> ToolFailure:
         text = (exc.message or str(exc)).strip().splitlines()
-        message = text[0][:500] if text else type(exc).__name__
+        # Masked before the cut (cut_text): half a secret no longer looks like one.
+        message = cut_text(text[0], MAX_ERROR_LINE_CHARS) if text else type(exc).__name__
         assert self.browsers is not None
         if not self.browsers.connected or "has been closed" in message:
             return ToolFailure(
