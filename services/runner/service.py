@@ -42,12 +42,11 @@ from contracts.runs import (
     StartRun,
     Transcript,
 )
-from contracts.tasks import MAX_SPEC_BYTES
 from contracts.tools import CloseSession, ExecTool, ListTools, SessionClosed, ToolList, ToolResult
 from services import __version__
 from services.compiler.fingerprint import task_fingerprint
 from services.kernel.bus import Bus, routed
-from services.kernel.codec import decode, encode
+from services.kernel.codec import decode
 from services.kernel.consumers import (
     MaxDeliveries,
     Reject,
@@ -72,6 +71,7 @@ from services.runner.ports import PortError, Ports, RunScope, named_call
 from services.runner.replay import Replayer, ReplayResult
 from services.runner.run_view import fold
 from services.runner.transcript import TranscriptRecorder
+from services.scheduler.spec import checked_spec
 
 log = get_logger("rote.runner")
 
@@ -387,19 +387,19 @@ class Runner:
         )
 
     async def enqueue(self, request: RunRequest) -> None:
-        await self.bus.publish_event(s.WORK_RUNS, request, msg_id=request.run_id)
-        await self.publish(
-            RunEvent(
-                task_id=request.task_id,
-                run_id=request.run_id,
-                event="requested",
-                at=request.requested_at,
-                status="requested",
-                spec=redact_struct(request.spec),
-                origin=request.origin,
-            ),
-            msg_id=f"{request.run_id}:requested",
+        # Everything that can fail comes before the work request goes out: once queued,
+        # the run runs, whatever this caller is then told.
+        requested = RunEvent(
+            task_id=request.task_id,
+            run_id=request.run_id,
+            event="requested",
+            at=request.requested_at,
+            status="requested",
+            spec=redact_struct(request.spec),
+            origin=request.origin,
         )
+        await self.bus.publish_event(s.WORK_RUNS, request, msg_id=request.run_id)
+        await self.publish(requested, msg_id=f"{request.run_id}:requested")
 
     async def handle(self, request: RunRequest, msg: Msg) -> None:
         attempt = msg.metadata.num_delivered if msg.metadata else 1
@@ -861,13 +861,9 @@ class Runner:
     # --- endpoints ---------------------------------------------------------------------
 
     async def start(self, command: StartRun) -> RunStarted:
-        size = len(encode(command.spec))
-        if size > MAX_SPEC_BYTES:
-            raise ServiceError(
-                "too_large",
-                f"the task spec is {size} bytes encoded; at most {MAX_SPEC_BYTES} fit a run",
-                field="spec",
-            )
+        # The checks tasks.create applies (trigger rules, input nesting, size): a spec
+        # the scheduler refuses would break this run the same way.
+        spec = checked_spec(command.spec)
         task_id = command.task_id or slug(command.spec.name)
         run_id = command.run_id or new_run_id()
         if await self.store.last_event(run_id) is not None:
@@ -876,7 +872,7 @@ class Runner:
             RunRequest(
                 run_id=run_id,
                 task_id=task_id,
-                spec=command.spec,
+                spec=spec,
                 requested_at=utc_now(),
                 origin="operator",
             )

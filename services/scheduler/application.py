@@ -15,26 +15,42 @@ from datetime import datetime
 from typing import Any, TypeVar
 from uuid import UUID
 
+import msgspec
 from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.persistence import JSONTranscoder, RecordConflictError
 
 from contracts.runs import RunOrigin, RunView
-from contracts.tasks import CreateTask, TaskSpec, TaskView, Trigger, UpdateTask
+from contracts.tasks import CreateTask, Prompt, TaskName, TaskSpec, TaskView, Trigger, UpdateTask
 from services.kernel.errors import ServiceError
 from services.kernel.ids import slug
 from services.kernel.logs import get_logger
-from services.kernel.secrets import redact
+from services.kernel.secrets import redact, redact_struct, redact_value
 from services.kernel.transcoding import StructAsText
 from services.scheduler.budget import DailySpend, utc_day
 from services.scheduler.ids import task_uuid, untracked_uuid
 from services.scheduler.ledger import RunLedger
-from services.scheduler.task import Task, UntrackedRuns, checked_spec, plain_tokens
+from services.scheduler.spec import checked_spec
+from services.scheduler.task import Task, UntrackedRuns, plain_tokens
 from services.scheduler.triggers import TriggerError, next_due
 
 log = get_logger("rote.scheduler")
 
 T = TypeVar("T")
 MAX_ATTEMPTS = 20
+
+
+def shown_spec(spec: TaskSpec) -> TaskSpec:
+    """The spec as task views show it: secrets masked, as task events show it (a prompt
+    may hold a URL with its password). Masking can lengthen the name or the prompt past
+    its bound (a short password becomes the longer mask); then it is cut to fit rather
+    than shown as written."""
+    masked = redact_struct(spec)
+    if masked is not None:
+        return masked
+    plain = redact_value(msgspec.to_builtins(spec))
+    for name, bounded in (("name", TaskName), ("prompt", Prompt)):
+        plain[name] = plain[name][: bounded.__metadata__[0].max_length]
+    return msgspec.convert(plain, TaskSpec)
 
 
 def to_view(task: Task, last_checked: datetime | None = None) -> TaskView:
@@ -48,7 +64,7 @@ def to_view(task: Task, last_checked: datetime | None = None) -> TaskView:
         due = task.pending["at"] if due is None else min(due, task.pending["at"])
     return TaskView(
         task_id=task.task_id,
-        spec=task.spec,
+        spec=shown_spec(task.spec),
         status=task.status,
         # As the paused event says it: an operator's reason may quote a secret.
         status_reason=None if task.status_reason is None else redact(task.status_reason),

@@ -51,6 +51,31 @@ class NeedsPath(ConditionError):
     will not help."""
 
 
+class BrokenCheck(ConditionError):
+    """The tools service refused the check itself (no such tool, an input the tool
+    refuses, a command or path its policy denies): every later check would be refused
+    the same way, so the task is paused rather than checked forever."""
+
+
+# The tools service's refusals (contracts/errors.py) that say the call is wrong, not that
+# the service is away or slow (`unavailable`, `timeout`, `internal`): asking again gets
+# the same answer until someone changes the trigger or the tools policy.
+BROKEN_CHECK_CODES = frozenset(
+    {"not_found", "invalid_request", "tool_not_allowed", "command_denied", "path_denied"}
+)
+
+
+def refused_check(code: str, message: str, field: str | None) -> ConditionError:
+    """The error for a check the tools service refused: BrokenCheck when the refusal
+    names the trigger's `tool` or `input` (so it will repeat), else a plain
+    ConditionError, tried again next time (a request field unknown to a tools service
+    of another version is no fault of the trigger)."""
+    ours = field is not None and (field in ("tool", "input") or field.startswith("input."))
+    if code in BROKEN_CHECK_CODES and ours:
+        return BrokenCheck(f"the tools service refuses the call ({code}): {message}")
+    return ConditionError(f"the tools service could not make the call ({code}): {message}")
+
+
 def check_path(tool: str, predicate: Predicate) -> None:
     """Refuse a `path` the tool's output can never have (for tools whose output shape
     is known), so the mistake shows at create time, not as a condition never true."""

@@ -52,8 +52,9 @@ MAX_LIST_BYTES = 512 * 1024
 
 # The check a condition trigger runs: (task_id, trigger) -> the tool's output. Raising
 # means the check could not be made (treated as "not true", tried again next time).
-# A predicate that cannot be tested on the output it got (conditions.NeedsPath) pauses
-# the task instead: every later check would fail the same way.
+# A predicate that cannot be tested on the output it got (conditions.NeedsPath), or a
+# check the tools service refuses outright (conditions.BrokenCheck), pauses the task
+# instead: every later check would fail the same way.
 ConditionCheck = Callable[[str, ConditionTrigger], Awaitable[Any]]
 
 
@@ -508,6 +509,9 @@ class Scheduler:
             self.last_checked[task_id] = now
             try:
                 output = await self.check_condition(task_id, trigger)
+            except conditions.BrokenCheck as exc:
+                await self._pause_broken_check(task_id, trigger, str(exc)[:500], now)
+                return False
             except Exception as exc:  # the tool call failed: it may work next time
                 log.warning("condition_check_failed", tool=trigger.tool, error=str(exc)[:500])
                 return False
@@ -534,10 +538,27 @@ class Scheduler:
             f"the condition's predicate cannot be tested on {trigger.tool}'s output: {error};"
             " update the trigger, then resume the task"
         )
+        await self._pause_for_trigger(task_id, trigger, reason, now)
+
+    async def _pause_broken_check(
+        self, task_id: str, trigger: ConditionTrigger, error: str, now: datetime
+    ) -> None:
+        """Pause a task whose check the tools service refuses (no such tool, an input
+        it rejects), saying why: left active it would be refused forever, silently."""
+        log.error("condition_check_refused", tool=trigger.tool, error=error)
+        reason = (
+            f"the condition's check ({trigger.tool}) cannot be made: {error};"
+            " update the trigger, then resume the task"
+        )
+        await self._pause_for_trigger(task_id, trigger, reason, now)
+
+    async def _pause_for_trigger(
+        self, task_id: str, trigger: ConditionTrigger, reason: str, now: datetime
+    ) -> None:
         try:
             paused = await _in_thread(self.app.pause_for_trigger, task_id, trigger, reason, now)
         except ServiceError as exc:  # gone meanwhile: nothing left to pause
-            log.info("condition_untestable_not_paused", error=exc.message)
+            log.info("condition_pause_skipped", error=exc.message)
             return
         if paused:
             self.on_saved()

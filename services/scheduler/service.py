@@ -47,7 +47,7 @@ from services.kernel.consumers import (
     replace_lost,
 )
 from services.kernel.endpoints import Endpoint, start_service, stop_service
-from services.kernel.errors import ServiceError
+from services.kernel.errors import RemoteError, ServiceError
 from services.kernel.event_store import application_env
 from services.kernel.lease import Lease
 from services.kernel.logs import get_logger
@@ -57,7 +57,7 @@ from services.kernel.secrets import redact
 from services.kernel.streams import KV_TTL_S
 from services.scheduler.application import Tasks
 from services.scheduler.clock import Clock, SystemClock
-from services.scheduler.conditions import ConditionError
+from services.scheduler.conditions import ConditionError, refused_check
 from services.scheduler.engine import Scheduler, SchedulerConfig
 from services.scheduler.outbox import messages_for
 from services.scheduler.task import Task
@@ -126,6 +126,10 @@ def condition_checker(bus: Bus) -> Any:
             result = await bus.request(
                 s.TOOLS_EXEC, call, ToolResult, timeout=CONDITION_TIMEOUT_S + 5
             )
+        except RemoteError as exc:
+            # The code says whether the check itself is wrong (the engine pauses the
+            # task) or the service could not make it this time (checked again later).
+            raise refused_check(exc.code, exc.message, exc.info.field) from None
         finally:
             if trigger.tool.startswith("browser_"):
                 with anyio.CancelScope(shield=True):

@@ -17,18 +17,16 @@ from eventsourcing.domain import Aggregate, event
 
 from contracts.runs import RunOrigin
 from contracts.tasks import (
-    MAX_SPEC_BYTES,
     ConditionTrigger,
     OnceTrigger,
     TaskSpec,
-    Trigger,
     UpdateTask,
 )
-from services.kernel.codec import encode
 from services.kernel.errors import ServiceError
 from services.scheduler import failures
 from services.scheduler.ids import task_uuid, untracked_uuid
-from services.scheduler.triggers import TriggerError, TriggerState, validate
+from services.scheduler.spec import SPEC_FIELDS, checked_spec, checked_trigger
+from services.scheduler.triggers import TriggerState
 
 # Origins that consume a schedule slot (a manual run leaves the schedule alone).
 SCHEDULED_ORIGINS = ("schedule", "catch_up", "condition")
@@ -40,8 +38,6 @@ ABANDONED = "abandoned"
 # or stored again past JetStream's duplicate window) only once.
 RECENT_KEYS = 256
 
-_SPEC_FIELDS = tuple(f for f in TaskSpec.__struct_fields__)
-
 
 def plain_tokens(tokens: dict[str, Any] | None) -> dict[str, dict[str, Any]] | None:
     """A run's tokens per model (ModelTokens or their dicts) as plain dicts, the form
@@ -49,36 +45,6 @@ def plain_tokens(tokens: dict[str, Any] | None) -> dict[str, dict[str, Any]] | N
     if not tokens:
         return None
     return {model: msgspec.to_builtins(used) for model, used in tokens.items()}
-
-
-def checked_trigger(trigger: Trigger) -> Trigger:
-    """The trigger validated and normalised as it is stored, or `invalid_request`."""
-    try:
-        return validate(trigger)
-    except TriggerError as exc:
-        raise ServiceError("invalid_request", exc.message, field=exc.field) from None
-
-
-def checked_spec(spec: TaskSpec, *, trigger_checked: bool = False) -> TaskSpec:
-    """A plain TaskSpec (not a subclass such as CreateTask) with a validated trigger
-    (unless `trigger_checked` says it is already), small enough to travel on the bus."""
-    values = {name: getattr(spec, name) for name in _SPEC_FIELDS}
-    if not trigger_checked:
-        values["trigger"] = checked_trigger(values["trigger"])
-    checked = TaskSpec(**values)
-    # Checked before anything is recorded: every spec event, run-requested event and run
-    # request carries the whole spec in one NATS message, and a recorded event the bus
-    # cannot carry is an event no one ever sees.
-    size = len(encode(checked))
-    if size > MAX_SPEC_BYTES:
-        raise ServiceError(
-            "too_large",
-            f"the task spec is {size} bytes as JSON, over the limit of {MAX_SPEC_BYTES}"
-            " (shorten the prompt, the condition input or allowed_tools)",
-            field="spec",
-            details={"size": size, "limit": MAX_SPEC_BYTES},
-        )
-    return checked
 
 
 class Task(Aggregate):
@@ -181,9 +147,9 @@ class Task(Aggregate):
     def change(self, command: UpdateTask, at: datetime) -> list[str]:
         """Apply the fields the command sets; return the names that changed."""
         self._must_exist()
-        values = {name: getattr(self.spec, name) for name in _SPEC_FIELDS}
+        values = {name: getattr(self.spec, name) for name in SPEC_FIELDS}
         changed = []
-        for name in _SPEC_FIELDS:
+        for name in SPEC_FIELDS:
             new = getattr(command, name)
             if name == "trigger" and new is not msgspec.UNSET and new != values[name]:
                 # Compared as it would be stored: a `once` time sent again without an

@@ -1,6 +1,6 @@
 """What the runner's endpoints do with input they cannot carry or read: a spec too big
-for a run request is refused up front, and an unreadable event among a run's events
-does not break the run's view."""
+for a run request, or one tasks.create would refuse, is refused up front with nothing
+queued, and an unreadable event among a run's events does not break the run's view."""
 
 from __future__ import annotations
 
@@ -8,11 +8,13 @@ import pytest
 
 from contracts import subjects as s
 from contracts.base import utc_now
-from contracts.runs import RunEvent, RunRef, RunView, StartRun
-from contracts.tasks import MAX_SPEC_BYTES, ConditionTrigger, Contains, TaskSpec
+from contracts.runs import RunEvent, RunRef, RunRequest, RunStarted, RunView, StartRun
+from contracts.tasks import MAX_SPEC_BYTES, ConditionTrigger, Contains, CronTrigger, TaskSpec
 from services.kernel.errors import RemoteError
 from services.kernel.runtime import open_stack
 from services.kernel.settings import Settings
+from services.runner import service as runner_service
+from tests.e2e.helpers import stored
 
 pytestmark = pytest.mark.anyio
 
@@ -32,6 +34,78 @@ async def test_a_spec_too_big_for_a_run_request_is_refused(settings: Settings) -
         assert (refused.value.code, refused.value.status) == ("too_large", 413)
         assert refused.value.info.field == "spec"
         assert (await stack.bus.js.stream_info(s.STREAM_WORK)).state.messages == 0
+
+
+def _nested(depth: int) -> str:
+    # As JSON text: deeper than msgspec (or Python's stack) would encode it from a dict.
+    return '{"x":' * depth + '{"command": "df -h"}' + "}" * depth
+
+
+@pytest.mark.parametrize(
+    ("spec", "field", "says"),
+    [
+        # Decodes, but deep enough to exhaust Python's stack where the spec is walked
+        # recursively (masking it for the run's events, on every delivery).
+        (
+            '{"name": "deep", "prompt": "p", "trigger": {"kind": "condition",'
+            ' "tool": "shell_exec", "predicate": {"op": "contains", "text": "x"},'
+            f' "every_s": 5, "input": {_nested(700)}}}}}',
+            "trigger.input",
+            "nested more than 32 levels deep",
+        ),
+        (
+            '{"name": "cron", "prompt": "p", "trigger": {"kind": "cron", "expr": "61 * * * *"}}',
+            "trigger.expr",
+            "invalid cron expression",
+        ),
+    ],
+    ids=["deep-condition-input", "bad-cron"],
+)
+async def test_a_spec_tasks_create_would_refuse_is_refused_and_nothing_is_queued(
+    settings: Settings, spec: str, field: str, says: str
+) -> None:
+    async with open_stack(settings, ["runner"]) as stack:
+        with pytest.raises(RemoteError) as refused:
+            await stack.bus.request(s.RUNS_START, f'{{"spec": {spec}}}'.encode(), RunStarted)
+        assert (refused.value.code, refused.value.status) == ("invalid_request", 400)
+        assert refused.value.info.field == field
+        assert says in refused.value.message
+        assert (await stack.bus.js.stream_info(s.STREAM_WORK)).state.messages == 0
+        runs = await stored(stack.bus, s.STREAM_RUNS, s.run_events_of(), RunEvent)
+        assert runs == []
+
+
+async def test_a_run_whose_requested_event_cannot_be_made_is_not_queued(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Whatever breaks before the requested event (here, masking its spec) must break
+    # before the work request goes out: a queued run runs, whatever the caller was told.
+    def broken(value: object, **_: object) -> None:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(runner_service, "redact_struct", broken)
+    request = RunRequest(
+        run_id="r-broken",
+        task_id="t",
+        spec=TaskSpec(name="n", prompt="p"),
+        requested_at=utc_now(),
+        origin="operator",
+    )
+    async with open_stack(settings, []) as stack:
+        with pytest.raises(RecursionError):
+            await runner_service.Runner(stack.context).enqueue(request)
+        assert (await stack.bus.js.stream_info(s.STREAM_WORK)).state.messages == 0
+
+
+async def test_a_valid_inline_spec_runs_with_its_trigger_as_stored(settings: Settings) -> None:
+    # The same checks normalise too: the queued spec is the one tasks.create would store.
+    spec = TaskSpec(name="n", prompt="p", trigger=CronTrigger(expr="  0 9 * * *  "))
+    async with open_stack(settings, ["runner"]) as stack:
+        await stack.bus.request(s.RUNS_START, StartRun(spec=spec, run_id="r-ok"), RunStarted)
+        requested = s.run_events_of(run_id="r-ok", event="requested")
+        (event,) = await stored(stack.bus, s.STREAM_RUNS, requested, RunEvent)
+    assert event.spec is not None
+    assert event.spec.trigger == CronTrigger(expr="0 9 * * *")
 
 
 async def test_an_unreadable_event_of_a_run_does_not_break_its_view(settings: Settings) -> None:

@@ -16,7 +16,7 @@ import pytest
 from contracts import subjects as s
 from contracts.executors import ExecutorEvent
 from contracts.runs import RunEvent
-from contracts.tasks import TaskView
+from contracts.tasks import TaskEvent, TaskView
 from contracts.tools import ToolEvent
 from services.kernel.bus import Bus
 from services.kernel.codec import encode
@@ -138,3 +138,83 @@ def _completed(request: RunEvent) -> RunEvent:
         at=datetime.now(UTC),
         source="full_llm",
     )
+
+
+async def view_of(bus: Bus, task_id: str) -> TaskView:
+    return await bus.request(s.TASKS_GET, encode({"task_id": task_id}), TaskView)
+
+
+@pytest.mark.parametrize(
+    ("tool", "tool_input", "says"),
+    [
+        ("nope", {}, "no tool 'nope'"),
+        ("shell_exec", {}, "missing required field `command`"),
+    ],
+    ids=["unknown-tool", "input-the-tool-refuses"],
+)
+async def test_a_check_the_tools_service_refuses_pauses_the_task_saying_why(
+    settings: Settings, bus: Bus, tool: str, tool_input: dict[str, object], says: str
+) -> None:
+    create = {
+        "task_id": "c51",
+        "name": "t",
+        "prompt": "p",
+        "trigger": {
+            "kind": "condition",
+            "tool": tool,
+            "input": tool_input,
+            "predicate": {"op": "contains", "text": "x"},
+            "every_s": 1,
+        },
+    }
+    async with tools_and_scheduler(settings, bus):
+        # Accepted: whether the tools service knows the tool is its word, not the
+        # scheduler's (it need not be up when a task is defined).
+        created = await bus.request(s.TASKS_CREATE, encode(create), TaskView)
+        assert created.status == "active"
+        with anyio.fail_after(30):
+            while (view := await view_of(bus, "c51")).status == "active":
+                await anyio.sleep(0.2)
+        assert view.status == "paused"
+        assert view.status_reason is not None
+        assert f"check ({tool}) cannot be made" in view.status_reason
+        assert says in view.status_reason
+        assert "update the trigger, then resume the task" in view.status_reason
+        (paused,) = await stored(bus, s.STREAM_TASKS, s.task_event("c51", "paused"), TaskEvent)
+        assert paused.reason == view.status_reason
+        assert await requested(bus) == []
+
+
+async def test_a_check_that_cannot_reach_the_tools_service_keeps_the_task_active(
+    settings: Settings, bus: Bus
+) -> None:
+    create = {
+        "task_id": "c52",
+        "name": "t",
+        "prompt": "p",
+        "trigger": {
+            "kind": "condition",
+            "tool": "shell_exec",
+            "input": {"command": "df -h"},
+            "predicate": {"op": "contains", "text": "x"},
+            "every_s": 1,
+        },
+    }
+    await ensure_streams(bus.js)
+    async with anyio.create_task_group() as tg:
+        ctx = ServiceContext(
+            settings=settings,
+            bus=bus,
+            task_group=tg,
+            services=("scheduler",),
+            nats_url=bus.url,
+            embedded_nats=False,
+        )
+        await tg.start(partial(serve_scheduler, ctx, config=SchedulerConfig(tick_s=0.2)))
+        await bus.request(s.TASKS_CREATE, encode(create), TaskView)
+        await anyio.sleep(2.5)  # a few checks, each with no tools service to answer
+        view = await view_of(bus, "c52")
+        tg.cancel_scope.cancel()
+    # Away now is not wrong for good: it is checked again, as before.
+    assert (view.status, view.status_reason) == ("active", None)
+    assert view.next_due_at is not None

@@ -304,6 +304,38 @@ async def test_task_endpoints_reply_with_the_task(settings: Settings, bus: Bus) 
         await eventually(lambda: _has(bus, s.STREAM_WORK, s.WORK_RUNS, 1))
 
 
+async def test_task_replies_mask_a_password_in_the_spec_as_task_events_do(
+    settings: Settings, bus: Bus
+) -> None:
+    prompt = "Check https://deploy:hunter2pw@status.example.com/health and report"
+    body = {
+        "task_id": "status",
+        "name": "status via https://deploy:hunter2pw@status.example.com",
+        "prompt": prompt,
+        "trigger": {
+            "kind": "condition",
+            "tool": "browser_read_page",
+            "input": {"url": "https://deploy:hunter2pw@status.example.com/health"},
+            "predicate": {"op": "contains", "text": "down"},
+            "every_s": 3600,
+        },
+    }
+    async with scheduler(settings, bus):
+        replies = [
+            (await call(bus, s.TASKS_CREATE, body))[1],
+            (await call(bus, s.TASKS_GET, {"task_id": "status"}))[1],
+            (await call(bus, s.TASKS_LIST, {}))[1]["tasks"][0],
+            (await call(bus, s.TASKS_PAUSE, {"task_id": "status"}))[1],
+        ]
+        (defined,) = await stream_events(bus, s.task_event("status", "defined"), TaskEvent, 1)
+    assert defined.spec is not None
+    for reply in replies:
+        assert "hunter2pw" not in json.dumps(reply)
+        # Shown as the task's events show it, masked where the secret stood.
+        assert msgspec.convert(reply["spec"], type=type(defined.spec)) == defined.spec
+    assert "https://deploy:[redacted]@status.example.com/health" in replies[1]["spec"]["prompt"]
+
+
 async def _has(bus: Bus, stream: str, subject: str, n: int) -> bool:
     return await stream_count(bus, stream, subject) >= n
 

@@ -32,7 +32,7 @@ from contracts.tasks import (
 from services.kernel.errors import ServiceError
 from services.scheduler.application import Tasks
 from services.scheduler.clock import ManualClock
-from services.scheduler.conditions import ConditionError
+from services.scheduler.conditions import BrokenCheck, ConditionError, refused_check
 from services.scheduler.engine import Scheduler, SchedulerConfig
 from services.scheduler.task import Task
 from tests.unit.conftest import T0
@@ -227,6 +227,62 @@ async def test_a_check_that_may_work_next_time_leaves_the_task_active(
     clock.advance(60)
     assert await engine.check_conditions() == {"cheap": False}  # checked again
     assert stored(app, Task.Paused) == []
+
+
+async def test_a_check_the_tools_service_refuses_pauses_the_task(
+    app: Tasks, clock: ManualClock
+) -> None:
+    async def refuse(task_id: str, trigger: Any) -> Any:
+        raise refused_check("not_found", "no tool 'browser_extract'", "tool")
+
+    engine = Scheduler(app, clock, SchedulerConfig(), check_condition=refuse)
+    await engine.create(spec("cheap", trigger=_cheap()))
+    assert await engine.check_conditions() == {"cheap": False}
+    view = await engine.get(TaskRef(task_id="cheap"))
+    assert view.status == "paused" and view.status_reason is not None
+    assert "check (browser_extract) cannot be made" in view.status_reason
+    assert "no tool 'browser_extract'" in view.status_reason
+    (paused,) = stored(app, Task.Paused)
+    assert paused.reason == view.status_reason
+    clock.advance(60)
+    assert await engine.check_conditions() == {}  # paused: no more checks
+
+
+@pytest.mark.parametrize(
+    ("code", "field", "broken"),
+    [
+        ("not_found", "tool", True),  # no such tool
+        ("invalid_request", "input", True),  # the tool refuses the input
+        ("invalid_request", "input.command", True),
+        ("command_denied", "input.command", True),  # the tools policy refuses it
+        ("tool_not_allowed", "tool", True),
+        ("unavailable", None, False),  # no tools service right now
+        ("timeout", None, False),
+        ("internal", None, False),
+        ("invalid_request", "source", False),  # a tools service of another version
+    ],
+)
+def test_which_refusals_of_the_tools_service_mean_the_check_is_wrong(
+    code: str, field: str | None, broken: bool
+) -> None:
+    error = refused_check(code, "why", field)
+    assert isinstance(error, ConditionError)
+    assert isinstance(error, BrokenCheck) is broken
+    assert code in str(error) and "why" in str(error)
+
+
+async def test_a_long_name_masked_past_its_bound_is_cut_not_shown_as_written(
+    app: Tasks, clock: ManualClock
+) -> None:
+    # "[redacted]" is longer than "pw": masked, the name would be over 200 characters.
+    name = "n" * 170 + " https://u:pw@example.com/x"
+    assert len(name) <= 200
+    engine = scheduler(app, clock)
+    await engine.create(CreateTask(task_id="long", name=name, prompt="p"))
+    view = await engine.get(TaskRef(task_id="long"))
+    assert len(view.spec.name) == 200
+    assert view.spec.name.startswith("n" * 170 + " https://u:[redacted]@")
+    assert "pw@" not in view.spec.name
 
 
 async def test_a_trigger_fixed_during_the_check_is_not_paused_for_the_old_one(
