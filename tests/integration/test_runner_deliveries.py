@@ -372,6 +372,37 @@ async def test_a_run_whose_runner_stops_during_every_delivery_still_ends(
         assert model_calls == MAX_DELIVERIES
 
 
+async def test_a_run_whose_deliveries_ran_out_with_no_runner_up_is_ended_by_the_next(
+    settings: Settings,
+) -> None:
+    """Each delivery taken by a runner that then died (killed: nothing handed back), and
+    no runner up when the last ack wait ran out. The server sends its advisory only when
+    the next pull request comes, from a runner by then listening: that one ends the run."""
+    run_id = "died-every-time"
+    async with open_stack(settings, ["system"]) as side:
+        js = side.bus.js
+        config = durable_config(
+            s.CONSUMER_RUNNER, filter_subjects=[s.WORK_RUNS], ack_wait_s=1.0,
+            max_deliver=MAX_DELIVERIES,
+        )  # fmt: skip
+        await js.add_consumer(s.STREAM_WORK, config)
+        request = RunRequest(run_id=run_id, task_id="claimed", spec=SPEC, requested_at=utc_now())
+        await side.bus.publish_event(s.WORK_RUNS, request, msg_id=run_id)
+        dead = await js.pull_subscribe_bind(durable=s.CONSUMER_RUNNER, stream=s.STREAM_WORK)
+        for _ in range(MAX_DELIVERIES):  # taken, never acked: the taker died
+            [msg] = await dead.fetch(1, timeout=10)
+            assert msg.data == encode(request)
+        await dead.unsubscribe()
+        await anyio.sleep(2.0)  # the last ack wait runs out with no runner up
+        async with open_stack(settings.with_(runner_ack_wait_s=1.0), ["runner"]) as stack:
+            done = await finished(stack.bus, run_id)
+            assert (done.event, done.reason) == ("failed", "abandoned")
+            assert done.error is not None and "deliveries ended without an outcome" in done.error
+            with anyio.fail_after(10):  # the request is gone, never delivered again
+                while (await js.stream_info(s.STREAM_WORK)).state.messages:
+                    await anyio.sleep(0.1)
+
+
 async def test_a_delivery_of_a_run_held_elsewhere_waits_and_acks_once_it_finished(
     runner_bus: Bus,
 ) -> None:
