@@ -48,7 +48,7 @@ from services.kernel import blobs
 from services.kernel.consumers import Reject, consume, durable_config
 from services.kernel.endpoints import Endpoint, start_service, stop_service
 from services.kernel.errors import ServiceError
-from services.kernel.event_store import application_env
+from services.kernel.event_store import application_env, open_application
 from services.kernel.lease import Lease
 from services.kernel.logs import get_logger
 from services.kernel.relay import EventRelay, Outgoing
@@ -293,7 +293,9 @@ async def serve(
 ) -> None:
     env = application_env(ctx.settings, "compiler")
     store = await anyio.to_thread.run_sync(
-        partial(ExecutorStore, env, snapshot_every=snapshot_every(ctx.settings), clock=clock)
+        open_application,
+        partial(ExecutorStore, env, snapshot_every=snapshot_every(ctx.settings), clock=clock),
+        "compiler",
     )
     relay = EventRelay(store, ctx.bus, convert, name="compiler")
     compiler = Compiler(store, relay, ctx.bus.js, _prices(ctx.settings))

@@ -8,10 +8,24 @@ ROTE_EVENT_STORE selects the store for every event-sourced service:
 
 from __future__ import annotations
 
+import random
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from eventsourcing.persistence import IntegrityError, InternalError, ProgrammingError
+
+from services.kernel.logs import get_logger
 from services.kernel.settings import Settings
+
+log = get_logger("rote.event_store")
+
+A = TypeVar("A")
+
+# Tries at opening an application while another process creates the same tables.
+OPEN_ATTEMPTS = 6
 
 
 def application_env(settings: Settings, app_name: str) -> dict[str, str]:
@@ -53,3 +67,22 @@ def postgres_env(url: str) -> dict[str, str]:
     if "schema" in query:
         env["POSTGRES_SCHEMA"] = query["schema"]
     return env
+
+
+def open_application(factory: Callable[[], A], name: str) -> A:
+    """The application `factory` builds (blocking: call it in a thread). Processes
+    starting together on an empty PostgreSQL schema each create the tables, and
+    PostgreSQL's CREATE ... IF NOT EXISTS is not safe against a concurrent one: the
+    loser fails (a duplicate type, "tuple concurrently updated"). By the next try the
+    tables exist, so it is tried again, a little later each time."""
+    for attempt in range(1, OPEN_ATTEMPTS + 1):
+        try:
+            return factory()
+        except (IntegrityError, InternalError, ProgrammingError) as exc:
+            if attempt == OPEN_ATTEMPTS:
+                raise
+            log.warning(
+                "event_store_open_retried", application=name, attempt=attempt, error=str(exc)
+            )
+            time.sleep(0.1 * attempt + random.uniform(0, 0.1))
+    raise AssertionError("unreachable")

@@ -48,7 +48,7 @@ from services.kernel.consumers import (
 )
 from services.kernel.endpoints import Endpoint, start_service, stop_service
 from services.kernel.errors import RemoteError, ServiceError
-from services.kernel.event_store import application_env
+from services.kernel.event_store import application_env, open_application
 from services.kernel.lease import Lease
 from services.kernel.logs import get_logger
 from services.kernel.relay import EventRelay
@@ -321,7 +321,9 @@ async def _serve(
     config = config or SchedulerConfig(
         max_concurrent=settings.max_concurrent, daily_budget_usd=settings.daily_budget_usd
     )
-    app = await anyio.to_thread.run_sync(lambda: Tasks(env=application_env(settings, "scheduler")))
+    app = await anyio.to_thread.run_sync(
+        open_application, partial(Tasks, env=application_env(settings, "scheduler")), "scheduler"
+    )
     try:
         relay = SchedulerRelay(app, ctx.bus)
         engine = Scheduler(
