@@ -22,6 +22,9 @@ from services.kernel.secrets import redact
 
 # Never wait longer than this for one retry, whatever the server's retry-after says.
 MAX_RETRY_AFTER_S = 60.0
+# What a failure quotes of the server's answer: a proxy's HTML page or a huge 400 body
+# must not make the error itself too large to send (its code would be lost with it).
+MAX_DETAIL_CHARS = 2000
 BACKOFF_BASE_S = 0.5
 BACKOFF_CAP_S = 8.0
 
@@ -66,7 +69,10 @@ def _status_failure(exc: anthropic.APIStatusError) -> Failure:
     status = exc.status_code
     kind = exc.type or "error"
     detail = exc.api_message or exc.message
+    # Masked before it is cut: half a secret would no longer be recognised as one.
     message = redact(f"model API answered {status} {kind}: {detail}")
+    if len(message) > MAX_DETAIL_CHARS:
+        message = message[:MAX_DETAIL_CHARS] + f" [... {len(message) - MAX_DETAIL_CHARS} more]"
     wait = retry_after(exc.response.headers)
     if status in _RETRYABLE_STATUS:
         code, retryable = _RETRYABLE_STATUS[status], True

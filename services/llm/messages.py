@@ -90,13 +90,20 @@ def content_from_api(blocks: list[dict[str, Any]]) -> list[ContentBlock]:
         ) from None
 
 
-def usage_from_api(usage: dict[str, Any]) -> Usage:
-    """The API's usage object: cache_creation splits cache writes by TTL when present."""
-    creation = usage.get("cache_creation") or {}
+def usage_from_api(usage: dict[str, Any], cache_ttl: str | None = None) -> Usage:
+    """The API's usage object: cache_creation splits cache writes by TTL when present.
+    A server that sends only the total (some Anthropic-compatible proxies) wrote them
+    with the TTL the request asked for (`cache_ttl`): 1 h writes cost twice the input."""
+    writes = int(usage.get("cache_creation_input_tokens") or 0)
+    creation = usage.get("cache_creation")
+    if isinstance(creation, dict):
+        writes_1h = int(creation.get("ephemeral_1h_input_tokens") or 0)
+    else:
+        writes_1h = writes if cache_ttl == "1h" else 0
     return Usage(
         input_tokens=int(usage.get("input_tokens") or 0),
         output_tokens=int(usage.get("output_tokens") or 0),
-        cache_write_tokens=int(usage.get("cache_creation_input_tokens") or 0),
+        cache_write_tokens=writes,
         cache_read_tokens=int(usage.get("cache_read_input_tokens") or 0),
-        cache_write_1h_tokens=int(creation.get("ephemeral_1h_input_tokens") or 0),
+        cache_write_1h_tokens=writes_1h,
     )

@@ -195,7 +195,9 @@ def load_price_table(path: Path | None) -> PriceTable:
         raise PriceTableError(f"price file {path}: models listed more than once: {twice}")
     models = dict(table.models)
     for entry in override.models:
-        price = _from_file(entry, models.get(entry.id))
+        # A dated snapshot (claude-haiku-4-5-20251001) is the model its base id names:
+        # what the table knows of that model holds for it too, unless the file says.
+        price = _from_file(entry, models.get(entry.id) or table.price(entry.id))
         check_price(price)
         models[price.id] = price
     merged = PriceTable(aliases={**table.aliases, **override.aliases}, models=models)

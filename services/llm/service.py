@@ -116,7 +116,7 @@ class LlmService:
         # The API billed this call whatever its content: price it and publish its usage
         # before the content is judged, so a reply rote cannot carry still costs what
         # it cost.
-        usage = usage_from_api(message.get("usage") or {})
+        usage = usage_from_api(message.get("usage") or {}, cache_ttl=req.cache)
         cost_usd = self._price(model_id, str(message.get("model") or ""), usage)
         try:
             content = content_from_api(message.get("content") or [])

@@ -14,6 +14,7 @@ from services.kernel.secrets import redact, register_secret
 from services.llm.calls import make_client
 from services.llm.failures import (
     BACKOFF_CAP_S,
+    MAX_DETAIL_CHARS,
     MAX_RETRY_AFTER_S,
     Failure,
     backoff_s,
@@ -96,6 +97,14 @@ def test_missing_credentials_is_an_auth_failure() -> None:
 def test_other_exceptions_are_not_model_failures() -> None:
     assert classify(ValueError("a bug")) is None
     assert classify(TypeError("unsupported operand")) is None
+
+
+def test_a_huge_error_body_is_quoted_in_part_and_keeps_its_code() -> None:
+    page = "<html>" + "bad gateway " * 200_000 + "</html>"  # a proxy's 2 MB error page
+    failure = classify(status_error(anthropic.InternalServerError, 502, "api_error", message=page))
+    assert failure is not None and failure.code == "upstream"
+    assert len(failure.message) < MAX_DETAIL_CHARS + 100
+    assert failure.message.startswith("model API answered 502 api_error: <html>bad gateway")
 
 
 def test_registered_secrets_are_masked_in_failure_messages() -> None:

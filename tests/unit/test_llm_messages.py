@@ -165,6 +165,13 @@ def test_usage_with_and_without_cache_breakdown() -> None:
     assert (usage.cache_write_tokens, usage.cache_write_1h_tokens) == (300, 200)
     assert usage.cache_read_tokens == 40
     assert usage.prompt_tokens == 350
+    # Only the total, from a server without the breakdown: the TTL the request asked for.
+    total_only = {"input_tokens": 1, "output_tokens": 1, "cache_creation_input_tokens": 70}
+    assert usage_from_api(total_only, cache_ttl="1h").cache_write_1h_tokens == 70
+    assert usage_from_api(total_only, cache_ttl="5m").cache_write_1h_tokens == 0
+    assert usage_from_api(total_only).cache_write_1h_tokens == 0
+    breakdown = {**total_only, "cache_creation": {"ephemeral_5m_input_tokens": 70}}
+    assert usage_from_api(breakdown, cache_ttl="1h").cache_write_1h_tokens == 0  # its word
     bare = usage_from_api({"input_tokens": 3, "output_tokens": 4})
     assert (bare.cache_write_tokens, bare.cache_read_tokens, bare.cache_write_1h_tokens) == (
         0,

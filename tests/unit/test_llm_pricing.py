@@ -200,6 +200,7 @@ def test_a_price_file_keeps_or_sets_whether_a_model_takes_effort(tmp_path: Path)
             {
                 "models": [
                     {"id": "claude-sonnet-4-5", "bands": band},  # a new price, same model
+                    {"id": "claude-haiku-4-5-20251001", "bands": band},  # a dated snapshot
                     {"id": "old-local-model", "bands": band, "accepts_effort": False},
                     {"id": "new-local-model", "bands": band},
                 ]
@@ -208,5 +209,6 @@ def test_a_price_file_keeps_or_sets_whether_a_model_takes_effort(tmp_path: Path)
     )
     table = load_price_table(path)
     assert not table.accepts_effort("claude-sonnet-4-5")
+    assert not table.accepts_effort("claude-haiku-4-5-20251001")  # as its base model
     assert not table.accepts_effort("old-local-model")
     assert table.accepts_effort("new-local-model")
