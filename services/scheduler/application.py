@@ -325,8 +325,13 @@ class Tasks(Application[UUID]):
         origin: RunOrigin,
         at: datetime,
         slot: datetime | None = None,
+        *,
+        queued: bool = False,
     ) -> bool:
-        return self._command(task_id, lambda t: t.dispatch_run(run_id, origin, at, slot))[1]
+        """Whether the run went out (Task.dispatch_run says when it may not)."""
+        return self._command(
+            task_id, lambda t: t.dispatch_run(run_id, origin, at, slot, queued=queued)
+        )[1]
 
     def skip(
         self,

@@ -110,6 +110,10 @@ class Scheduler:
         self.on_saved = on_saved
         self.last_checked: dict[str, datetime] = {}  # condition tasks: last check
         self.fired: dict[str, datetime] = {}  # condition held; waiting to dispatch
+        # Task.basis() as the last check began: its result (`fired`) and its time
+        # (`last_checked`) hold only while the task is still that task. A check is
+        # awaited outside any lock, so a pause or update can land while it is out.
+        self.checked_on: dict[str, tuple[object, ...]] = {}
         # Tasks whose last run was a completed full run, its trace still compiling:
         # task_id -> (run_id, when it finished). Their next run waits for the executor
         # (or config.compile_wait_s), or it would be a second full run: an overdue slot
@@ -143,14 +147,14 @@ class Scheduler:
 
     async def create(self, command: CreateTask, key: str | None = None) -> TaskView:
         task = await _in_thread(self.app.create, command, self.clock.now(), key)
-        self._forget(task.task_id)
+        self._forget(task)
         self._saved()
         log.info("task_defined", task_id=task.task_id)
         return self.view(task)
 
     async def update(self, command: UpdateTask, key: str | None = None) -> TaskView:
         task = await _in_thread(self.app.update, command, self.clock.now(), key)
-        self._forget(task.task_id)
+        self._forget(task)
         self._saved()
         return self.view(task)
 
@@ -167,7 +171,7 @@ class Scheduler:
 
     async def delete(self, ref: TaskRef, key: str | None = None) -> TaskView:
         task = await _in_thread(self.app.delete, ref.task_id, ref.reason, self.clock.now(), key)
-        self._forget(ref.task_id)
+        self._forget(task)
         self._saved()
         return self.view(task)
 
@@ -245,10 +249,24 @@ class Scheduler:
         method: Callable[..., Awaitable[msgspec.Struct]] = getattr(self, verb)
         return await method(command, key)
 
-    def _forget(self, task_id: str) -> None:
-        # A changed definition starts its condition checks afresh.
-        self.fired.pop(task_id, None)
-        self.last_checked.pop(task_id, None)
+    def _forget(self, task: Task) -> None:
+        # A changed definition starts its condition checks afresh; the same one again (a
+        # create retried, an update that changed nothing) keeps a condition that held.
+        if self.checked_on.get(task.task_id) == task.basis():
+            return
+        self.fired.pop(task.task_id, None)
+        self.last_checked.pop(task.task_id, None)
+        self.checked_on.pop(task.task_id, None)
+
+    def _held(self, task: Task) -> datetime | None:
+        """When the task's condition was found to hold, if that result still stands: one
+        checked before a pause, resume or update of the task is dropped, not dispatched."""
+        held = self.fired.get(task.task_id)
+        if held is not None and self.checked_on.get(task.task_id) != task.basis():
+            del self.fired[task.task_id]
+            log.info("condition_result_dropped", task_id=task.task_id, reason="task changed")
+            return None
+        return held
 
     # --- run outcomes ----------------------------------------------------------------
 
@@ -363,8 +381,9 @@ class Scheduler:
                 continue
             trigger = task.spec.trigger
             if isinstance(trigger, ConditionTrigger):
-                if task.task_id in self.fired:
-                    found.append(Candidate(task.task_id, self.fired[task.task_id], "condition"))
+                held = self._held(task)
+                if held is not None:
+                    found.append(Candidate(task.task_id, held, "condition"))
                 continue
             state = task.trigger_state()
             try:
@@ -442,20 +461,30 @@ class Scheduler:
         run_id = candidate.run_id or new_run_id(now)
         origin: RunOrigin = candidate.origin
         with structlog.contextvars.bound_contextvars(task_id=candidate.task_id, run_id=run_id):
+            # The candidate came from the tick's snapshot; the task decides whether the
+            # run may still go (paused or its queued run skipped meanwhile). A refused
+            # run records nothing, so nothing goes to the work queue (see outbox).
             sent = await _in_thread(
-                self.app.dispatch, candidate.task_id, run_id, origin, now, candidate.slot
+                self.app.dispatch,
+                candidate.task_id,
+                run_id,
+                origin,
+                now,
+                candidate.slot,
+                queued=candidate.run_id is not None,
             )
             self.fired.pop(candidate.task_id, None)
             if sent:
                 log.info("run_dispatched", origin=origin, due_at=candidate.due_at.isoformat())
                 return run_id
+            log.info("run_not_dispatched", origin=origin, reason="task changed since the tick")
             return None
 
     # --- conditions ------------------------------------------------------------------
 
     def _checks_due(
         self, now: datetime, broken: list[tuple[str, str]]
-    ) -> list[tuple[str, ConditionTrigger]]:
+    ) -> list[tuple[Task, ConditionTrigger]]:
         """Conditions whose check is due; tasks whose trigger cannot be computed go to
         `broken`."""
         due = []
@@ -466,7 +495,7 @@ class Scheduler:
                 or task.status != "active"
                 or task.in_flight is not None
                 or task.pending is not None
-                or task.task_id in self.fired
+                or self._held(task) is not None
             ):
                 continue
             try:
@@ -475,7 +504,7 @@ class Scheduler:
                 broken.append((task.task_id, exc.message))
                 continue
             if when is not None and when <= now:
-                due.append((task.task_id, trigger))
+                due.append((task, trigger))
         return due
 
     async def check_conditions(self) -> dict[str, bool]:
@@ -488,25 +517,27 @@ class Scheduler:
         results: dict[str, bool] = {}
         limiter = anyio.CapacityLimiter(self.config.max_condition_checks)
 
-        async def one(task_id: str, trigger: ConditionTrigger) -> None:
+        async def one(task: Task, trigger: ConditionTrigger) -> None:
             async with limiter:
-                results[task_id] = await self._check(task_id, trigger, now)
+                results[task.task_id] = await self._check(task, trigger, now)
 
         broken: list[tuple[str, str]] = []
         due = self._checks_due(now, broken)
         for task_id, error in broken:
             await self._pause_broken(task_id, error, now)
         async with anyio.create_task_group() as tg:
-            for task_id, trigger in due:
-                tg.start_soon(one, task_id, trigger)
+            for task, trigger in due:
+                tg.start_soon(one, task, trigger)
         if any(results.values()):
             self.wake()
         return results
 
-    async def _check(self, task_id: str, trigger: ConditionTrigger, now: datetime) -> bool:
+    async def _check(self, task: Task, trigger: ConditionTrigger, now: datetime) -> bool:
         assert self.check_condition is not None
+        task_id = task.task_id
         with structlog.contextvars.bound_contextvars(task_id=task_id):
             self.last_checked[task_id] = now
+            self.checked_on[task_id] = task.basis()
             try:
                 output = await self.check_condition(task_id, trigger)
             except conditions.BrokenCheck as exc:

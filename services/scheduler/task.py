@@ -98,6 +98,12 @@ class Task(Aggregate):
             deferred_to=self.__dict__.get("deferred_to"),
         )
 
+    def basis(self) -> tuple[object, ...]:
+        """What a condition check's result stands on: the task's definition and status.
+        An update, pause, resume, delete or redefinition changes it; runs and intake
+        keys do not (a create or update that changed nothing leaves it as it was)."""
+        return (self.status, self.spec, self.updated_at, self.resumed_at)
+
     def in_flight_since(self) -> datetime | None:
         if self.in_flight is None:
             return None
@@ -259,11 +265,26 @@ class Task(Aggregate):
         self.pending = {"run_id": run_id, "origin": origin, "at": at}
 
     def dispatch_run(
-        self, run_id: str, origin: RunOrigin, at: datetime, slot: datetime | None = None
+        self,
+        run_id: str,
+        origin: RunOrigin,
+        at: datetime,
+        slot: datetime | None = None,
+        *,
+        queued: bool = False,
     ) -> bool:
-        """Send a run out; `slot`: the schedule slot it uses up (see TriggerState). False
-        (nothing recorded) when one is already in flight."""
+        """Send a run out; `slot`: the schedule slot it uses up (see TriggerState);
+        `queued`: the run is the one request_run queued. False (nothing recorded) when
+        one is already in flight, or the run may no longer go: the caller chose it from
+        an earlier look at the task, and a pause or delete may have come in between."""
         if self.in_flight is not None or self.deleted:
+            return False
+        if queued:
+            # Skipped meanwhile (a pause skips it): it must not go out after its skip.
+            # Still queued, it goes even while paused: asking was an operator's choice.
+            if self.pending is None or self.pending["run_id"] != run_id:
+                return False
+        elif self.status != "active":
             return False
         self._run_dispatched(run_id=run_id, origin=origin, spec=self.spec, at=at, slot=slot)
         return True
