@@ -66,7 +66,12 @@ from services.kernel.runtime import ServiceContext
 from services.kernel.secrets import redact, redact_struct
 from services.kernel.streams import DUPLICATE_WINDOW_S, KV_TTL_S
 from services.runner.accounting import Ledger, spent_before
-from services.runner.agent_loop import SESSION_LOST, AgentLoop, AgentOutcome
+from services.runner.agent_loop import (
+    DEFAULT_TOOL_TIMEOUT_S,
+    SESSION_LOST,
+    AgentLoop,
+    AgentOutcome,
+)
 from services.runner.ports import PortError, Ports, RunScope, named_call
 from services.runner.replay import Replayer, ReplayResult
 from services.runner.run_view import fold
@@ -688,7 +693,9 @@ class Runner:
                     if attempt_.outcome is None:
                         attempt_.loop_from_usd = ledger.cost_usd
                         attempt_.outcome = await AgentLoop(
-                            scope, ledger=ledger, tool_timeout_s=min(60.0, remaining)
+                            scope,
+                            ledger=ledger,
+                            tool_timeout_s=min(DEFAULT_TOOL_TIMEOUT_S, remaining),
                         ).run()
         except BaseException as broke:
             # Whatever broke the attempt (the message is redelivered), its browser
@@ -810,7 +817,9 @@ class Runner:
             scope,
             retries=self.ctx.settings.replay_retries,
             backoff_s=self.ctx.settings.replay_backoff_s,
-            tool_timeout_s=min(30.0, request.spec.deadline_s),
+            # As long as a full run gives the call: a step that was slow then (a long
+            # command, a slow page) must not time out on every replay.
+            tool_timeout_s=min(DEFAULT_TOOL_TIMEOUT_S, request.spec.deadline_s),
         )
         result: ReplayResult = await state.replayer.run()
         ledger.merge(result.ledger)

@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 import anyio
 import msgspec
 import pytest
+from nats.aio.msg import Msg
 
 from contracts import subjects as s
 from contracts.executors import (
@@ -28,11 +29,11 @@ from contracts.executors import (
 from contracts.llm import UsageEvent
 from contracts.runs import RunEvent, RunStarted, StartRun
 from contracts.tasks import TaskSpec
-from contracts.tools import ToolEvent
+from contracts.tools import ExecTool, ToolEvent
 from services.compiler.store import ExecutorStore
 from services.demo.corpus import SITES, TASKS_BY_ID, SiteServer
 from services.demo.site import DemoSite, stories
-from services.kernel.bus import Bus
+from services.kernel.bus import Bus, routed
 from services.kernel.codec import decode
 from services.kernel.event_store import application_env
 from services.kernel.replay_read import read_all
@@ -165,6 +166,28 @@ async def test_a_step_that_fails_once_is_retried_and_the_replay_succeeds(
         assert second.replay.duration_ms >= 600
         names = [e.event for e in await run_events(bus, second.run_id)]
         assert names == ["requested", "started", "completed"]
+
+
+async def test_a_replayed_step_has_as_long_as_the_full_run_gave_its_call(
+    settings: Settings, site: DemoSite, standin: StandinServer
+) -> None:
+    """A step that took a while in the full run (a slow page, a long command) must not
+    time out on every replay: each replayed call gets the time a full run's call gets."""
+    async with stack_of(settings) as stack:
+        bus = stack.bus
+        timeouts: dict[str, set[float]] = {"full_llm": set(), "executor": set()}
+
+        async def seen(msg: Msg) -> None:  # a copy of every tools call, as sent
+            call = decode(msg.data, ExecTool)
+            timeouts.setdefault(call.source, set()).add(call.timeout_s)
+
+        sub = await bus.nc.subscribe(s.TOOLS_EXEC, cb=seen)
+        await routed(bus.nc)
+        await first_full_run(bus, news_spec(site), "news")
+        replayed = await run(bus, news_spec(site), "news")
+        assert replayed.source == "executor", replayed.error
+        await sub.unsubscribe()
+    assert timeouts["full_llm"] and timeouts["executor"] == timeouts["full_llm"]
 
 
 async def test_retries_exhausted_fail_the_replay_at_that_step_and_fall_back(
