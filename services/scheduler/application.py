@@ -342,8 +342,14 @@ class Tasks(Application[UUID]):
         run_id: str | None,
         slot: datetime | None = None,
         budget_from: datetime | None = None,
-    ) -> None:
-        self._command(task_id, lambda t: t.skip_run(reason, origin, at, run_id, slot, budget_from))
+        *,
+        queued: bool = False,
+    ) -> bool:
+        """Whether the skip was recorded (Task.skip_run says when it is not)."""
+        return self._command(
+            task_id,
+            lambda t: t.skip_run(reason, origin, at, run_id, slot, budget_from, queued=queued),
+        )[1]
 
     def start(self, task_id: str, run_id: str, at: datetime, attempt: int = 1) -> bool:
         try:

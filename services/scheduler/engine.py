@@ -443,8 +443,10 @@ class Scheduler:
 
     async def _skip(self, candidate: Candidate, reason: str, now: datetime) -> None:
         with structlog.contextvars.bound_contextvars(task_id=candidate.task_id):
-            # Every skip the plan makes is over budget, which lifts the next UTC day.
-            await _in_thread(
+            # Every skip the plan makes is over budget, which lifts the next UTC day. As
+            # for a dispatch, the task has the last word: a pause since the tick's look
+            # (which skips a queued run itself) leaves nothing to skip here.
+            skipped = await _in_thread(
                 self.app.skip,
                 candidate.task_id,
                 reason,
@@ -453,7 +455,11 @@ class Scheduler:
                 candidate.run_id,
                 candidate.slot,
                 next_utc_day(now),
+                queued=candidate.run_id is not None,
             )
+            if not skipped:
+                log.info("run_not_skipped", origin=candidate.origin, reason="task changed")
+                return
             self.fired.pop(candidate.task_id, None)
             log.warning("run_skipped", reason=reason, origin=candidate.origin)
 

@@ -206,7 +206,7 @@ class Task(Aggregate):
     def _skip_pending(self, why: str, at: datetime) -> None:
         """A queued run that will never go out is skipped visibly, not dropped."""
         if self.pending is not None:
-            self.skip_run(why, self.pending["origin"], at, self.pending["run_id"])
+            self.skip_run(why, self.pending["origin"], at, self.pending["run_id"], queued=True)
 
     @event("Paused")
     def _paused(self, reason: str | None, at: datetime) -> None:
@@ -427,13 +427,24 @@ class Task(Aggregate):
         run_id: str | None,
         slot: datetime | None = None,
         budget_from: datetime | None = None,
-    ) -> None:
+        *,
+        queued: bool = False,
+    ) -> bool:
         """A due run that will not go out (over budget, task paused). It consumes its
-        schedule slot (`slot`, as in dispatch_run), or the pending request it came from.
+        schedule slot (`slot`, as in dispatch_run), or the pending request it came from
+        (`queued`). False (nothing recorded) when, as for dispatch_run, the caller's
+        earlier look is stale: the queued run is gone, or the task no longer active.
         Over budget (`budget_from`: when the budget allows runs again) a `once` is not
         used up but kept until then, and a condition is not checked again until then
         (nothing could go out before: one skip, not one per check) nor does its cooldown
         start: only a run that went out waits one out."""
+        if self.deleted:
+            return False
+        if queued:
+            if self.pending is None or self.pending["run_id"] != run_id:
+                return False
+        elif self.status != "active":
+            return False
         deferred_to = None
         if budget_from is not None and origin in SCHEDULED_ORIGINS:
             if isinstance(self.spec.trigger, OnceTrigger):
@@ -451,6 +462,7 @@ class Task(Aggregate):
         self._run_skipped(
             reason=reason, origin=origin, at=at, run_id=run_id, slot=slot, deferred_to=deferred_to
         )
+        return True
 
     @event("RunSkipped")
     def _run_skipped(

@@ -185,3 +185,42 @@ async def test_a_create_or_update_that_changes_nothing_keeps_a_condition_that_he
     await engine.on_run_event(finished("busy", busy.run_id, clock.now()))
     assert [task for task, _ in (await engine.tick()).dispatched] == ["restock"]
     assert page.calls == 1  # went out on the check that held, not a second one
+
+
+def skipped(app: Tasks) -> list[str]:
+    """The reasons of every RunSkipped recorded, in order."""
+    return [
+        e.reason
+        for e in (
+            app.mapper.to_domain_event(n)
+            for n in app.recorder.select_notifications(start=1, limit=10**6)
+        )
+        if type(e).__name__ == "RunSkipped"
+    ]
+
+
+@pytest.mark.parametrize("queued", [False, True], ids=["scheduled", "queued"])
+async def test_a_pause_between_the_tick_and_an_over_budget_skip_records_one_skip(
+    app: Tasks, clock: ManualClock, monkeypatch: pytest.MonkeyPatch, queued: bool
+) -> None:
+    """Over budget, the tick skips what is due; a pause landing first has the last
+    word: the queued run is skipped once (by the pause), a paused task's slot not at all."""
+    engine = Scheduler(app, clock, SchedulerConfig(compile_wait_s=0, daily_budget_usd=0.0))
+    trigger = ManualTrigger() if queued else IntervalTrigger(every_s=60)
+    await engine.create(spec("poll", trigger=trigger))
+    if queued:  # queued before the budget ran out (the endpoint would refuse it now)
+        app.request_run("poll", "r-b", "manual", clock.now())
+    skip = app.skip
+
+    def paused_first(task_id: str, *args: Any, **kwargs: Any) -> bool:
+        app.pause(task_id, "maintenance", clock.now())  # an endpoint's pause lands here
+        return skip(task_id, *args, **kwargs)
+
+    monkeypatch.setattr(app, "skip", paused_first)
+    await engine.tick()
+    reasons = skipped(app)
+    if queued:
+        assert len(reasons) == 1 and "task paused" in reasons[0]
+    else:
+        assert reasons == []
+    assert dispatched(app) == 0
