@@ -402,9 +402,9 @@ class _Assembler:
                 continue
             picked = _pick_container(part, self.verdicts)
             if picked is None:
-                out.append(Ref(self.index_of[part.step], part.path).format())
+                out.append(Ref(self.index_of[part.step], part.path, part.encoding).format())
             else:
-                out.append(Ref(self._pick_step(*picked)).format())
+                out.append(Ref(self._pick_step(*picked), (), part.encoding).format())
         return "".join(out)
 
     # -- small-model steps --

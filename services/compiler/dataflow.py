@@ -36,8 +36,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 from urllib.parse import urljoin
 
-from services.compiler import references
-from services.compiler.references import Path
+from services.compiler import references, urlparts
+from services.compiler.references import Encoding, Path
 from services.compiler.toolkinds import Kind
 
 # Letters and digits of any script (\w without "_", so snake_case splits into words).
@@ -122,10 +122,12 @@ class Source:
 
 @dataclass(frozen=True)
 class Pointer:
-    """A path into the output of the trace step at position `step`."""
+    """A path into the output of the trace step at position `step`; `encoding`: the
+    value stands in a URL's path segment or query and is encoded as it is there."""
 
     step: int
     path: Path
+    encoding: Encoding | None = None
 
 
 @dataclass(frozen=True)
@@ -381,6 +383,79 @@ def find_template(
     if cursor < len(value):
         parts.append(value[cursor:])
     return Template(tuple(parts), tuple(open_parts))
+
+
+def _pointer_text(pointer: Pointer, sources: Sequence[Source]) -> str:
+    source = next(s for s in sources if s.step == pointer.step)
+    return references.stringify(references.lookup(source.output, pointer.path))
+
+
+def url_template(
+    value: str, sources: Sequence[Source], ctx: Context, template: Template | None
+) -> Template | None:
+    """`find_template` for a URL. A reference inside one path segment or query part is
+    encoded on replay as the part needs (today's "AT&T #1" must not end the query); and
+    where the run wrote a value encoded ("q=Acme%20Widget" or "q=Acme+Widget"), which
+    plain matching cannot see, the parts' decoded text is matched instead and the
+    reference encoded the same way."""
+    found = urlparts.parts(value)
+    if template is not None:
+        rewrite: dict[int, Pointer] = {}
+        at = 0
+        for i, part in enumerate(template.parts):
+            size = len(part) if isinstance(part, str) else len(_pointer_text(part, sources))
+            if isinstance(part, Pointer):
+                inside = [p for p in found if p.start <= at and at + size <= p.end]
+                if inside:
+                    raw = value[inside[0].start : inside[0].end]
+                    encoding = urlparts.encoding_of(raw, inside[0].kind)
+                    rewrite[i] = replace(part, encoding=encoding)
+            at += size
+        if not rewrite:
+            return template
+        parts = tuple(rewrite.get(i, p) for i, p in enumerate(template.parts))
+        return replace(template, parts=parts)
+    out: list[str | Pointer] = []
+    opened: list[tuple[int, tuple[Pointer, ...]]] = []
+    cursor = 0
+    for part in found:
+        raw = value[part.start : part.end]
+        decoded = urlparts.decode(raw, part.kind)
+        if decoded is None or decoded[0] == raw:
+            continue  # written as it reads: plain matching already looked at it
+        text, starts = decoded
+        local = find_exact(text, sources, ctx) or find_template(text, sources, ctx, "url")
+        if local is None:
+            continue
+        encoding = urlparts.encoding_of(raw, part.kind)
+        out.append(value[cursor : part.start])
+        at = 0  # in the decoded text
+        local_open = dict(local.open)
+        for i, piece in enumerate(local.parts):
+            if isinstance(piece, str):
+                out.append(raw[starts[at] : starts[at + len(piece)]])
+                at += len(piece)
+                continue
+            if i in local_open:
+                opened.append((len(out), local_open[i]))
+            out.append(replace(piece, encoding=encoding))
+            at += len(_pointer_text(piece, sources))
+        cursor = part.end
+    if not out:
+        return None
+    out.append(value[cursor:])
+    merged: list[str | Pointer] = []
+    index: dict[int, int] = {}  # position in `out` -> in `merged`
+    for n, piece in enumerate(out):
+        if isinstance(piece, str):
+            if not piece:
+                continue
+            if merged and isinstance(merged[-1], str):
+                merged[-1] += piece
+                continue
+        index[n] = len(merged)
+        merged.append(piece)
+    return Template(tuple(merged), tuple((index[n], ptrs) for n, ptrs in opened))
 
 
 def _link_like(leaf: str) -> bool:
@@ -790,6 +865,8 @@ def provenance(
             choice=decided is not None,
         )
     template = find_template(value, sources, ctx, kind)
+    if kind == "url" or (kind == "generic" and urlparts.looks_like_url(value)):
+        template = url_template(value, sources, ctx, template)
     if kind in ("url", "generic"):
         link = resolved_link(value, sources, ctx, template)
         if link is not None:
@@ -811,6 +888,11 @@ def provenance(
         steps = holding or ((context_step,) if context_step is not None else ())
         return Provenance("judgement", decided, sources=steps)
     if kind != "data":
+        taken = _taken_from_text(value, sources, ctx)
+        if taken is not None:
+            token, steps = taken
+            why = f"{token!r} is taken from the text of step {steps[-1]}"
+            return Provenance("judgement", why, sources=steps)
         return Provenance("constant", "not found in any earlier output")
     words = tokens(value) - ctx.allowed_tokens
     if not words:
@@ -832,6 +914,40 @@ def provenance(
     return Provenance(
         "judgement", "appears in no earlier output nor in the task prompt", sources=steps
     )
+
+
+# Where a URL or a command splits into the names it is made of: "/backups/b-01.tar.gz"
+# gives "backups" and "b-01.tar.gz".
+_NAME_SPLIT = re.compile(r"[\s'\"`/\\?&=#,;:()<>|\[\]{}*]+")
+
+
+def _taken_from_text(
+    value: str, sources: Sequence[Source], ctx: Context
+) -> tuple[str, tuple[int, ...]] | None:
+    """A URL or command that holds a name a read printed inside a longer text (a line
+    of `ls`, a version in a page), which no rule can take out of it: the run copied it
+    from there, and tomorrow's text names another (the newest backup, the latest
+    release). Only a name with a digit, 4+ characters long (a date, a version, an id;
+    a bare number of 5+ digits, not a year), that neither the task prompt nor a
+    constant input holds: the site's own address or a plain word a page also shows
+    ("about") stays a constant."""
+    known = [ctx.prompt.casefold(), *(c.casefold() for c in ctx.constants)]
+    for token in _NAME_SPLIT.split(value):
+        token = token.strip(".-")
+        if (
+            len(token) < 4
+            or not any(ch.isdigit() for ch in token)
+            or (token.isdecimal() and len(token) < 5)  # a year, a page number
+            or any(token.casefold() in text for text in known)
+        ):
+            continue
+        bounded = re.compile(rf"(?<![\w.-]){re.escape(token)}(?![\w-]|\.\w)")
+        steps = tuple(
+            s.step for s in sources if s.reads and any(bounded.search(leaf) for _, leaf in s.leaves)
+        )
+        if steps:
+            return token, steps
+    return None
 
 
 # --- text several list items hold: which item a reference reads ----------------------
@@ -970,7 +1086,10 @@ def bind(values: Mapping[_Key, Provenance]) -> dict[_Key, Provenance]:
                 )
                 bound[key] = Provenance("judgement", why, sources=prov.sources)
                 break
-            parts[i] = held[hits[0]]
+            was = template.parts[i]
+            # The item is decided; how the place it stands in encodes it is not.
+            encoding = was.encoding if isinstance(was, Pointer) else None
+            parts[i] = replace(held[hits[0]], encoding=encoding)
         else:
             bound[key] = replace(prov, template=Template(tuple(parts)))
     return bound
@@ -1259,7 +1378,7 @@ def apply_verdicts(prov: Provenance, verdicts: Mapping[Container, ListVerdict]) 
             return Provenance("judgement", verdict.why, sources=prov.sources)
         if verdict.last:
             rest = pointer.path[len(prefix) + 1 :]
-            rewrite[pointer] = Pointer(pointer.step, (*prefix, -1, *rest))
+            rewrite[pointer] = replace(pointer, path=(*prefix, -1, *rest))
     if not rewrite:
         return prov
     return replace(prov, template=prov.template.with_pointers(rewrite))

@@ -8,6 +8,9 @@ Syntax (inside any string of a step's input, a prompt or a result template):
     {{step_N[0].href}}              paths chain: fields and indexes in any order
     {{step_N["a key"]}}             a field whose name is not an identifier (JSON string)
 
+    {{step_N.field|url}}            the text percent-encoded for a URL component
+    {{step_N.field|form}}           the same, with spaces as "+" (a form-style query)
+
 Whitespace just inside the braces is allowed (`{{ step_2[0] }}`). A string that is
 exactly one reference becomes the referenced value with its JSON type (a list stays a
 list); references inside a longer string are replaced by their text (strings as they
@@ -26,7 +29,8 @@ import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
+from urllib.parse import quote, quote_plus
 
 PathItem = str | int
 Path = tuple[PathItem, ...]
@@ -35,7 +39,7 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 _PATH_PART = r"\.[A-Za-z_][A-Za-z0-9_-]*|\[-?\d+\]|\[\"(?:[^\"\\]|\\.)*\"\]"
 _REF_BODY = rf"step_(?P<step>\d+)(?P<path>(?:{_PATH_PART})*)"
 # A reference anywhere in a string, with the backslashes just before it (for escaping).
-_REF = re.compile(rf"(?P<bs>\\*)\{{\{{\s*{_REF_BODY}\s*\}}\}}")
+_REF = re.compile(rf"(?P<bs>\\*)\{{\{{\s*{_REF_BODY}(?:\s*\|\s*(?P<enc>url|form))?\s*\}}\}}")
 _PART = re.compile(_PATH_PART)
 
 
@@ -55,21 +59,45 @@ class UnresolvedReference(BadReference):
         self.ref = ref
 
 
+class BlankReference(UnresolvedReference):
+    """A reference resolved to nothing (null, blank text, an empty list or object) where
+    a value is required (`render(..., require_values=True)`)."""
+
+
+# How a URL component encodes a value: "url" (quote: a space is %20) or "form"
+# (quote_plus: a space is "+").
+Encoding = Literal["url", "form"]
+_ENCODINGS: dict[str, Encoding] = {"url": "url", "form": "form"}
+
+
 @dataclass(frozen=True, slots=True)
 class Ref:
     step: int
     path: Path = ()
+    encoding: Encoding | None = None  # the value's text goes into a URL component
 
     def format(self) -> str:
         """`{{step_N.path}}`: the reference as it appears in a template."""
-        return "{{" + self.name + format_path(self.path) + "}}"
+        suffix = f"|{self.encoding}" if self.encoding else ""
+        return "{{" + self.name + format_path(self.path) + suffix + "}}"
 
     @property
     def name(self) -> str:
         return f"step_{self.step}"
 
     def child(self, *items: PathItem) -> Ref:
-        return Ref(self.step, self.path + items)
+        return Ref(self.step, self.path + items, self.encoding)
+
+
+def encode(text: str, encoding: Encoding) -> str:
+    """`text` as one URL component holds it: every reserved character escaped ("/"
+    too: the value is one segment or one query value, never a path of its own)."""
+    return quote_plus(text, safe="") if encoding == "form" else quote(text, safe="")
+
+
+def _ref_of(match: re.Match[str]) -> Ref:
+    encoding = _ENCODINGS.get(match.group("enc") or "")
+    return Ref(int(match.group("step")), _parse_path(match.group("path")), encoding)
 
 
 def format_path(path: Path) -> str:
@@ -101,7 +129,7 @@ def parse(text: str) -> Ref:
     match = _REF.fullmatch(text.strip())
     if match is None or match.group("bs"):
         raise ReferenceSyntaxError(f"not a reference: {text!r}")
-    return Ref(int(match.group("step")), _parse_path(match.group("path")))
+    return _ref_of(match)
 
 
 def exact(text: str) -> Ref | None:
@@ -109,7 +137,7 @@ def exact(text: str) -> Ref | None:
     match = _REF.fullmatch(text)
     if match is None or match.group("bs"):
         return None
-    return Ref(int(match.group("step")), _parse_path(match.group("path")))
+    return _ref_of(match)
 
 
 def find(value: Any) -> list[Ref]:
@@ -121,7 +149,7 @@ def _iter_refs(value: Any) -> Iterator[Ref]:
     if isinstance(value, str):
         for match in _REF.finditer(value):
             if len(match.group("bs")) % 2 == 0:
-                yield Ref(int(match.group("step")), _parse_path(match.group("path")))
+                yield _ref_of(match)
     elif isinstance(value, dict):
         for item in value.values():
             yield from _iter_refs(item)
@@ -174,37 +202,60 @@ def stringify(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def render_string(text: str, outputs: Mapping[int, Any]) -> Any:
+def blank(value: Any) -> bool:
+    """Nothing to put in a value's place: null, blank text, an empty list or object."""
+    return value is None or value in ([], {}) or (isinstance(value, str) and not value.strip())
+
+
+def _value(ref: Ref, outputs: Mapping[int, Any], require_values: bool) -> Any:
+    value = resolve(ref, outputs)
+    if require_values and blank(value):
+        # The compiler only makes references to values that had text in the run it
+        # compiled: nothing there today means the page or the output changed (a renamed
+        # field extracts as null), and rendering it would write "null" or "" into an
+        # answer or an input as if all were well.
+        shown = "null" if value is None else json.dumps(value, ensure_ascii=False)
+        raise BlankReference(ref, f"is {shown} today, but a value is required")
+    return value
+
+
+def render_string(text: str, outputs: Mapping[int, Any], *, require_values: bool = False) -> Any:
+    """Fill the references in one string. `require_values`: a reference that resolves
+    to nothing (`blank`) raises BlankReference."""
     ref = exact(text)
     if ref is not None:
-        return resolve(ref, outputs)
+        value = _value(ref, outputs, require_values)
+        return encode(stringify(value), ref.encoding) if ref.encoding else value
 
     def substitute(match: re.Match[str]) -> str:
         backslashes = match.group("bs")
         text = "\\" * (len(backslashes) // 2)
         if len(backslashes) % 2:  # escaped: the reference is text
             return text + match.group(0)[len(backslashes) :]
-        ref = Ref(int(match.group("step")), _parse_path(match.group("path")))
-        return text + stringify(resolve(ref, outputs))
+        ref = _ref_of(match)
+        filled = stringify(_value(ref, outputs, require_values))
+        return text + (encode(filled, ref.encoding) if ref.encoding else filled)
 
     return _REF.sub(substitute, text)
 
 
-def render(value: Any, outputs: Mapping[int, Any]) -> Any:
+def render(value: Any, outputs: Mapping[int, Any], *, require_values: bool = False) -> Any:
     """Fill every reference in a JSON value (a step's input, a prompt, a template)."""
     if isinstance(value, str):
-        return render_string(value, outputs)
+        return render_string(value, outputs, require_values=require_values)
     if isinstance(value, dict):
-        return {key: render(item, outputs) for key, item in value.items()}
+        return {
+            key: render(item, outputs, require_values=require_values) for key, item in value.items()
+        }
     if isinstance(value, list):
-        return [render(item, outputs) for item in value]
+        return [render(item, outputs, require_values=require_values) for item in value]
     return value
 
 
-def render_text(template: str, outputs: Mapping[int, Any]) -> str:
+def render_text(template: str, outputs: Mapping[int, Any], *, require_values: bool = False) -> str:
     """Render a template that must give text (a result, a prompt): a lone reference to
     a list or number becomes its compact JSON."""
-    return stringify(render_string(template, outputs))
+    return stringify(render_string(template, outputs, require_values=require_values))
 
 
 def escape(text: str, *, before_reference: bool = False) -> str:

@@ -206,7 +206,9 @@ class Replayer:
 
     async def _step(self, step: ToolStep | LlmStep) -> Any:
         if isinstance(step, ToolStep):
-            tool_input = references.render(step.input, self.outputs)
+            # Every value filled in must be there: the compiler referred to values the
+            # original run had, and a blank one today is a changed page, not an input.
+            tool_input = references.render(step.input, self.outputs, require_values=True)
             output, metadata = await self._tool(step.index, step.tool, tool_input)
             reason = check_all(step.expect, output, metadata, self.outputs)
             if reason is not None:
@@ -240,6 +242,9 @@ class Replayer:
             # template renders the same outputs the same way, so asking again cannot help.
             if not answer.strip():
                 raise StepFailed(step.index, "empty answer", retryable=False)
+            # So does a field that came back null or blank, rather than writing "by
+            # null." or an empty list line into an answer that looks fine.
+            references.render_text(step.template or "", self.outputs, require_values=True)
             return answer
         # The small model's blank answer fails in _small_model (answer_problem).
         return await self._small_model(
