@@ -119,6 +119,14 @@ class Session:
     interrupted: bool = False
     _navigated: anyio.Event = field(default_factory=anyio.Event)
     _watched: list[Page] = field(default_factory=list)
+    # Pages the run opened or followed, oldest first: where it goes back to when its
+    # page closes, and the last to be closed when it keeps too many open.
+    _own: list[Page] = field(default_factory=list)
+    _adopted: anyio.Event = field(default_factory=anyio.Event)
+    # The page of the run's latest action (a click, a submit) until its next call: the
+    # pages it opens meanwhile are the run's own.
+    _actor: Page | None = None
+    _crashed: set[Page] = field(default_factory=set)
 
     async def wait_navigation(self, since: int) -> None:
         """Until the current page's main frame navigated after `since` (a count)."""
@@ -128,6 +136,7 @@ class Session:
     def watch(self, page: Page) -> None:
         if page in self._watched:
             return
+        self._watched = [p for p in self._watched if not p.is_closed()]
         self._watched.append(page)
 
         def on_response(response: Response) -> None:
@@ -153,14 +162,66 @@ class Session:
             ):
                 self.last_status = None
 
+        def on_crash(_page: Page) -> None:
+            # Not closed, and every later call on it fails: replaced on the next call.
+            self._crashed.add(page)
+
         page.on("request", on_request)
         page.on("response", on_response)
         page.on("framenavigated", on_navigated)
+        page.on("crash", on_crash)
 
     def adopt(self, page: Page) -> None:
         """A page the run opened (target=_blank, window.open) becomes the current one."""
         self.page = page
         self.watch(page)
+        self._own = [p for p in self._own if p is not page and not p.is_closed()]
+        self._own.append(page)
+        self._crashed = {p for p in self._crashed if not p.is_closed()}
+        self._adopted.set()
+        self._adopted = anyio.Event()
+
+    async def opened(self, page: Page) -> None:
+        """Every page the context opens. Only one the run's own action opened becomes
+        current: a pop-up a page opens by itself (an advert on load) stays in the
+        background, or the run's next read would be of the advert."""
+        actor = self._actor
+        self.watch(page)
+        if actor is None:
+            return
+        # Opened by the page acted on (None: a noopener link), not by the page the click
+        # led to opening its advert as it loads.
+        opener = await page.opener()
+        if (opener is None or opener is actor) and not page.is_closed():
+            self.adopt(page)
+
+    def acting(self, page: Page) -> None:
+        """The run acts on `page` (a click, a submit): a pop-up it opens before the run's
+        next call (one reaches Playwright some 100 ms after the click) is followed."""
+        self._actor = page
+
+    def begin_call(self) -> None:
+        """A new call: pop-ups arriving from now on were not opened by an earlier action."""
+        self._actor = None
+
+    async def wait_adopted(self, page: Page) -> None:
+        """Until the current page is no longer `page` (the run followed a new one)."""
+        while self.page is page:
+            await self._adopted.wait()
+
+    def is_own(self, page: Page) -> bool:
+        return page in self._own
+
+    def last_own(self) -> Page | None:
+        """The page the run was on most recently that is still open and usable."""
+        for page in reversed(self._own):
+            if not page.is_closed() and page not in self._crashed:
+                return page
+        return None
+
+    def crashed(self) -> bool:
+        """Whether the current page's renderer crashed."""
+        return self.page in self._crashed
 
     def touch(self) -> None:
         self.last_used = time.monotonic()
@@ -403,8 +464,8 @@ class BrowserPool:
                     warm = await self._new_warm()
                 self._refill.set()
                 session = Session(run_id, warm.context, warm.page, warm.generation, attempt)
-                session.watch(warm.page)
-                warm.context.on("page", session.adopt)
+                session.adopt(warm.page)
+                warm.context.on("page", session.opened)
                 self._sessions[run_id] = session
                 log.debug("session_opened", run_id=run_id, pooled=pooled)
                 return session

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import re
 import uuid
+from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ from services.tools.outcome import Outcome, ToolFailure
 # A name that is a plain form field name (`q`, `user[email]`), not CSS.
 _FIELD_NAME = re.compile(r"^[A-Za-z_][\w\-\[\].:]*$")
 _TRUE = {"true", "on", "yes", "1", "checked"}
+_FALSE = {"false", "off", "no", "0", "unchecked", ""}
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class BrowserLimits:
     load_timeout_s: float = 10.0  # waiting for `load` after the DOM is ready
     extract_wait_s: float = 1.0  # a selector that matches nothing yet: wait this long
     submit_wait_s: float = 2.0  # a script-submitted form: wait this long for navigation
+    popup_wait_s: float = 2.0  # a link or form that should open a tab: wait this long
     screenshot_dir: Path = Path("blobs")
 
 
@@ -96,22 +99,50 @@ def _is_selector_syntax(exc: PlaywrightError) -> bool:
 MAX_OPEN_PAGES = 5
 
 
-async def current_page(session: Session) -> Page:
-    """The page tools act on; reopened if the run closed it (window.close())."""
+async def current_page(session: Session, *, after_crash: bool = False) -> Page:
+    """The page tools act on; reopened if the run closed it (window.close()). A page
+    whose renderer crashed is replaced by a fresh one, and the call fails saying so
+    (unless `after_crash`: the call, a navigation, does not need what was on it)."""
+    crashed_url = await replace_crashed(session)
+    if crashed_url is not None and not after_crash:
+        raise crash_failure(crashed_url)
     if session.page.is_closed():
+        # Back to where the run was before, not to a pop-up it never followed.
         open_pages = [p for p in session.context.pages if not p.is_closed()]
-        if open_pages:
-            session.page = open_pages[-1]
-        else:
-            session.adopt(await session.context.new_page())
+        back = session.last_own() or (open_pages[-1] if open_pages else None)
+        session.adopt(back or await session.context.new_page())
     await _close_old_pages(session)
     return session.page
 
 
+async def replace_crashed(session: Session) -> str | None:
+    """If the current page's renderer crashed, a fresh page in the same context (cookies
+    and storage kept) replaces it; returns the URL the crashed page was on."""
+    if not session.crashed():
+        return None
+    page = session.page
+    url = page.url
+    with suppress(PlaywrightError), anyio.move_on_after(_STOP_WITHIN_S, shield=True):
+        await page.close(run_before_unload=False)
+    session.adopt(await session.context.new_page())
+    return url
+
+
+def crash_failure(url: str) -> ToolFailure:
+    return ToolFailure(
+        "page_crashed",
+        f"the page ({_quoted(url)}) crashed: its renderer died. A blank page replaces it"
+        " (cookies kept); navigate again to go on",
+        metadata=ToolMetadata(url=url),
+    )
+
+
 async def _close_old_pages(session: Session) -> None:
     """A run that keeps opening tabs (target=_blank links, pop-ups) keeps the newest
-    few: each holds a renderer's memory until the run ends."""
+    few: each holds a renderer's memory until the run ends. Pop-ups the run never
+    followed go first, then the oldest of the pages it was on."""
     others = [p for p in session.context.pages if p is not session.page and not p.is_closed()]
+    others.sort(key=session.is_own)  # stable: oldest first within each kind
     for page in others[: max(0, len(others) - (MAX_OPEN_PAGES - 1))]:
         # Closed meanwhile, or hung in a script: a close must not hold the call up.
         with suppress(PlaywrightError), anyio.move_on_after(_STOP_WITHIN_S):
@@ -181,14 +212,23 @@ async def _page_state(session: Session, page: Page, *, navigated: bool) -> Outco
     )
 
 
-# Whether clicking the element follows a link into another tab or window.
-_OPENS_TAB_JS = """
-el => {
+# Where acting on the element loads a page: the target of the link it is in, or when
+# it submits its form (`submits`: Enter in a field, or it is a submit button) the
+# form's; else the document's <base target>. Null when it neither follows a link nor
+# submits.
+_TARGET_JS = """
+(el, submits) => {
+  const base = () => el.ownerDocument.querySelector('base[target]')?.getAttribute('target');
   const link = el.closest('a[href], area[href]');
-  const target = (link?.getAttribute('target') ?? '').toLowerCase();
-  return target !== '' && !['_self', '_parent', '_top'].includes(target);
+  if (link) return link.getAttribute('target') ?? base() ?? null;
+  const button = el.closest(
+    'button:not([type=button]):not([type=reset]), input[type=submit], input[type=image]');
+  const form = (button ?? el).form ?? el.closest('form');
+  if (!form || !(submits || button)) return null;
+  return button?.getAttribute('formtarget') ?? form.getAttribute('target') ?? base() ?? null;
 }
 """
+_SAME_WINDOW = {"", "_self", "_parent", "_top"}
 
 # The HTTP status of the document, for pages whose response we did not see arrive.
 _STATUS_JS = """
@@ -233,7 +273,7 @@ async def _missing_or_stuck(locator: Locator, what: str, exc: PlaywrightError) -
 async def navigate(
     session: Session, args: t.BrowserNavigateInput, budget: Budget, limits: BrowserLimits
 ) -> Outcome:
-    page = await current_page(session)
+    page = await current_page(session, after_crash=True)
     response = None
     for attempt in range(2):
         try:
@@ -357,6 +397,68 @@ async def _by_text(page: Page, text: str) -> Locator:
     return page.get_by_text(text)
 
 
+async def _window_name(page: Page) -> str | None:
+    with anyio.move_on_after(_PROBE_WITHIN_S), suppress(PlaywrightError):
+        return str(await page.evaluate("() => window.name"))
+    return None  # closed, between documents, or stuck
+
+
+async def _link_window(session: Session, page: Page, target: str | None) -> Page | None:
+    """Where a link with `target` loads: `page` itself (no target, _self, a frame of the
+    page, the page's own window name), another open window of the run bearing that name,
+    or None: a new tab (_blank, a name no window has yet)."""
+    if target is None or target.strip().lower() in _SAME_WINDOW:
+        return page
+    if target.strip().lower() == "_blank":
+        return None
+    if any(f.name == target for f in page.frames if f is not page.main_frame):
+        return page
+    for window in [page] + [p for p in session.context.pages if p is not page]:
+        if not window.is_closed() and await _window_name(window) == target:
+            return window
+    return None
+
+
+async def _act(
+    session: Session,
+    page: Page,
+    element: Locator,
+    action: Callable[[], Awaitable[None]],
+    budget: Budget,
+    limits: BrowserLimits,
+    *,
+    submits: bool = False,
+) -> bool:
+    """Run `action` (a click, Enter, a submit) on `element` of `page`, following the page
+    into the tab it opens or the open window its target names, as a person would.
+    Whether the run is now on another page."""
+    target = await element.evaluate(
+        _TARGET_JS, submits, timeout=budget.ms(limits.element_timeout_s)
+    )
+    window = await _link_window(session, page, target)
+    elsewhere = window is not None and window is not page
+    if elsewhere:
+        assert window is not None
+        # Current before the action, so the navigation it starts there is counted.
+        session.adopt(window)
+    before = session.navigations
+    session.acting(page)
+    try:
+        await action()
+    except BaseException:
+        if elsewhere:
+            session.adopt(page)  # nothing was done: the run stays where it was
+        raise
+    with anyio.move_on_after(min(budget.left(), limits.popup_wait_s)):
+        if window is None:
+            # If no tab comes (a frame or window the lookup missed: named by a script,
+            # its page busy), the action still happened: the run stays where it is.
+            await session.wait_adopted(page)
+        elif elsewhere:
+            await session.wait_navigation(before)
+    return session.page is not page
+
+
 async def click(
     session: Session, args: t.BrowserClickInput, budget: Budget, limits: BrowserLimits
 ) -> Outcome:
@@ -370,14 +472,9 @@ async def click(
     timeout = budget.ms(limits.element_timeout_s)
     try:
         locator = await _preferring_visible(matches)
-        if await locator.evaluate(_OPENS_TAB_JS, timeout=timeout):
-            # The run follows the link into its new tab, as a person would.
-            async with page.expect_popup(timeout=budget.ms(limits.element_timeout_s)) as popup:
-                await locator.click(timeout=timeout)
-            session.adopt(await popup.value)
-            before = -1  # a new page: it navigated
-        else:
-            await locator.click(timeout=timeout)
+        moved = await _act(
+            session, page, locator, lambda: locator.click(timeout=timeout), budget, limits
+        )
     except PlaywrightTimeout as exc:
         raise await _missing_or_stuck(matches, what, exc) from None
     except PlaywrightError as exc:
@@ -386,7 +483,7 @@ async def click(
         raise
     page = await current_page(session)
     await _settle(page, budget, limits)
-    return await _page_state(session, page, navigated=session.navigations != before)
+    return await _page_state(session, page, navigated=moved or session.navigations != before)
 
 
 async def type_text(
@@ -395,13 +492,23 @@ async def type_text(
     page = await current_page(session)
     matches = page.locator(args.selector)
     before = session.navigations
+    moved = False
     try:
         locator = await _preferring_visible(matches)
         await locator.fill(args.text, timeout=budget.ms(limits.element_timeout_s))
         # Before Enter: a submitted form's field is gone with its page.
         secret = await _is_password_field(locator, budget.ms(limits.element_timeout_s))
         if args.submit:
-            await locator.press("Enter", timeout=budget.ms(limits.element_timeout_s))
+            timeout = budget.ms(limits.element_timeout_s)
+            moved = await _act(
+                session,
+                page,
+                locator,
+                lambda: locator.press("Enter", timeout=timeout),
+                budget,
+                limits,
+                submits=True,
+            )
     except PlaywrightTimeout as exc:
         raise await _missing_or_stuck(matches, f"selector {args.selector!r}", exc) from None
     except PlaywrightError as exc:
@@ -411,7 +518,7 @@ async def type_text(
     page = await current_page(session)
     if args.submit:
         await _settle(page, budget, limits)
-    state = await _page_state(session, page, navigated=session.navigations != before)
+    state = await _page_state(session, page, navigated=moved or session.navigations != before)
     return _reporting(state, [args.selector] if secret else [])
 
 
@@ -525,10 +632,27 @@ async def _choose(first: Locator, choices_js: str, text: str, key: str, noun: st
     return index
 
 
-async def _set_value(key: str, locator: Locator, value: t.FormValue, timeout_ms: float) -> bool:
-    """Set the control's value; whether it is a password field. Raises ToolFailure for a
-    value the control cannot take, rather than setting something else."""
-    first = locator.first
+def _checkbox_state(key: str, value: t.FormValue) -> bool:
+    """Checked or not, from true/false or a word meaning one of them. Anything else is
+    refused: "ham" for a box is not a reason to clear it."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE or text in _FALSE:
+        return text in _TRUE
+    raise ToolFailure(
+        "invalid_value",
+        f"{key!r} is a checkbox: give true or false, not {cut_text(str(value), 100)!r}"
+        " (to tick one box of a group, name that box by its label or id)",
+    )
+
+
+async def _set_value(
+    key: str, locator: Locator, first: Locator, value: t.FormValue, timeout_ms: float
+) -> bool:
+    """Set the control's value (`first`, the match acted on, among all of `locator`);
+    whether it is a password field. Raises ToolFailure for a value the control cannot
+    take, rather than setting something else."""
     kind = await first.evaluate(
         "el => [el.tagName.toLowerCase(), (el.getAttribute('type') || '').toLowerCase(),"
         f" ({_PASSWORD_FIELD_JS})(el)]"
@@ -541,7 +665,7 @@ async def _set_value(key: str, locator: Locator, value: t.FormValue, timeout_ms:
         index = await _choose(first, _OPTIONS_JS, text, key, "option")
         await first.select_option(index=index, timeout=timeout_ms)
     elif input_type == "checkbox":
-        await first.set_checked(text.lower() in _TRUE, timeout=timeout_ms)
+        await first.set_checked(_checkbox_state(key, value), timeout=timeout_ms)
     elif input_type == "radio":
         if value is True and await locator.count() == 1:
             # The key named one member (by its label or id): choose it.
@@ -620,23 +744,36 @@ async def fill_form(
                 "element_not_found", f"no form field is named, labelled or selected by {key!r}"
             )
         try:
-            if await _set_value(key, locator, value, budget.ms(limits.element_timeout_s)):
+            # As click and type do: a hidden copy of the form (a template, a mobile
+            # layout) ahead of the one a person sees must not be the one filled.
+            first = await _preferring_visible(locator)
+            if await _set_value(key, locator, first, value, budget.ms(limits.element_timeout_s)):
                 secret.append(key)
         except PlaywrightError as exc:
             raise ToolFailure(
                 "element_not_actionable", f"cannot set {key!r}: {_first_line(exc)}"
             ) from None
-        last = locator.first
+        last = first
+    moved = False
     if args.submit and last is not None:
+        submitted = last
         try:
-            await _submit(session, last, budget, limits)
+            moved = await _act(
+                session,
+                page,
+                submitted,
+                lambda: _submit(session, submitted, budget, limits),
+                budget,
+                limits,
+                submits=True,
+            )
         except PlaywrightError as exc:
             raise ToolFailure(
                 "element_not_actionable", f"cannot submit: {_first_line(exc)}"
             ) from None
         await _settle(await current_page(session), budget, limits)
     page = await current_page(session)
-    state = await _page_state(session, page, navigated=session.navigations != before)
+    state = await _page_state(session, page, navigated=moved or session.navigations != before)
     return _reporting(state, secret)
 
 

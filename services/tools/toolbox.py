@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,8 +27,10 @@ from services.tools.browser_tools import (
     MAX_ERROR_LINE_CHARS,
     BrowserLimits,
     Budget,
+    crash_failure,
     inner_timeout,
     recover,
+    replace_crashed,
 )
 from services.tools.outcome import Outcome, ToolFailure
 from services.tools.specs import spec_for, validate_input
@@ -202,6 +205,7 @@ class ToolBox:
             # One call at a time per run: its tools share one page.
             async with session.lock:
                 try:
+                    session.begin_call()
                     if session.interrupted:
                         session.interrupted = False
                         await recover(session)
@@ -211,6 +215,13 @@ class ToolBox:
                     session.interrupted = True
                     raise
                 except PlaywrightError as exc:
+                    # The renderer died under the call: say so, and leave a fresh page
+                    # for the next call rather than one on which every call fails.
+                    crashed_url = None
+                    with suppress(PlaywrightError):  # the browser itself is gone
+                        crashed_url = await replace_crashed(session)
+                    if crashed_url is not None:
+                        raise crash_failure(crashed_url) from None
                     raise self._browser_failure(exc) from None
                 except ToolFailure as failure:
                     if failure.code == "timeout":

@@ -1,0 +1,248 @@
+"""Browser tools on pages that open windows on their own, name frames and windows as
+link targets, crash, hide copies of a form, or get a checkbox a word it cannot take."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import anyio
+import pytest
+from playwright.async_api import Error as PlaywrightError
+
+from contracts.tools import ExecTool, ToolResult
+from services.tools.browser import BrowserConfig, BrowserPool, Session
+from services.tools.browser_tools import MAX_OPEN_PAGES, BrowserLimits
+from services.tools.specs import SPECS
+from services.tools.toolbox import ToolBox, ToolsConfig
+from tests.integration.test_tools_service import _descendants, nothing_left_behind  # noqa: F401
+from tests.local_site import QuietHandler, serve
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.browser,
+    pytest.mark.usefixtures("nothing_left_behind"),
+]
+
+PAGES = {
+    "/a": "<title>A</title><p>page a</p>",
+    "/b": "<title>B</title><p>page b</p>",
+    "/pop": "<title>Main</title><p>main content</p><script>window.open('/advert')</script>",
+    "/advert": "<title>Ad</title><p>advert</p>",
+    "/tabs": '<title>T</title><a href="/pop" target="_blank">new tab</a>',
+    "/pane": '<title>P</title><iframe name="pane" src="/a"></iframe>'
+    '<a href="/b" target="pane">load in pane</a>',
+    "/named": '<title>N</title><a href="/a" target="results">A results</a>'
+    ' <a href="/b" target="results">B results</a>',
+    # A window named "results" the page opened itself, then a link into it.
+    "/hub": "<title>Hub</title><script>window.open('/a', 'results')</script>"
+    '<a href="/b" target="results">B in results</a>',
+    "/dupform": """<title>DF</title>
+<div style="display:none"><form action="/a"><input name="email"></form></div>
+<form action="/echo"><input name="email"><button>Send</button></form>""",
+    "/echo": "<title>E</title><p id=q></p><script>q.textContent = location.search</script>",
+    "/boxes": """<title>CB</title><form action="/echo">
+<label><input type="checkbox" name="agree"> I agree</label>
+<label><input type="checkbox" name="top" value="cheese"> Cheese</label>
+<label><input type="checkbox" name="top" value="ham" checked> Ham</label></form>""",
+}
+
+
+class _Handler(QuietHandler):
+    def do_GET(self) -> None:
+        body = PAGES.get(urlparse(self.path).path, "<title>404</title>missing")
+        data = body.encode()
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+
+@pytest.fixture
+def site() -> Iterator[str]:
+    with serve(_Handler) as url:
+        yield url
+
+
+@dataclass
+class Browser:
+    box: ToolBox
+
+    async def __call__(self, tool: str, timeout_s: float = 10.0, **input: Any) -> ToolResult:
+        call = ExecTool(
+            run_id="run-a",
+            task_id="task-1",
+            allowed_tools=list(SPECS),
+            tool=tool,
+            input=input,
+            timeout_s=timeout_s,
+        )
+        return await self.box.execute(call)
+
+    @property
+    def session(self) -> Session:
+        assert self.box.browsers is not None
+        return self.box.browsers.sessions["run-a"]
+
+
+@pytest.fixture
+async def browser(tmp_path: Path) -> AsyncIterator[Browser]:
+    config = ToolsConfig(
+        data_dir=tmp_path,
+        browser=BrowserConfig(pool_size=1),
+        limits=BrowserLimits(screenshot_dir=tmp_path / "blobs"),
+    )
+    async with BrowserPool(config.browser) as pool:
+        await pool.wait_warm()
+        yield Browser(ToolBox(config, pool))
+
+
+def _error(result: ToolResult) -> tuple[str, str]:
+    assert not result.ok and result.error is not None, result
+    return result.error.code, result.error.message
+
+
+async def _pages_open(session: Session, count: int) -> None:
+    with anyio.fail_after(5):
+        while len([p for p in session.context.pages if not p.is_closed()]) < count:
+            await anyio.sleep(0.05)
+
+
+# --- 1. pop-ups a page opens on its own --------------------------------------------------
+
+
+async def test_a_pop_up_the_page_opens_itself_stays_in_the_background(
+    browser: Browser, site: str
+) -> None:
+    opened = await browser("browser_navigate", url=f"{site}/pop")
+    assert opened.ok and opened.output["title"] == "Main"
+    await _pages_open(browser.session, 2)  # the advert is open...
+    await anyio.sleep(0.3)
+    page = await browser("browser_read_page")  # ...but the run reads its own page
+    assert (page.output, page.metadata.url) == ("main content", f"{site}/pop")
+
+
+async def test_unfollowed_pop_ups_are_closed_before_the_runs_own_pages(
+    browser: Browser, site: str
+) -> None:
+    assert (await browser("browser_navigate", url=f"{site}/tabs")).ok
+    tabs = browser.session.page
+    # A tab the run opened itself is followed (its own advert is not).
+    followed = await browser("browser_click", text="new tab")
+    assert followed.ok and followed.output["url"] == f"{site}/pop", followed
+    for _ in range(5):
+        assert (await browser("browser_navigate", url=f"{site}/pop")).ok
+    # Each call keeps MAX_OPEN_PAGES, and each navigation opens an advert more.
+    await _pages_open(browser.session, MAX_OPEN_PAGES + 1)
+    page = await browser("browser_read_page")
+    assert (page.output, page.metadata.url) == ("main content", f"{site}/pop")
+    pages = [p for p in browser.session.context.pages if not p.is_closed()]
+    assert len(pages) == MAX_OPEN_PAGES
+    assert not tabs.is_closed()  # adverts went first
+
+
+# --- 2. links whose target names a frame or a window -------------------------------------
+
+
+async def test_a_link_into_a_named_frame_is_a_click_not_a_missing_tab(
+    browser: Browser, site: str
+) -> None:
+    assert (await browser("browser_navigate", url=f"{site}/pane")).ok
+    clicked = await browser("browser_click", text="load in pane")
+    assert clicked.ok, clicked.error
+    assert clicked.output["url"] == f"{site}/pane"
+    assert clicked.duration_ms < 1500  # no tab waited for
+    assert "page b" in (await browser("browser_read_page")).output
+
+
+async def test_a_link_into_a_window_already_named_so(browser: Browser, site: str) -> None:
+    assert (await browser("browser_navigate", url=f"{site}/named")).ok
+    first = await browser("browser_click", text="A results")  # opens the "results" tab
+    assert first.ok and first.output["url"] == f"{site}/a", first
+    # In that tab: its own window is "results", so the link loads right there.
+    assert (await browser("browser_navigate", url=f"{site}/named")).ok
+    second = await browser("browser_click", text="B results")
+    assert second.ok, second.error
+    assert second.output["url"] == f"{site}/b" and second.duration_ms < 1500
+
+
+async def test_a_link_into_another_open_window_follows_it_there(
+    browser: Browser, site: str
+) -> None:
+    assert (await browser("browser_navigate", url=f"{site}/hub")).ok
+    await _pages_open(browser.session, 2)  # "results", opened by the page itself
+    clicked = await browser("browser_click", text="B in results")
+    assert clicked.ok, clicked.error
+    assert clicked.output == {"url": f"{site}/b", "title": "B"}
+    assert clicked.duration_ms < 1500
+    assert (await browser("browser_read_page")).output == "page b"
+
+
+# --- 3. a crashed renderer ---------------------------------------------------------------
+
+
+async def _crash(session: Session) -> None:
+    cdp = await session.context.new_cdp_session(session.page)
+    # Chromium never answers Page.crash: the page is gone before it could.
+    with suppress(PlaywrightError), anyio.move_on_after(0.5):
+        await cdp.send("Page.crash")
+
+
+async def test_a_crashed_page_is_reported_then_replaced(browser: Browser, site: str) -> None:
+    assert (await browser("browser_navigate", url=f"{site}/a")).ok
+    await _crash(browser.session)
+    hit = await browser("browser_read_page")
+    code, message = _error(hit)
+    assert code == "page_crashed" and "crashed" in message
+    assert hit.metadata.url == f"{site}/a" and hit.duration_ms < 2000
+    # A fresh page in the same context: the run goes on.
+    assert (await browser("browser_navigate", url=f"{site}/b")).ok
+    assert (await browser("browser_read_page")).output == "page b"
+    # A navigation right after a crash needs nothing of the dead page: it just works.
+    await _crash(browser.session)
+    again = await browser("browser_navigate", url=f"{site}/a")
+    assert again.ok, again.error
+    assert (await browser("browser_read_page")).output == "page a"
+
+
+# --- 4, 5. forms -------------------------------------------------------------------------
+
+
+async def test_fill_form_prefers_the_visible_field(browser: Browser, site: str) -> None:
+    assert (await browser("browser_navigate", url=f"{site}/dupform")).ok
+    result = await browser("browser_fill_form", fields={"email": "a@b.c"})
+    assert result.ok, result.error
+    assert result.metadata.url == f"{site}/echo?email=a%40b.c"
+
+
+async def _checked(browser: Browser) -> list[str]:
+    result = await browser("browser_extract", selector="input:checked", attribute="name")
+    return list(result.output)
+
+
+async def test_a_checkbox_takes_true_or_false_and_refuses_other_words(
+    browser: Browser, site: str
+) -> None:
+    assert (await browser("browser_navigate", url=f"{site}/boxes")).ok
+    for word in ("maybe", "ham"):
+        refused = await browser("browser_fill_form", submit=False, fields={"agree": word})
+        code, message = _error(refused)
+        assert code == "invalid_value" and "true or false" in message
+        assert await _checked(browser) == ["top"]  # nothing unchecked in its place
+    code, _ = _error(await browser("browser_fill_form", submit=False, fields={"top": "cheese"}))
+    assert code == "invalid_value"
+    assert await _checked(browser) == ["top"]  # ham is still ticked
+    for value, want in (("yes", ["agree", "top"]), ("off", ["top"]), (True, ["agree", "top"])):
+        assert (await browser("browser_fill_form", submit=False, fields={"agree": value})).ok
+        assert await _checked(browser) == want
+    # One box of a group, named by its label.
+    assert (await browser("browser_fill_form", submit=False, fields={"Cheese": True})).ok
+    assert await _checked(browser) == ["agree", "top", "top"]
