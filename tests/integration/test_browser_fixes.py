@@ -5,20 +5,16 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from contextlib import suppress
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlparse
 
 import anyio
 import pytest
 from playwright.async_api import Error as PlaywrightError
 
-from contracts.tools import ExecTool, ToolResult
-from services.tools.browser import BrowserConfig, BrowserPool, Session
-from services.tools.browser_tools import MAX_OPEN_PAGES, BrowserLimits
-from services.tools.specs import SPECS
-from services.tools.toolbox import ToolBox, ToolsConfig
+from services.tools.browser import Session
+from services.tools.browser_tools import MAX_OPEN_PAGES
+from tests.browser_box import Browser, error_of, open_browser
 from tests.integration.test_tools_service import _descendants, nothing_left_behind  # noqa: F401
 from tests.local_site import QuietHandler, serve
 
@@ -72,42 +68,10 @@ def site() -> Iterator[str]:
         yield url
 
 
-@dataclass
-class Browser:
-    box: ToolBox
-
-    async def __call__(self, tool: str, timeout_s: float = 10.0, **input: Any) -> ToolResult:
-        call = ExecTool(
-            run_id="run-a",
-            task_id="task-1",
-            allowed_tools=list(SPECS),
-            tool=tool,
-            input=input,
-            timeout_s=timeout_s,
-        )
-        return await self.box.execute(call)
-
-    @property
-    def session(self) -> Session:
-        assert self.box.browsers is not None
-        return self.box.browsers.sessions["run-a"]
-
-
 @pytest.fixture
 async def browser(tmp_path: Path) -> AsyncIterator[Browser]:
-    config = ToolsConfig(
-        data_dir=tmp_path,
-        browser=BrowserConfig(pool_size=1),
-        limits=BrowserLimits(screenshot_dir=tmp_path / "blobs"),
-    )
-    async with BrowserPool(config.browser) as pool:
-        await pool.wait_warm()
-        yield Browser(ToolBox(config, pool))
-
-
-def _error(result: ToolResult) -> tuple[str, str]:
-    assert not result.ok and result.error is not None, result
-    return result.error.code, result.error.message
+    async with open_browser(tmp_path) as browser:
+        yield browser
 
 
 async def _pages_open(session: Session, count: int) -> None:
@@ -200,7 +164,7 @@ async def test_a_crashed_page_is_reported_then_replaced(browser: Browser, site: 
     assert (await browser("browser_navigate", url=f"{site}/a")).ok
     await _crash(browser.session)
     hit = await browser("browser_read_page")
-    code, message = _error(hit)
+    code, message = error_of(hit)
     assert code == "page_crashed" and "crashed" in message
     assert hit.metadata.url == f"{site}/a" and hit.duration_ms < 2000
     # A fresh page in the same context: the run goes on.
@@ -234,10 +198,10 @@ async def test_a_checkbox_takes_true_or_false_and_refuses_other_words(
     assert (await browser("browser_navigate", url=f"{site}/boxes")).ok
     for word in ("maybe", "ham"):
         refused = await browser("browser_fill_form", submit=False, fields={"agree": word})
-        code, message = _error(refused)
+        code, message = error_of(refused)
         assert code == "invalid_value" and "true or false" in message
         assert await _checked(browser) == ["top"]  # nothing unchecked in its place
-    code, _ = _error(await browser("browser_fill_form", submit=False, fields={"top": "cheese"}))
+    code, _ = error_of(await browser("browser_fill_form", submit=False, fields={"top": "cheese"}))
     assert code == "invalid_value"
     assert await _checked(browser) == ["top"]  # ham is still ticked
     for value, want in (("yes", ["agree", "top"]), ("off", ["top"]), (True, ["agree", "top"])):

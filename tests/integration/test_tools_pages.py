@@ -6,19 +6,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import anyio
 import pytest
 
-from contracts.tools import ExecTool, ToolResult
-from services.tools.browser import BrowserConfig, BrowserPool
-from services.tools.browser_tools import MAX_OPEN_PAGES, BrowserLimits
-from services.tools.specs import SPECS
-from services.tools.toolbox import ToolBox, ToolsConfig
+from services.tools.browser_tools import MAX_OPEN_PAGES
+from services.tools.toolbox import ToolBox
+from tests.browser_box import Browser, error_of, open_browser
 from tests.integration.test_tools_service import _descendants, nothing_left_behind  # noqa: F401
 from tests.local_site import QuietHandler, serve
 
@@ -117,38 +114,11 @@ def site() -> Iterator[str]:
         yield url
 
 
-@dataclass
-class Browser:
-    box: ToolBox
-
-    async def __call__(self, tool: str, timeout_s: float = 10.0, **input: Any) -> ToolResult:
-        call = ExecTool(
-            run_id="run-a",
-            task_id="task-1",
-            allowed_tools=list(SPECS),
-            tool=tool,
-            input=input,
-            timeout_s=timeout_s,
-        )
-        return await self.box.execute(call)
-
-
 @pytest.fixture
 async def browser(tmp_path: Path) -> AsyncIterator[Browser]:
-    config = ToolsConfig(
-        data_dir=tmp_path,
-        browser=BrowserConfig(pool_size=1),
-        # Short element waits: the failures below are about what is waited for.
-        limits=BrowserLimits(element_timeout_s=1.0, screenshot_dir=tmp_path / "blobs"),
-    )
-    async with BrowserPool(config.browser) as pool:
-        await pool.wait_warm()  # Chromium's start is not a call's to wait for
-        yield Browser(ToolBox(config, pool))
-
-
-def _error(result: ToolResult) -> tuple[str, str]:
-    assert not result.ok and result.error is not None, result
-    return result.error.code, result.error.message
+    # Short element waits: the failures below are about what is waited for.
+    async with open_browser(tmp_path, element_timeout_s=1.0) as browser:
+        yield browser
 
 
 # --- timeouts ----------------------------------------------------------------------------
@@ -158,7 +128,7 @@ async def test_a_navigation_that_timed_out_is_abandoned(browser: Browser, site: 
     assert (await browser("browser_navigate", url=f"{site}/a")).ok
     started = time.monotonic()
     result = await browser("browser_navigate", timeout_s=2, url=f"{site}/slow?s=5")
-    assert _error(result)[0] == "timeout"
+    assert error_of(result)[0] == "timeout"
     assert time.monotonic() - started < 4  # stopping it does not wait for the server
     # The next call works at once, on the page the run was on...
     page = await browser("browser_read_page", timeout_s=3)
@@ -176,7 +146,7 @@ async def test_a_page_stuck_in_a_script_is_replaced(browser: Browser, site: str)
     with anyio.fail_after(20):
         while (stuck := await browser("browser_read_page", timeout_s=2)).ok:
             await anyio.sleep(0.1)
-    assert _error(stuck)[0] == "timeout"
+    assert error_of(stuck)[0] == "timeout"
     # A fresh page in the same context: the run goes on, its cookies kept. (Room for a
     # loaded machine: the spinning renderer may hold a core until it is gone.)
     result = await browser("browser_navigate", timeout_s=20, url=f"{site}/cookies")
@@ -196,18 +166,18 @@ async def test_a_radio_is_chosen_by_value_or_label_never_by_default(
     browser: Browser, site: str
 ) -> None:
     await browser("browser_navigate", url=f"{site}/form")
-    code, message = _error(
+    code, message = error_of(
         await browser("browser_fill_form", submit=False, fields={"size": "medium"})
     )
     assert code == "element_not_found"
     assert "'s' ('Small')" in message and "'l' ('Large')" in message
     assert await _checked(browser) == []  # nothing chosen in its place
     assert (
-        _error(await browser("browser_fill_form", submit=False, fields={"size": True}))[0]
+        error_of(await browser("browser_fill_form", submit=False, fields={"size": True}))[0]
         == "invalid_value"
     )
     assert (
-        _error(await browser("browser_fill_form", submit=False, fields={"size": False}))[0]
+        error_of(await browser("browser_fill_form", submit=False, fields={"size": False}))[0]
         == "invalid_value"
     )
     assert (await browser("browser_fill_form", submit=False, fields={"size": "large"})).ok
@@ -222,11 +192,11 @@ async def test_a_radio_is_chosen_by_value_or_label_never_by_default(
 
 async def test_a_date_in_another_format_is_refused(browser: Browser, site: str) -> None:
     await browser("browser_navigate", url=f"{site}/form")
-    code, message = _error(
+    code, message = error_of(
         await browser("browser_fill_form", submit=False, fields={"when": "03/05/2024"})
     )
     assert code == "invalid_value" and "YYYY-MM-DD" in message
-    code, message = _error(await browser("browser_fill_form", submit=False, fields={"at": "1pm"}))
+    code, message = error_of(await browser("browser_fill_form", submit=False, fields={"at": "1pm"}))
     assert code == "invalid_value" and "HH:MM" in message
     # The form is submitted with what was filled.
     result = await browser("browser_fill_form", fields={"when": "2024-03-05", "at": "13:00"})
@@ -238,7 +208,7 @@ async def test_a_select_option_that_does_not_exist_fails_at_once(
 ) -> None:
     assert (await browser("browser_navigate", url=f"{site}/form")).ok
     result = await browser("browser_fill_form", submit=False, fields={"country": "Germany"})
-    code, message = _error(result)
+    code, message = error_of(result)
     assert code == "element_not_found" and "'fr' ('France')" in message
     assert result.duration_ms < 1000  # not after waiting out a timeout
     assert (await browser("browser_fill_form", submit=False, fields={"country": "France"})).ok
@@ -255,7 +225,7 @@ async def test_a_click_prefers_the_visible_match(browser: Browser, site: str) ->
         assert result.ok and result.metadata.url == f"{site}/a?shown", (target, result)
     await browser("browser_navigate", url=f"{site}/dupes")
     # None visible: the error counts every match, not the one it tried.
-    code, message = _error(await browser("browser_click", selector="button.ghost"))
+    code, message = error_of(await browser("browser_click", selector="button.ghost"))
     assert code == "element_not_actionable" and "matches 2 element(s), 0 visible" in message
 
 
