@@ -51,8 +51,9 @@ class BrowserLimits:
 def inner_timeout(seconds: float) -> float:
     """The part of a call's timeout its steps may use: what is left over lets a step's
     own, more specific error (which element was missing, what the command printed) be
-    reported before the call's hard deadline cuts everything off."""
-    return max(0.001, seconds - max(0.1 * seconds, 0.75))
+    reported before the call's hard deadline cuts everything off. A short call keeps
+    at least half of its time for its steps: a fast page must still load in it."""
+    return seconds - min(max(0.1 * seconds, 0.75), seconds / 2)
 
 
 class Budget:

@@ -124,6 +124,15 @@ async def browser(tmp_path: Path) -> AsyncIterator[Browser]:
 # --- timeouts ----------------------------------------------------------------------------
 
 
+async def test_a_short_timeout_still_leaves_a_fast_page_time_to_load(
+    browser: Browser, site: str
+) -> None:
+    assert (await browser("browser_navigate", url=f"{site}/a")).ok  # warm: no first paint
+    result = await browser("browser_navigate", timeout_s=0.7, url=f"{site}/form")
+    assert result.ok, result.error
+    assert result.metadata.url == f"{site}/form"
+
+
 async def test_a_navigation_that_timed_out_is_abandoned(browser: Browser, site: str) -> None:
     assert (await browser("browser_navigate", url=f"{site}/a")).ok
     started = time.monotonic()
