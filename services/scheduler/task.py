@@ -264,6 +264,17 @@ class Task(Aggregate):
     def _run_requested(self, run_id: str, origin: str, at: datetime) -> None:
         self.pending = {"run_id": run_id, "origin": origin, "at": at}
 
+    def _still_due(self, run_id: str | None, queued: bool) -> bool:
+        """Whether a run the caller chose from an earlier look at the task is still
+        this task's to send or skip: a pause or delete may have come in between."""
+        if self.deleted:
+            return False
+        if queued:
+            # Skipped meanwhile (a pause skips it): it must not go out after its skip.
+            # Still queued, it goes even while paused: asking was an operator's choice.
+            return self.pending is not None and self.pending["run_id"] == run_id
+        return self.status == "active"
+
     def dispatch_run(
         self,
         run_id: str,
@@ -277,14 +288,7 @@ class Task(Aggregate):
         `queued`: the run is the one request_run queued. False (nothing recorded) when
         one is already in flight, or the run may no longer go: the caller chose it from
         an earlier look at the task, and a pause or delete may have come in between."""
-        if self.in_flight is not None or self.deleted:
-            return False
-        if queued:
-            # Skipped meanwhile (a pause skips it): it must not go out after its skip.
-            # Still queued, it goes even while paused: asking was an operator's choice.
-            if self.pending is None or self.pending["run_id"] != run_id:
-                return False
-        elif self.status != "active":
+        if self.in_flight is not None or not self._still_due(run_id, queued):
             return False
         self._run_dispatched(run_id=run_id, origin=origin, spec=self.spec, at=at, slot=slot)
         return True
@@ -438,12 +442,7 @@ class Task(Aggregate):
         used up but kept until then, and a condition is not checked again until then
         (nothing could go out before: one skip, not one per check) nor does its cooldown
         start: only a run that went out waits one out."""
-        if self.deleted:
-            return False
-        if queued:
-            if self.pending is None or self.pending["run_id"] != run_id:
-                return False
-        elif self.status != "active":
+        if not self._still_due(run_id, queued):
             return False
         deferred_to = None
         if budget_from is not None and origin in SCHEDULED_ORIGINS:

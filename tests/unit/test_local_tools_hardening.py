@@ -92,6 +92,16 @@ def _kill(pid: int) -> None:
         os.kill(pid, 9)
 
 
+async def _gone_soon(pid: int) -> None:
+    """The process is gone within 2 s (killed after the check either way)."""
+    try:
+        with anyio.fail_after(2):
+            while _alive(pid):
+                await anyio.sleep(0.02)
+    finally:
+        _kill(pid)
+
+
 _SLEEPER = "[sys.executable, '-c', 'import time; time.sleep(400)']"
 _DAEMONS = {
     # setsid(): a new session and process group.
@@ -161,13 +171,7 @@ async def test_a_daemon_dies_when_the_call_times_out(tmp_path: Path) -> None:
             max_output_bytes=1000,
         )
     assert caught.value.code == "timeout"
-    daemon = int(pid_file.read_text())
-    try:
-        with anyio.fail_after(2):
-            while _alive(daemon):
-                await anyio.sleep(0.02)
-    finally:
-        _kill(daemon)
+    await _gone_soon(int(pid_file.read_text()))
 
 
 @pytest.mark.anyio
@@ -190,13 +194,7 @@ async def test_a_daemon_dies_when_the_call_is_cancelled(tmp_path: Path) -> None:
             while not pid_file.exists() or not pid_file.read_text().strip():
                 await anyio.sleep(0.02)
             tg.cancel_scope.cancel()
-    daemon = int(pid_file.read_text())
-    try:
-        with anyio.fail_after(2):
-            while _alive(daemon):
-                await anyio.sleep(0.02)
-    finally:
-        _kill(daemon)
+    await _gone_soon(int(pid_file.read_text()))
 
 
 @pytest.mark.anyio
