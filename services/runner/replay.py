@@ -237,14 +237,19 @@ class Replayer:
 
     async def _result(self, step: ResultStep) -> str:
         if step.mode == "template":
-            answer = references.render_text(step.template or "", self.outputs)
+            template = step.template or ""
+            try:
+                # A field that came back null or blank fails, rather than writing "by
+                # null." or an empty list line into an answer that looks fine.
+                answer = references.render_text(template, self.outputs, require_values=True)
+            except references.BlankReference:
+                answer = references.render_text(template, self.outputs)
+                if answer.strip():
+                    raise
             # A blank answer fails, as it does in the full loop (answer_problem). The
             # template renders the same outputs the same way, so asking again cannot help.
             if not answer.strip():
                 raise StepFailed(step.index, "empty answer", retryable=False)
-            # So does a field that came back null or blank, rather than writing "by
-            # null." or an empty list line into an answer that looks fine.
-            references.render_text(step.template or "", self.outputs, require_values=True)
             return answer
         # The small model's blank answer fails in _small_model (answer_problem).
         return await self._small_model(

@@ -547,7 +547,9 @@ class Scheduler:
             try:
                 output = await self.check_condition(task_id, trigger)
             except conditions.BrokenCheck as exc:
-                await self._pause_broken_check(task_id, trigger, str(exc)[:500], now)
+                # Every later check would be refused the same way, silently.
+                why = f"the condition's check ({trigger.tool}) cannot be made: {str(exc)[:500]}"
+                await self._pause_for_trigger(task_id, trigger, why, "condition_check_refused", now)
                 return False
             except Exception as exc:  # the tool call failed: it may work next time
                 log.warning("condition_check_failed", tool=trigger.tool, error=str(exc)[:500])
@@ -555,7 +557,12 @@ class Scheduler:
             try:
                 held = conditions.holds(trigger.predicate, output)
             except conditions.NeedsPath as exc:
-                await self._pause_untestable(task_id, trigger, str(exc)[:500], now)
+                # Left active it would check forever and never fire.
+                why = (
+                    f"the condition's predicate cannot be tested on {trigger.tool}'s output:"
+                    f" {str(exc)[:500]}"
+                )
+                await self._pause_for_trigger(task_id, trigger, why, "condition_untestable", now)
                 return False
             except Exception as exc:  # this output lacks it (no number yet): the next may not
                 log.warning("condition_check_failed", tool=trigger.tool, error=str(exc)[:500])
@@ -565,33 +572,12 @@ class Scheduler:
                 self.fired[task_id] = now
             return held
 
-    async def _pause_untestable(
-        self, task_id: str, trigger: ConditionTrigger, error: str, now: datetime
-    ) -> None:
-        """Pause a task whose predicate cannot be tested on its tool's output, saying
-        why: left active it would check forever and never fire."""
-        log.error("condition_untestable", tool=trigger.tool, error=error)
-        reason = (
-            f"the condition's predicate cannot be tested on {trigger.tool}'s output: {error};"
-            " update the trigger, then resume the task"
-        )
-        await self._pause_for_trigger(task_id, trigger, reason, now)
-
-    async def _pause_broken_check(
-        self, task_id: str, trigger: ConditionTrigger, error: str, now: datetime
-    ) -> None:
-        """Pause a task whose check the tools service refuses (no such tool, an input
-        it rejects), saying why: left active it would be refused forever, silently."""
-        log.error("condition_check_refused", tool=trigger.tool, error=error)
-        reason = (
-            f"the condition's check ({trigger.tool}) cannot be made: {error};"
-            " update the trigger, then resume the task"
-        )
-        await self._pause_for_trigger(task_id, trigger, reason, now)
-
     async def _pause_for_trigger(
-        self, task_id: str, trigger: ConditionTrigger, reason: str, now: datetime
+        self, task_id: str, trigger: ConditionTrigger, why: str, event: str, now: datetime
     ) -> None:
+        """Pause a task whose trigger is wrong (`why`), saying so and what to do."""
+        log.error(event, tool=trigger.tool, error=why)
+        reason = f"{why}; update the trigger, then resume the task"
         try:
             paused = await _in_thread(self.app.pause_for_trigger, task_id, trigger, reason, now)
         except ServiceError as exc:  # gone meanwhile: nothing left to pause

@@ -148,6 +148,22 @@ async def view_of(bus: Bus, task_id: str) -> TaskView:
     return await bus.request(s.TASKS_GET, encode({"task_id": task_id}), TaskView)
 
 
+def checked_every_second(task_id: str, tool: str, tool_input: dict[str, object]) -> dict:
+    """A tasks.create body whose condition calls `tool` every second."""
+    return {
+        "task_id": task_id,
+        "name": "t",
+        "prompt": "p",
+        "trigger": {
+            "kind": "condition",
+            "tool": tool,
+            "input": tool_input,
+            "predicate": {"op": "contains", "text": "x"},
+            "every_s": 1,
+        },
+    }
+
+
 @pytest.mark.parametrize(
     ("tool", "tool_input", "says"),
     [
@@ -159,18 +175,7 @@ async def view_of(bus: Bus, task_id: str) -> TaskView:
 async def test_a_check_the_tools_service_refuses_pauses_the_task_saying_why(
     settings: Settings, bus: Bus, tool: str, tool_input: dict[str, object], says: str
 ) -> None:
-    create = {
-        "task_id": "c51",
-        "name": "t",
-        "prompt": "p",
-        "trigger": {
-            "kind": "condition",
-            "tool": tool,
-            "input": tool_input,
-            "predicate": {"op": "contains", "text": "x"},
-            "every_s": 1,
-        },
-    }
+    create = checked_every_second("c51", tool, tool_input)
     async with tools_and_scheduler(settings, bus):
         # Accepted: whether the tools service knows the tool is its word, not the
         # scheduler's (it need not be up when a task is defined).
@@ -198,18 +203,7 @@ async def test_a_check_the_tools_service_refuses_pauses_the_task_saying_why(
 async def test_a_check_that_cannot_reach_the_tools_service_keeps_the_task_active(
     settings: Settings, bus: Bus
 ) -> None:
-    create = {
-        "task_id": "c52",
-        "name": "t",
-        "prompt": "p",
-        "trigger": {
-            "kind": "condition",
-            "tool": "shell_exec",
-            "input": {"command": "df -h"},
-            "predicate": {"op": "contains", "text": "x"},
-            "every_s": 1,
-        },
-    }
+    create = checked_every_second("c52", "shell_exec", {"command": "df -h"})
     async with tools_and_scheduler(settings, bus, tools=False):
         await bus.request(s.TASKS_CREATE, encode(create), TaskView)
         await anyio.sleep(2.5)  # a few checks, each with no tools service to answer
