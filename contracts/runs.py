@@ -72,6 +72,9 @@ class ReplayOutcome(msgspec.Struct, kw_only=True):
     # The replay failed because a service it needs could not serve (tools or llm down,
     # overloaded, rate limited): not the executor's fault, so its health ignores it.
     infrastructure: bool = False
+    # The delivery of the run that replayed, when an earlier one did (a redelivered run
+    # that had fallen back goes on with the full run and replays nothing); None: this one.
+    attempt: int | None = None
 
 
 class RunEvent(Event, kw_only=True):

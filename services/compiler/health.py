@@ -188,8 +188,9 @@ def new(task_id: str) -> Health:
 
 
 def replay_key(run_id: str, attempt: int | None) -> str:
-    # Per attempt, not per run: a redelivered run replays again, and that replay's
-    # outcome is news; the same attempt's outcome delivered twice is not. Without an
+    # Per attempt, not per run: a run redelivered after its runner died mid-replay
+    # replays again, and that replay's outcome is news; the same attempt's outcome
+    # delivered twice is not (nor an earlier attempt's, carried to the run's end). Without an
     # attempt (recorded by an earlier version), the key is the run's alone.
     return f"replay:{run_id}" if attempt is None else f"replay:{run_id}:{attempt}"
 

@@ -36,7 +36,9 @@ def replay_report(run: RunEvent) -> ReplayReport | None:
     return ReplayReport(
         version=replay.version,
         ok=replay.ok,
-        attempt=run.attempt,
+        # An earlier delivery's replay, carried to the run's end: its key is that
+        # delivery's, so the failure its own replay_failed event reported counts once.
+        attempt=replay.attempt if replay.attempt is not None else run.attempt,
         step=replay.step,
         reason=replay.reason or (run.error if not replay.ok else None),
         tokens=total_tokens(replay.tokens),

@@ -798,6 +798,8 @@ class Runner:
     ) -> None:
         """Replay the task's active executor, if it has one. On success `state.outcome`
         is set; on failure the failure is published and the run falls back to path B."""
+        if scope.attempt > 1 and await self._fell_back_before(scope, request, state):
+            return
         active = await self.ports.active_executor(request.task_id)
         if active is None or active.executor is None:
             return
@@ -863,6 +865,31 @@ class Runner:
         # Path B gets a fresh browser session: whatever state the broken replay left
         # behind (a half-filled form, a wrong page) must not steer the full run.
         await self.close_session(request.run_id)
+
+    async def _fell_back_before(
+        self, scope: RunScope, request: RunRequest, state: _Attempt
+    ) -> bool:
+        """Whether an earlier delivery of this run replayed and failed: then this one goes
+        on with the full run it had fallen back to. Replaying again would redo the
+        executor's actions (a second order) to break the same way, and count the same
+        failure twice. The earlier replay's outcome stays the run's."""
+        try:
+            earlier = await self.store.last_event(request.run_id, "replay_failed")
+        except Exception as exc:  # unknown: as before there was this rule, replay
+            log.warning("earlier_replay_unknown", error=str(exc))
+            return False
+        if earlier is None or earlier.replay is None:
+            return False
+        replay = earlier.replay
+        state.fell_back = True
+        state.version = replay.version
+        state.replay = msgspec.structs.replace(replay, attempt=replay.attempt or earlier.attempt)
+        log.info("replay_skipped", version=replay.version, reason="an earlier delivery's failed")
+        scope.transcript.note(
+            f"delivery {state.replay.attempt} replayed v{replay.version} and failed at step"
+            f" {replay.step}: {replay.reason}; this delivery goes on with the full LLM run"
+        )
+        return True
 
     async def close_session(self, run_id: str) -> None:
         await self.ports.close_session(run_id)

@@ -21,6 +21,13 @@ from structlog.testing import capture_logs
 
 from contracts import subjects as s
 from contracts.base import utc_now
+from contracts.executors import (
+    ActiveExecutor,
+    ExecutorHealth,
+    ExitCode,
+    ResultStep,
+    ToolStep,
+)
 from contracts.llm import CompleteReply, TextBlock, Usage, UsageEvent
 from contracts.runs import (
     RunEvent,
@@ -32,8 +39,8 @@ from contracts.runs import (
     Transcript,
 )
 from contracts.tasks import TaskSpec
-from contracts.tools import ToolList
-from services.compiler.outcomes import full_run_cost
+from contracts.tools import ExecTool, ToolList, ToolMetadata, ToolResult
+from services.compiler.outcomes import full_run_cost, replay_report
 from services.kernel.bus import Bus, routed
 from services.kernel.codec import decode, encode
 from services.kernel.consumers import durable_config
@@ -46,6 +53,7 @@ from services.kernel.streams import KV_TTL_S, ensure_streams
 from services.runner.service import MAX_DELIVERIES
 from services.tracer.build import full_loop_cost
 from tests.e2e.helpers import work_queue_settled
+from tests.hand_built_replay import hand_built_executor
 
 pytestmark = pytest.mark.anyio
 
@@ -211,6 +219,69 @@ async def test_a_redelivered_runs_full_run_cost_is_its_last_loop_alone(runner_bu
     # The compiler's and the tracer's full-run cost: the live attempt's loop only.
     assert full_run_cost(done) == pytest.approx(0.01)
     assert full_loop_cost(done) == pytest.approx(0.01)
+
+
+async def test_a_run_redelivered_after_its_replay_failed_goes_on_with_the_full_run(
+    runner_bus: Bus,
+) -> None:
+    """The first delivery replays (a POST that now exits 1), falls back, and dies in its
+    full run. The next delivery must not post again: it goes on with the full run, and
+    the run still says which replay failed, counted once for the executor's health."""
+    bus, run_id = runner_bus, "fell-back-then-died"
+    post = ToolStep(
+        index=0, tool="shell_exec", input={"command": "curl -X POST http://orders/new"},
+        expect=[ExitCode(code=0)],
+    )  # fmt: skip
+    active = ActiveExecutor(
+        executor=hand_built_executor(
+            "claimed", [post, ResultStep(index=1, mode="template", template="Ordered")]
+        ),
+        health=ExecutorHealth(task_id="claimed", status="active", version=1),
+    )
+    posts = lists = 0
+
+    async def compiler(msg: Msg) -> None:
+        await msg.respond(encode(active))
+
+    async def tools_exec(msg: Msg) -> None:
+        nonlocal posts
+        call = decode(msg.data, ExecTool)
+        posts += call.source == "executor"
+        await msg.respond(
+            encode(
+                ToolResult(ok=True, output="", duration_ms=1, metadata=ToolMetadata(exit_code=1))
+            )
+        )
+
+    async def tools_list(msg: Msg) -> None:  # the first full run breaks on what it reads
+        nonlocal lists
+        lists += 1
+        await msg.respond(b'{"tools": "not a list"}' if lists == 1 else encode(ToolList(tools=[])))
+
+    async def complete(msg: Msg) -> None:
+        await msg.respond(encode(answer("Order placed earlier", tokens_in=100, cost_usd=0.01)))
+
+    await bus.nc.subscribe(s.EXECUTORS_ACTIVE, cb=compiler)
+    await bus.nc.subscribe(s.TOOLS_EXEC, cb=tools_exec)
+    await bus.nc.subscribe(s.TOOLS_LIST, cb=tools_list)
+    await bus.nc.subscribe(s.LLM_COMPLETE, cb=complete)
+    seen = await watch(bus, run_id)
+    await start(bus, run_id, TaskSpec(name="claimed", prompt="Order", allowed_tools=["shell_exec"]))
+
+    done = await finished(bus, run_id)
+    assert (done.status, done.source, done.attempt) == ("completed", "full_llm", 2)
+    assert done.result == "Order placed earlier"
+    assert posts == 1 and lists == 2  # replayed once; the second delivery's full run ran
+    assert seen.count("replay_failed") == 1
+    assert done.fell_back and done.replay is not None
+    assert (done.replay.ok, done.replay.version, done.replay.step) == (False, 1, 0)
+    assert done.replay.attempt == 1
+    # The health's key for it is the first delivery's, which its replay_failed reported.
+    report = replay_report(done)
+    assert report is not None and report.attempt == 1
+    transcript = await bus.request(s.RUNS_TRANSCRIPT, RunRef(run_id=run_id), Transcript)
+    notes = [(e.detail or {}).get("text", "") for e in transcript.entries]
+    assert any("delivery 1 replayed v1 and failed at step 0" in n for n in notes), notes
 
 
 async def first_start(bus: Bus, run_id: str) -> RunEvent:

@@ -92,3 +92,12 @@ def test_a_run_event_from_before_loop_cost_usd_still_gives_a_full_run_cost() -> 
     run = msgspec.convert(written_before, RunEvent)
     assert run.loop_cost_usd is None
     assert full_run_cost(run) == 0.05  # cost_usd less the replay, as before
+
+
+def test_an_earlier_deliverys_replay_carried_to_the_runs_end_keeps_that_deliverys_key() -> None:
+    """Delivery 1 replayed, failed and died in its fallback; delivery 2 finished the full
+    run. The end event carries delivery 1's replay: the same key its replay_failed event
+    had, so the executor's health counts the failure once."""
+    failed = ReplayOutcome(version=1, ok=False, step=0, reason="exit 1", attempt=1)
+    report = replay_report(event("completed", source="full_llm", attempt=2, replay=failed))
+    assert report is not None and (report.attempt, report.ok) == (1, False)
