@@ -52,6 +52,11 @@ UNSERVED_LLM_CODES = {"unavailable", "rate_limited", "overloaded", "upstream"}
 # on a fresh, blank page): the model reads it and navigates again; not fatal.
 SESSION_LOST = "session_lost"
 DEFAULT_TOOL_TIMEOUT_S = 60.0
+# Output room for one model turn. The current models think before they act and the
+# thinking counts against max_tokens, so the request's default (4096) cuts a hard turn
+# off. Not more: the turn is not streamed, and must arrive within the llm service's
+# call budget (270 s).
+AGENT_MAX_TOKENS = 16_000
 # The stop reasons of a finished answer. Any other reply without a tool call is not one:
 # "refusal", "max_tokens" (the answer was cut off), "pause_turn" (server tools rote
 # does not carry), "model_context_window_exceeded".
@@ -200,6 +205,7 @@ class AgentLoop:
                 run_id=self.run_id,
                 task_id=self.task_id,
                 purpose="agent",
+                max_tokens=AGENT_MAX_TOKENS,
             )
             # `messages` stays whole (the record); only what is sent is fitted.
             fitted = fit_request(request, max_bytes)
@@ -233,6 +239,16 @@ class AgentLoop:
                     await self._publish_text(block.text)
 
             uses = [b for b in reply.content if isinstance(b, ToolUseBlock)]
+            if uses and reply.stop_reason == "max_tokens":
+                # The last tool call was cut off mid-input: running it could act on half
+                # a form or a truncated command.
+                return self._outcome(
+                    False,
+                    reason="llm_error",
+                    error="the model's turn was cut off at max_tokens (stop_reason"
+                    " max_tokens) inside a tool call; its input may be incomplete, so"
+                    " nothing was run",
+                )
             if not uses:
                 answer = final_text(reply.content)
                 problem = answer_problem(reply, answer)

@@ -5,6 +5,7 @@ success, and a lost text event costs nothing."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -26,7 +27,13 @@ from contracts.tasks import TaskSpec
 from contracts.tools import ExecTool, ToolResult
 from services.kernel.codec import encode
 from services.runner.accounting import Ledger
-from services.runner.agent_loop import AgentLoop, AgentOutcome, elided_note, fit_request
+from services.runner.agent_loop import (
+    AGENT_MAX_TOKENS,
+    AgentLoop,
+    AgentOutcome,
+    elided_note,
+    fit_request,
+)
 from services.runner.ports import PortError, Ports, RunScope
 from services.runner.transcript import TranscriptRecorder
 
@@ -206,6 +213,34 @@ async def test_a_refused_cut_off_or_empty_reply_fails_the_run(
     if stop_reason is not None:
         assert stop_reason in outcome.error  # the error names the stop reason
     assert outcome.ledger.cost_usd == 0.001  # the reply was paid for all the same
+
+
+async def test_a_tool_call_cut_off_at_max_tokens_is_not_run() -> None:
+    """The API cuts a turn at max_tokens wherever it is, a tool call's input too: half a
+    form filled in, half a command, must not be acted on."""
+    ran: list[ExecTool] = []
+    model = Model(lambda r: reply(tool_turn(0), "max_tokens"))
+    scope = scope_of(model)
+    exec_tool = scope.ports.exec_tool
+
+    async def counted(request: ExecTool) -> ToolResult:
+        ran.append(request)
+        return await exec_tool(request)
+
+    outcome = await run(replace(scope, ports=replace(scope.ports, exec_tool=counted)))
+    assert not outcome.ok and outcome.reason == "llm_error"
+    assert outcome.error is not None and "cut off at max_tokens" in outcome.error
+    assert "inside a tool call" in outcome.error
+    assert ran == [] and len(model.requests) == 1
+
+
+async def test_each_turn_has_room_to_think_before_it_acts() -> None:
+    """The current models' thinking counts against max_tokens: the request's default
+    (4096) would cut hard turns off."""
+    model = Model(lambda r: reply([TextBlock(text="done")], "end_turn"))
+    await run(scope_of(model))
+    assert [r.max_tokens for r in model.requests] == [AGENT_MAX_TOKENS]
+    assert AGENT_MAX_TOKENS >= 16_000
 
 
 @pytest.mark.parametrize("stop_reason", ["end_turn", "stop_sequence"])
