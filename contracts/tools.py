@@ -150,6 +150,12 @@ class BrowserExtractInput(ToolInput):
     limit: Annotated[int, msgspec.Meta(gt=0, le=10_000)] | None = None
 
 
+# A confirm() or prompt() an action raises is dismissed unless the call says otherwise.
+Confirm = Annotated[
+    bool, msgspec.Meta(description="accept a confirm or prompt dialog the action opens")
+]
+
+
 class BrowserClickInput(ToolInput):
     """Exactly one of `selector` and `text`."""
 
@@ -157,12 +163,14 @@ class BrowserClickInput(ToolInput):
     text: (
         Annotated[str, msgspec.Meta(min_length=1, description="visible link or button text")] | None
     ) = None
+    confirm: Confirm = False
 
 
 class BrowserTypeInput(ToolInput):
     selector: Css
     text: str
     submit: Annotated[bool, msgspec.Meta(description="press Enter afterwards")] = False
+    confirm: Confirm = False
 
 
 class BrowserFillFormInput(ToolInput):
@@ -176,6 +184,7 @@ class BrowserFillFormInput(ToolInput):
         ),
     ]
     submit: Annotated[bool, msgspec.Meta(description="submit the form afterwards")] = True
+    confirm: Confirm = False
 
 
 class BrowserScrollInput(ToolInput):

@@ -24,6 +24,7 @@ import anyio
 from playwright.async_api import (
     Browser,
     BrowserContext,
+    Dialog,
     Page,
     Playwright,
     Request,
@@ -62,6 +63,10 @@ CHROMIUM_ARGS: tuple[str, ...] = (
 # Opening a context and its page takes well under a second; a browser that takes this
 # long is treated as unusable.
 CREATE_TIMEOUT_S = 10.0
+# What a call reports of the dialogs (alert, confirm, prompt) pages showed during it: a
+# page that raises one after another is not reported dialog by dialog.
+MAX_DIALOGS_REPORTED = 5
+MAX_DIALOG_MESSAGE_CHARS = 500
 
 
 class BrowserUnavailable(Exception):
@@ -127,6 +132,10 @@ class Session:
     # pages it opens meanwhile are the run's own.
     _actor: Page | None = None
     _crashed: set[Page] = field(default_factory=set)
+    # The current call's answer to a confirm() or prompt() (the model's `confirm`), and
+    # the dialogs shown since the call began, as its output reports them.
+    accept_dialogs: bool = False
+    dialogs: list[dict[str, str]] = field(default_factory=list)
 
     async def wait_navigation(self, since: int) -> None:
         """Until the current page's main frame navigated after `since` (a count)."""
@@ -170,6 +179,25 @@ class Session:
         page.on("response", on_response)
         page.on("framenavigated", on_navigated)
         page.on("crash", on_crash)
+        page.on("dialog", self._answer)
+
+    async def _answer(self, dialog: Dialog) -> None:
+        """Every dialog is answered at once (an open one blocks the page's scripts, and
+        every later call would wait on it), and reported: Playwright would otherwise
+        dismiss it silently, and a click whose confirm() said no would look done. An
+        alert has only OK; leaving a page (beforeunload) was asked for by the run."""
+        accept = dialog.type in ("alert", "beforeunload") or self.accept_dialogs
+        if len(self.dialogs) < MAX_DIALOGS_REPORTED:
+            self.dialogs.append(
+                {
+                    "type": dialog.type,
+                    "message": cut_text(dialog.message, MAX_DIALOG_MESSAGE_CHARS),
+                    "answer": "accepted" if accept else "dismissed",
+                }
+            )
+        with suppress(PlaywrightError):  # the page closed meanwhile
+            # A prompt accepted keeps the answer the page proposed (else it gets "").
+            await (dialog.accept(dialog.default_value) if accept else dialog.dismiss())
 
     def adopt(self, page: Page) -> None:
         """A page the run opened (target=_blank, window.open) becomes the current one."""
@@ -200,9 +228,12 @@ class Session:
         next call (one reaches Playwright some 100 ms after the click) is followed."""
         self._actor = page
 
-    def begin_call(self) -> None:
-        """A new call: pop-ups arriving from now on were not opened by an earlier action."""
+    def begin_call(self, *, accept_dialogs: bool = False) -> None:
+        """A new call: pop-ups arriving from now on were not opened by an earlier action,
+        and dialogs are this call's to answer and report."""
         self._actor = None
+        self.accept_dialogs = accept_dialogs
+        self.dialogs = []
 
     async def wait_adopted(self, page: Page) -> None:
         """Until the current page is no longer `page` (the run followed a new one)."""

@@ -33,6 +33,12 @@ class ToolSpec:
         )
 
 
+# Said by every tool that acts on a page (services/tools/browser.py answers dialogs).
+DIALOGS_NOTE = (
+    " A confirm or prompt dialog it opens is dismissed unless `confirm` is true; the"
+    " output's `dialogs` lists the dialogs shown and how each was answered."
+)
+
 SPECS: dict[str, ToolSpec] = {
     spec.name: spec
     for spec in [
@@ -67,21 +73,22 @@ SPECS: dict[str, ToolSpec] = {
             "browser",
             "Click an element, given either a CSS `selector` or the visible `text` of a link "
             "or button (exactly one of them). Waits for a navigation it causes; returns "
-            "the URL and title afterwards.",
+            "the URL and title afterwards." + DIALOGS_NOTE,
             t.BrowserClickInput,
         ),
         ToolSpec(
             "browser_type",
             "browser",
             "Replace the value of an input or textarea (CSS `selector`) with `text`; "
-            "`submit` presses Enter afterwards.",
+            "`submit` presses Enter afterwards." + DIALOGS_NOTE,
             t.BrowserTypeInput,
         ),
         ToolSpec(
             "browser_fill_form",
             "browser",
             "Fill several form fields at once and, unless `submit` is false, submit the "
-            "form. Each key of `fields` is a CSS selector, a field's name or its label.",
+            "form. Each key of `fields` is a CSS selector, a field's name or its label."
+            + DIALOGS_NOTE,
             t.BrowserFillFormInput,
         ),
         ToolSpec(

@@ -205,12 +205,15 @@ class ToolBox:
             # One call at a time per run: its tools share one page.
             async with session.lock:
                 try:
-                    session.begin_call()
+                    session.begin_call(accept_dialogs=getattr(args, "confirm", False))
                     if session.interrupted:
                         session.interrupted = False
                         await recover(session)
                     tool = BROWSER_TOOLS[call.tool]
-                    return await tool(session, args, budget, self.config.limits)
+                    outcome = await tool(session, args, budget, self.config.limits)
+                    if session.dialogs and isinstance(outcome.output, dict):
+                        outcome.output = {**outcome.output, "dialogs": list(session.dialogs)}
+                    return outcome
                 except anyio.get_cancelled_exc_class():
                     session.interrupted = True
                     raise

@@ -1,5 +1,6 @@
 """Browser tools on pages that open windows on their own, name frames and windows as
-link targets, crash, hide copies of a form, or get a checkbox a word it cannot take."""
+link targets, crash, hide copies of a form, get a checkbox a word it cannot take, or
+open dialogs (alert, confirm, prompt)."""
 
 from __future__ import annotations
 
@@ -45,6 +46,13 @@ PAGES = {
 <label><input type="checkbox" name="agree"> I agree</label>
 <label><input type="checkbox" name="top" value="cheese"> Cheese</label>
 <label><input type="checkbox" name="top" value="ham" checked> Ham</label></form>""",
+    "/delete": """<title>D</title><p id=r>listed</p>
+<button onclick="r.textContent = confirm('Delete order 42?') ? 'deleted' : 'kept'">Delete</button>
+<form action="/echo" onsubmit="return confirm('Send it?')">
+<input name=q><button>Go</button></form>""",
+    "/ask": """<title>Q</title><p id=r>-</p>
+<button onclick="r.textContent = prompt('Your name?', 'Ann') ?? 'no answer'">Name</button>""",
+    "/welcome": "<title>W</title><script>alert('Welcome back')</script><p>inside</p>",
 }
 
 
@@ -210,3 +218,73 @@ async def test_a_checkbox_takes_true_or_false_and_refuses_other_words(
     # One box of a group, named by its label.
     assert (await browser("browser_fill_form", submit=False, fields={"Cheese": True})).ok
     assert await _checked(browser) == ["agree", "top", "top"]
+
+
+# --- dialogs -------------------------------------------------------------------------------
+
+
+async def test_a_confirm_an_action_opens_is_dismissed_and_reported(
+    browser: Browser, site: str
+) -> None:
+    """Left to Playwright, the dialog is dismissed silently: the click looks done, the
+    order is not deleted, and the model cannot tell why."""
+    await browser("browser_navigate", url=f"{site}/delete")
+    clicked = await browser("browser_click", text="Delete")
+    assert clicked.ok, clicked.error
+    assert clicked.output["dialogs"] == [
+        {"type": "confirm", "message": "Delete order 42?", "answer": "dismissed"}
+    ]
+    assert (await browser("browser_extract", selector="#r")).output == ["kept"]
+
+
+async def test_confirm_true_accepts_it(browser: Browser, site: str) -> None:
+    await browser("browser_navigate", url=f"{site}/delete")
+    clicked = await browser("browser_click", text="Delete", confirm=True)
+    assert clicked.output["dialogs"][0]["answer"] == "accepted"
+    assert (await browser("browser_extract", selector="#r")).output == ["deleted"]
+    # The next call without it is back to dismissing.
+    again = await browser("browser_click", text="Delete")
+    assert again.output["dialogs"][0]["answer"] == "dismissed"
+
+
+async def test_a_form_whose_submit_asks_first_is_sent_only_when_confirmed(
+    browser: Browser, site: str
+) -> None:
+    await browser("browser_navigate", url=f"{site}/delete")
+    held = await browser("browser_fill_form", fields={"q": "x"})
+    assert held.ok and urlparse(held.output["url"]).path == "/delete"
+    assert held.output["dialogs"] == [
+        {"type": "confirm", "message": "Send it?", "answer": "dismissed"}
+    ]
+    sent = await browser("browser_type", selector="input[name=q]", text="y", submit=True,
+                         confirm=True)  # fmt: skip
+    assert sent.ok and urlparse(sent.output["url"]).path == "/echo"
+    assert sent.output["dialogs"][0]["answer"] == "accepted"
+
+
+async def test_a_prompt_is_answered_with_its_default_when_confirmed(
+    browser: Browser, site: str
+) -> None:
+    await browser("browser_navigate", url=f"{site}/ask")
+    await browser("browser_click", text="Name", confirm=True)
+    assert (await browser("browser_extract", selector="#r")).output == ["Ann"]
+    refused = await browser("browser_click", text="Name")
+    assert refused.output["dialogs"] == [
+        {"type": "prompt", "message": "Your name?", "answer": "dismissed"}
+    ]
+    assert (await browser("browser_extract", selector="#r")).output == ["no answer"]
+
+
+async def test_an_alert_on_load_is_accepted_and_the_page_goes_on(
+    browser: Browser, site: str
+) -> None:
+    opened = await browser("browser_navigate", url=f"{site}/welcome")
+    assert opened.ok and opened.output["title"] == "W"
+    assert opened.output["dialogs"] == [
+        {"type": "alert", "message": "Welcome back", "answer": "accepted"}
+    ]
+    # Its script ran on past the alert, and the next call neither waits nor repeats it.
+    page = await browser("browser_read_page")
+    assert "inside" in page.output
+    quiet = await browser("browser_navigate", url=f"{site}/a")
+    assert "dialogs" not in quiet.output
