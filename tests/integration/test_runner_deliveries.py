@@ -152,6 +152,30 @@ def answer(text: str, *, tokens_in: int, cost_usd: float) -> CompleteReply:
     )  # fmt: skip
 
 
+@dataclass
+class ToolsLists:
+    lists: int = 0
+
+
+async def first_full_run_breaks(bus: Bus, answer_text: str) -> ToolsLists:
+    """A tools service whose first tools.list answer this runner cannot read (that
+    delivery's full run breaks; later ones get no tools), and a model that answers
+    `answer_text` at once ($0.01)."""
+    seen = ToolsLists()
+
+    async def tools_list(msg: Msg) -> None:
+        seen.lists += 1
+        first = seen.lists == 1
+        await msg.respond(b'{"tools": "not a list"}' if first else encode(ToolList(tools=[])))
+
+    async def complete(msg: Msg) -> None:
+        await msg.respond(encode(answer(answer_text, tokens_in=100, cost_usd=0.01)))
+
+    await bus.nc.subscribe(s.TOOLS_LIST, cb=tools_list)
+    await bus.nc.subscribe(s.LLM_COMPLETE, cb=complete)
+    return seen
+
+
 async def test_the_last_failed_delivery_ends_the_run_failed_abandoned(runner_bus: Bus) -> None:
     bus, run_id = runner_bus, "breaks-every-time"
     # A tools service that answers what this runner cannot read (a peer on another
@@ -197,18 +221,7 @@ async def test_a_redelivered_runs_full_run_cost_is_its_last_loop_alone(runner_bu
     what a full run of the task costs, which replays' savings are measured against, is
     the one full loop that answered."""
     bus, run_id = runner_bus, "redelivered-cost"
-    lists = 0
-
-    async def tools_list(msg: Msg) -> None:  # the first attempt breaks on what it reads
-        nonlocal lists
-        lists += 1
-        await msg.respond(b'{"tools": "not a list"}' if lists == 1 else encode(ToolList(tools=[])))
-
-    async def complete(msg: Msg) -> None:
-        await msg.respond(encode(answer("Top story: rain", tokens_in=100, cost_usd=0.01)))
-
-    await bus.nc.subscribe(s.TOOLS_LIST, cb=tools_list)
-    await bus.nc.subscribe(s.LLM_COMPLETE, cb=complete)
+    await first_full_run_breaks(bus, "Top story: rain")
     await bill_dead_attempt(bus, run_id)
     await start(bus, run_id)
 
@@ -238,7 +251,7 @@ async def test_a_run_redelivered_after_its_replay_failed_goes_on_with_the_full_r
         ),
         health=ExecutorHealth(task_id="claimed", status="active", version=1),
     )
-    posts = lists = 0
+    posts = 0
 
     async def compiler(msg: Msg) -> None:
         await msg.respond(encode(active))
@@ -253,25 +266,16 @@ async def test_a_run_redelivered_after_its_replay_failed_goes_on_with_the_full_r
             )
         )
 
-    async def tools_list(msg: Msg) -> None:  # the first full run breaks on what it reads
-        nonlocal lists
-        lists += 1
-        await msg.respond(b'{"tools": "not a list"}' if lists == 1 else encode(ToolList(tools=[])))
-
-    async def complete(msg: Msg) -> None:
-        await msg.respond(encode(answer("Order placed earlier", tokens_in=100, cost_usd=0.01)))
-
     await bus.nc.subscribe(s.EXECUTORS_ACTIVE, cb=compiler)
     await bus.nc.subscribe(s.TOOLS_EXEC, cb=tools_exec)
-    await bus.nc.subscribe(s.TOOLS_LIST, cb=tools_list)
-    await bus.nc.subscribe(s.LLM_COMPLETE, cb=complete)
+    full_runs = await first_full_run_breaks(bus, "Order placed earlier")
     seen = await watch(bus, run_id)
     await start(bus, run_id, TaskSpec(name="claimed", prompt="Order", allowed_tools=["shell_exec"]))
 
     done = await finished(bus, run_id)
     assert (done.status, done.source, done.attempt) == ("completed", "full_llm", 2)
     assert done.result == "Order placed earlier"
-    assert posts == 1 and lists == 2  # replayed once; the second delivery's full run ran
+    assert posts == 1 and full_runs.lists == 2  # replayed once; delivery 2's full run ran
     assert seen.count("replay_failed") == 1
     assert done.fell_back and done.replay is not None
     assert (done.replay.ok, done.replay.version, done.replay.step) == (False, 1, 0)
