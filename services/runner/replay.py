@@ -75,8 +75,8 @@ _INFRASTRUCTURE_CODES = {
     "upstream",
     "internal",
     "auth",
-    # The run's browser session died with its tools process: the page the executor
-    # built up is gone, which says nothing about the executor.
+    # The run's browser session died with its tools process or its Chromium: the page
+    # the executor built up is gone, which says nothing about the executor.
     SESSION_LOST,
 }
 
@@ -291,9 +291,12 @@ class Replayer:
             error = result.error
             if error is None:
                 raise StepFailed(index, tool)
+            reason = f"{tool}: {error.code}: {error.message}"
+            if error.code == SESSION_LOST:  # Chromium died under the run: as above
+                raise StepFailed(index, reason, retryable=False, infrastructure=True)
             # An action that may have acted before it failed is not tried again.
             again = not _refused(error.code) and safe_to_retry(tool, error.code)
-            raise StepFailed(index, f"{tool}: {error.code}: {error.message}", retryable=again)
+            raise StepFailed(index, reason, retryable=again)
         return result.output, result.metadata
 
     async def _check_quality(self, step: ResultStep, answer: str) -> None:

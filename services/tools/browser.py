@@ -66,6 +66,9 @@ CREATE_TIMEOUT_S = 10.0
 # What a call reports of the dialogs (alert, confirm, prompt) pages showed during it: a
 # page that raises one after another is not reported dialog by dialog.
 MAX_DIALOGS_REPORTED = 5
+# Runs whose session died with Chromium, remembered until they come back (or end): a
+# bound, so runs that never return cannot grow it without end.
+MAX_LOST_REMEMBERED = 10_000
 MAX_DIALOG_MESSAGE_CHARS = 500
 
 
@@ -136,6 +139,9 @@ class Session:
     # the dialogs shown since the call began, as its output reports them.
     accept_dialogs: bool = False
     dialogs: list[dict[str, str]] = field(default_factory=list)
+    # Opened for a run whose page died with Chromium: until it navigates, a call would
+    # read a blank page and "succeed" with nothing.
+    lost: bool = False
 
     async def wait_navigation(self, since: int) -> None:
         """Until the current page's main frame navigated after `since` (a count)."""
@@ -277,6 +283,8 @@ class BrowserPool:
         self._launch_lock = anyio.Lock()
         self._sessions: dict[str, Session] = {}
         self._creating: dict[str, anyio.Lock] = {}
+        # run_id -> the attempt whose session died with Chromium (see Session.lost).
+        self._lost: dict[str, int] = {}
         self._warm: deque[_Warm] = deque()
         self._refill = anyio.Event()
         self._warmed = anyio.Event()
@@ -398,6 +406,7 @@ class BrowserPool:
         for run_id, session in list(self._sessions.items()):
             if session.generation == generation:
                 del self._sessions[run_id]
+                self._remember_lost(session)
         self._refill.set()
 
     # --- contexts ------------------------------------------------------------------------
@@ -495,6 +504,8 @@ class BrowserPool:
                     warm = await self._new_warm()
                 self._refill.set()
                 session = Session(run_id, warm.context, warm.page, warm.generation, attempt)
+                # A later attempt starts afresh anyway; the same one had a page.
+                session.lost = self._lost.pop(run_id, None) == attempt
                 session.adopt(warm.page)
                 warm.context.on("page", session.opened)
                 self._sessions[run_id] = session
@@ -514,11 +525,18 @@ class BrowserPool:
             return None
         if session.generation != self._generation or not self.connected:
             self._sessions.pop(run_id, None)
+            self._remember_lost(session)
             return None
         session.touch()
         return session
 
+    def _remember_lost(self, session: Session) -> None:
+        self._lost[session.run_id] = session.attempt
+        while len(self._lost) > MAX_LOST_REMEMBERED:
+            del self._lost[next(iter(self._lost))]
+
     async def close_session(self, run_id: str) -> bool:
+        self._lost.pop(run_id, None)  # the run is done with its page
         session = self._sessions.pop(run_id, None)
         if session is None:
             return False

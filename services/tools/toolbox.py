@@ -206,6 +206,14 @@ class ToolBox:
             async with session.lock:
                 try:
                     session.begin_call(accept_dialogs=getattr(args, "confirm", False))
+                    if session.lost:
+                        if call.tool != "browser_navigate":
+                            raise ToolFailure(
+                                "session_lost",
+                                "the browser restarted and this run's page was lost (its"
+                                " cookies too); the page is blank now: navigate again",
+                            )
+                        session.lost = False  # the run has a page of its own again
                     if session.interrupted:
                         session.interrupted = False
                         await recover(session)

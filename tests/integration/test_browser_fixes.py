@@ -1,9 +1,11 @@
 """Browser tools on pages that open windows on their own, name frames and windows as
 link targets, crash, hide copies of a form, get a checkbox a word it cannot take, or
-open dialogs (alert, confirm, prompt)."""
+open dialogs (alert, confirm, prompt), or lose the whole browser under a run."""
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import AsyncIterator, Iterator
 from contextlib import suppress
 from pathlib import Path
@@ -16,7 +18,11 @@ from playwright.async_api import Error as PlaywrightError
 from services.tools.browser import Session
 from services.tools.browser_tools import MAX_OPEN_PAGES
 from tests.browser_box import Browser, error_of, open_browser
-from tests.integration.test_tools_service import _descendants, nothing_left_behind  # noqa: F401
+from tests.integration.test_tools_service import (  # noqa: F401
+    _browser_pids,
+    _descendants,
+    nothing_left_behind,
+)
 from tests.local_site import QuietHandler, serve
 
 pytestmark = [
@@ -288,3 +294,30 @@ async def test_an_alert_on_load_is_accepted_and_the_page_goes_on(
     assert "inside" in page.output
     quiet = await browser("browser_navigate", url=f"{site}/a")
     assert "dialogs" not in quiet.output
+
+
+# --- Chromium dies under a run -------------------------------------------------------------
+
+
+async def test_a_run_whose_page_died_with_chromium_is_told_so_until_it_navigates(
+    browser: Browser, site: str
+) -> None:
+    """Killed between the run's calls: its next read would "succeed" on the blank page
+    of a fresh context (an empty extract, a page with no text) and the run would answer
+    from nothing."""
+    await browser("browser_navigate", url=f"{site}/a")
+    pool = browser.box.browsers
+    assert pool is not None
+    pids = _browser_pids()
+    assert len(pids) == 1, pids
+    os.kill(pids[0], signal.SIGKILL)
+    with anyio.fail_after(10):
+        while pool.connected:
+            await anyio.sleep(0.05)
+
+    for tool, args in [("browser_read_page", {}), ("browser_extract", {"selector": "p"})]:
+        code, message = error_of(await browser(tool, **args))
+        assert code == "session_lost" and "navigate again" in message
+    again = await browser("browser_navigate", url=f"{site}/b")
+    assert again.ok, again.error
+    assert (await browser("browser_read_page")).output == "page b"

@@ -122,6 +122,21 @@ def test_a_tool_that_failed_on_the_page_is_the_executors_failure() -> None:
     assert not result.ok and not result.infrastructure
 
 
+def test_a_page_lost_with_chromium_is_not_the_executors_failure_nor_retried() -> None:
+    """The browser died under the run: the page the steps built up is gone. Reading
+    again would read a blank page; the fallback starts the run's page over."""
+    calls: list[str] = []
+
+    async def exec_tool(request: ExecTool) -> ToolResult:
+        calls.append(request.tool)
+        error = ErrorInfo(code="session_lost", message="the browser restarted")
+        return ToolResult(ok=False, duration_ms=3, error=error)
+
+    result = _replay_one_tool_step(exec_tool)
+    assert not result.ok and result.infrastructure
+    assert calls == ["browser_navigate"]
+
+
 def _replay_two_tool_steps(exec_tool: object) -> ReplayResult:
     """A search form submitted, then its results read: the submit expects text the
     page no longer shows."""
