@@ -151,9 +151,7 @@ class BrowserExtractInput(ToolInput):
 
 
 # A confirm() or prompt() an action raises is dismissed unless the call says otherwise.
-Confirm = Annotated[
-    bool, msgspec.Meta(description="accept a confirm or prompt dialog the action opens")
-]
+Confirm = Annotated[bool, msgspec.Meta(description="accept a confirm/prompt dialog")]
 
 
 class BrowserClickInput(ToolInput):

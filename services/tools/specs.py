@@ -34,10 +34,7 @@ class ToolSpec:
 
 
 # Said by every tool that acts on a page (services/tools/browser.py answers dialogs).
-DIALOGS_NOTE = (
-    " A confirm or prompt dialog it opens is dismissed unless `confirm` is true; the"
-    " output's `dialogs` lists the dialogs shown and how each was answered."
-)
+DIALOGS_NOTE = " Output `dialogs`: dialogs shown; a confirm/prompt is dismissed unless `confirm`."
 
 SPECS: dict[str, ToolSpec] = {
     spec.name: spec
