@@ -782,15 +782,44 @@ async def scroll(
     session: Session, args: t.BrowserScrollInput, budget: Budget, limits: BrowserLimits
 ) -> Outcome:
     page = await current_page(session)
-    scroll_y = await page.evaluate(
-        """([dir, amount]) => {
-            const step = amount ?? Math.round(window.innerHeight * 0.9);
-            window.scrollBy(0, dir === 'up' ? -step : step);
-            return Math.round(window.scrollY);
-        }""",
-        [args.direction, args.amount],
-    )
-    return Outcome({"scroll_y": int(scroll_y)}, ToolMetadata(url=page.url))
+    moved = await page.evaluate(_SCROLL_JS, [args.direction, args.amount])
+    output: dict[str, Any] = {"scroll_y": int(moved["y"]), "at_end": bool(moved["end"])}
+    if moved["box"]:
+        output["scrolled"] = "container"
+    return Outcome(output, ToolMetadata(url=page.url))
+
+
+# The page scrolls, unless it cannot move that way and a scrollable box can (an app
+# whose feed, chat or results pane scrolls inside a fixed page): then the box most of
+# the screen shows. Instant, whatever the page's CSS scroll-behavior, so the position
+# returned is where it went. `end`: nothing more that way.
+_SCROLL_JS = """
+([dir, amount]) => {
+  const sign = dir === 'up' ? -1 : 1;
+  const page = document.scrollingElement || document.documentElement;
+  const movable = el => sign > 0
+    ? el.scrollTop + el.clientHeight < el.scrollHeight - 1 : el.scrollTop > 0;
+  const shown = el => {
+    const r = el.getBoundingClientRect();
+    const w = Math.min(r.right, innerWidth) - Math.max(r.left, 0);
+    const h = Math.min(r.bottom, innerHeight) - Math.max(r.top, 0);
+    return w > 0 && h > 0 ? w * h : 0;
+  };
+  let target = page;
+  if (!movable(page)) {
+    let area = 0;
+    for (const el of document.body ? document.body.querySelectorAll('*') : []) {
+      if (el.scrollHeight <= el.clientHeight) continue;
+      if (!/(auto|scroll|overlay)/.test(getComputedStyle(el).overflowY)) continue;
+      const a = movable(el) ? shown(el) : 0;
+      if (a > area) { target = el; area = a; }
+    }
+  }
+  const height = target === page ? innerHeight : target.clientHeight;
+  target.scrollBy({top: sign * (amount ?? Math.round(height * 0.9)), behavior: 'instant'});
+  return {y: Math.round(target.scrollTop), end: !movable(target), box: target !== page};
+}
+"""
 
 
 async def screenshot(

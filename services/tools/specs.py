@@ -91,8 +91,9 @@ SPECS: dict[str, ToolSpec] = {
         ToolSpec(
             "browser_scroll",
             "browser",
-            "Scroll the page up or down by `amount` pixels (default: one screen). Returns "
-            "the new vertical scroll position.",
+            "Scroll the page up or down by `amount` pixels (default: one screen); a page "
+            "that cannot scroll that way scrolls its main scrollable pane instead. Returns "
+            "the new vertical position and `at_end` (nothing more that way).",
             t.BrowserScrollInput,
         ),
         ToolSpec(

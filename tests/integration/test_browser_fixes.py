@@ -1,6 +1,7 @@
 """Browser tools on pages that open windows on their own, name frames and windows as
 link targets, crash, hide copies of a form, get a checkbox a word it cannot take, or
-open dialogs (alert, confirm, prompt), or lose the whole browser under a run."""
+open dialogs (alert, confirm, prompt), scroll inside a pane, or lose the whole browser
+under a run."""
 
 from __future__ import annotations
 
@@ -58,6 +59,13 @@ PAGES = {
 <input name=q><button>Go</button></form>""",
     "/ask": """<title>Q</title><p id=r>-</p>
 <button onclick="r.textContent = prompt('Your name?', 'Ann') ?? 'no answer'">Name</button>""",
+    # An app page: fixed to the screen, its feed scrolls inside a pane (smoothly, by CSS).
+    "/app": """<title>App</title><body style="margin:0;height:100vh;overflow:hidden">
+<nav style="height:40px">menu</nav>
+<div id=side style="position:fixed;right:0;top:40px;width:50px;height:100px;overflow:auto">
+<div style="height:400px">side</div></div>
+<main id=feed style="height:calc(100vh - 40px);overflow-y:auto;scroll-behavior:smooth">
+<div style="height:3000px">posts</div></main></body>""",
     "/welcome": "<title>W</title><script>alert('Welcome back')</script><p>inside</p>",
 }
 
@@ -321,3 +329,22 @@ async def test_a_run_whose_page_died_with_chromium_is_told_so_until_it_navigates
     again = await browser("browser_navigate", url=f"{site}/b")
     assert again.ok, again.error
     assert (await browser("browser_read_page")).output == "page b"
+
+
+async def test_a_page_that_does_not_scroll_scrolls_its_main_pane(
+    browser: Browser, site: str
+) -> None:
+    """window.scrollBy does nothing on an app page whose feed scrolls in a pane: the
+    model would scroll forever and read the same posts."""
+    await browser("browser_navigate", url=f"{site}/app")
+    down = await browser("browser_scroll", direction="down", amount=700)
+    assert down.ok, down.error
+    assert down.output == {"scroll_y": 700, "at_end": False, "scrolled": "container"}
+    # The feed moved (at once, despite its smooth scrolling), not the small side pane.
+    feed, side = "document.getElementById('feed')", "document.getElementById('side')"
+    page = browser.session.page
+    assert await page.evaluate(f"[{feed}.scrollTop, {side}.scrollTop]") == [700, 0]
+    end = await browser("browser_scroll", direction="down", amount=100_000)
+    assert end.output["at_end"] and end.output["scrolled"] == "container"
+    back = await browser("browser_scroll", direction="up", amount=100_000)
+    assert back.output == {"scroll_y": 0, "at_end": True, "scrolled": "container"}

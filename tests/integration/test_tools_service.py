@@ -433,11 +433,13 @@ async def test_type_and_submit(tools: Tools, site: str) -> None:
 async def test_scroll(tools: Tools, site: str) -> None:
     await tools.call("browser_navigate", {"url": site + "/tall"})
     down = await tools.call("browser_scroll", {"direction": "down", "amount": 500})
-    assert down.ok and down.output == {"scroll_y": 500}
+    assert down.ok and down.output == {"scroll_y": 500, "at_end": False}
     up = await tools.call("browser_scroll", {"direction": "up", "amount": 200})
-    assert up.output == {"scroll_y": 300}
+    assert up.output == {"scroll_y": 300, "at_end": False}
     screen = await tools.call("browser_scroll", {"direction": "down"})
     assert screen.output["scroll_y"] > 300
+    bottom = await tools.call("browser_scroll", {"direction": "down", "amount": 10_000})
+    assert bottom.output["at_end"] and bottom.output["scroll_y"] > 4000
 
 
 async def test_screenshot_is_a_png_stored_by_sha256(tools: Tools, site: str) -> None:
