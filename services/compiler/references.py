@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -256,6 +257,27 @@ def render_text(template: str, outputs: Mapping[int, Any], *, require_values: bo
     """Render a template that must give text (a result, a prompt): a lone reference to
     a list or number becomes its compact JSON."""
     return stringify(render_string(template, outputs, require_values=require_values))
+
+
+def render_command(
+    template: str, outputs: Mapping[int, Any], *, require_values: bool = False
+) -> str:
+    """A command line (shell_exec's `command`) with its references filled word by word:
+    the line is split like a shell splits it, each word rendered, and the words joined
+    with shell quoting. A value with a space, a quote or a `-` in front then stays the
+    one argument it was in the recorded run, instead of splitting into words of its own
+    (the tools service splits the line the same way and runs no shell). A line that
+    cannot be split, or holds an escaped reference (which splitting would unescape), is
+    rendered as text."""
+    if not find(template):
+        return template  # as recorded, byte for byte
+    if "\\{{" in template:
+        return render_text(template, outputs, require_values=require_values)
+    try:
+        words = shlex.split(template)
+    except ValueError:
+        return render_text(template, outputs, require_values=require_values)
+    return shlex.join(render_text(w, outputs, require_values=require_values) for w in words)
 
 
 def escape(text: str, *, before_reference: bool = False) -> str:

@@ -5,6 +5,7 @@ text into a URL or a command."""
 from __future__ import annotations
 
 import dataclasses
+import shlex
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -386,3 +387,44 @@ def test_a_constant_url_the_page_merely_shows_stays_constant(url: str) -> None:
     )
     assert not any(isinstance(s, LlmStep) for s in executor.steps)
     assert _tool_inputs(executor, "browser_navigate")[1] == {"url": url}
+
+
+# --- 5. a value filled into a command line ------------------------------------------------
+
+
+def test_a_headline_filled_into_a_command_stays_one_argument_on_replay() -> None:
+    """Today's headline has a quote, a `;` and a `--`: filled into the recorded line as
+    text, the tools service would split it into words of their own (an option the
+    command never had, or a line it cannot split at all)."""
+    executor = _compile(
+        "Open http://site.test/news and append the top headline to the log with log-title.",
+        [
+            _nav(0, "http://site.test/news", "Gazette"),
+            _step(1, "browser_extract", {"selector": "h2"}, ["Council approves bridge", "Other"]),
+            _step(
+                2,
+                "shell_exec",
+                {"command": 'log-title "Council approves bridge" --to news.log'},
+                {"stdout": "", "stderr": "", "exit_code": 0},
+                exit_code=0,
+            ),
+        ],
+        "Logged: Council approves bridge",
+        allowed_tools=["browser_navigate", "browser_extract", "shell_exec"],
+    )
+    assert _tool_inputs(executor, "shell_exec") == [
+        {"command": 'log-title "{{step_1[0]}}" --to news.log'}
+    ]
+    headline = "Rates up 2\"; it's --force"
+
+    def tools(request: ExecTool) -> Any:
+        if request.tool == "browser_navigate":
+            return {"url": request.input["url"], "status": 200, "title": "Gazette"}
+        if request.tool == "browser_extract":
+            return [headline, "Other"]
+        return {"stdout": "", "stderr": "", "exit_code": 0}
+
+    replayed, calls = _replay(executor, tools)
+    assert replayed.ok, replayed.reason
+    command = next(inp["command"] for tool, inp in calls if tool == "shell_exec")
+    assert shlex.split(command) == ["log-title", headline, "--to", "news.log"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 import pytest
@@ -157,3 +158,35 @@ def test_every_found_path_leads_back_to_its_string(value: Any) -> None:
         assert path in r.paths_to(value, leaf)
         assert r.render(Ref(0, path).format(), {0: value}) == leaf
         assert r.render(f"<{Ref(0, path).format()}>", {0: value}) == f"<{leaf}>"
+
+
+# --- command lines -------------------------------------------------------------------------
+
+HOSTILE = {0: {"title": "Rates up; rm -rf ~ \"quoted\" 'single' --force $(id)"}}
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        'log-title "{{step_0.title}}" --to news.log',
+        "log-title {{step_0.title}} --to news.log",
+        "log-title '{{step_0.title}}' --to news.log",
+    ],
+)
+def test_a_value_filled_into_a_command_stays_one_argument(template: str) -> None:
+    """Page text with spaces, quotes, `;` or a leading `--`: split like the tools
+    service splits the line, it is still the one argument the recorded run had."""
+    line = r.render_command(template, HOSTILE)
+    assert shlex.split(line) == ["log-title", HOSTILE[0]["title"], "--to", "news.log"]
+
+
+@given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1))
+def test_any_text_survives_a_command_as_one_argument(text: str) -> None:
+    line = r.render_command("echo {{step_0}} done", {0: text.replace("\x00", "")})
+    assert shlex.split(line) == ["echo", text.replace("\x00", ""), "done"]
+
+
+def test_a_command_without_references_is_sent_as_recorded() -> None:
+    assert r.render_command('echo "a  b"', OUTPUTS) == 'echo "a  b"'
+    # An escaped reference stays literal (splitting would unescape it): rendered as text.
+    assert r.render_command("echo \\{{step_0}} {{step_2[0]}}", OUTPUTS) == "echo {{step_0}} one"
