@@ -35,12 +35,37 @@ RETRY_PAUSE_S = 0.25
 MAX_RETRY_PAUSE_S = 1.0
 
 
+def headers_size(headers: dict[str, str]) -> int:
+    """The bytes of the header block nats-py sends for `headers` (NATS/1.0, one line per
+    header, a blank line)."""
+    lines = sum(len(k.strip().encode()) + len(v.strip().encode()) + 4 for k, v in headers.items())
+    return len(b"NATS/1.0\r\n") + lines + 2
+
+
+def check_fits(nc: Client, payload: bytes, headers: dict[str, str]) -> None:
+    """The server counts headers and payload against max_payload, nats-py the payload
+    alone: a message between the two passes the client, and the server then closes the
+    connection for good (a protocol violation nats-py does not reconnect from). Raises
+    MaxPayloadError, as the client would, for what the server would refuse."""
+    if len(payload) + headers_size(headers) > nc.max_payload:
+        raise nats.errors.MaxPayloadError
+
+
+class ConnectionLost(Exception):
+    """The connection closed for good without rote closing it (a fatal protocol error:
+    nats-py does not reconnect from those)."""
+
+
 class Bus:
     def __init__(self, nc: Client, url: str) -> None:
         self.nc = nc
         self.url = url
         self.js: JetStreamContext = nc.jetstream()
         self.closing = False
+        # Set when the connection closed for good on its own (see ConnectionLost): a
+        # process whose every service is then deaf must stop, so a supervisor restarts it.
+        self.lost = anyio.Event()
+        self.lost_reason = ""
         # How many times the connection came back after a disconnect (reconnected_cb),
         # and the waits to interrupt when it next does.
         self.reconnects = 0
@@ -187,7 +212,9 @@ class Bus:
         """Publish to JetStream and wait for the stream's ack. `msg_id` de-duplicates
         republishing within the stream's duplicate window."""
         all_headers = {HEADER_MSG_ID: msg_id, **(headers or {})}
-        return await self.js.publish(subject, encode(event), headers=all_headers, timeout=timeout)
+        data = encode(event)
+        check_fits(self.nc, data, all_headers)
+        return await self.js.publish(subject, data, headers=all_headers, timeout=timeout)
 
     async def publish_event_unacked(
         self,
@@ -201,7 +228,9 @@ class Bus:
         (in the order this connection sent it) and no reply travels back. For activity
         that is observed, not relied on; the caller never learns of a lost message."""
         all_headers = {HEADER_MSG_ID: msg_id, **(headers or {})}
-        await self.nc.publish(subject, encode(event), headers=all_headers)
+        data = encode(event)
+        check_fits(self.nc, data, all_headers)
+        await self.nc.publish(subject, data, headers=all_headers)
 
     async def close(self) -> None:
         self.closing = True
@@ -260,15 +289,27 @@ async def connect(url: str, *, name: str = "rote", connect_timeout: float = 5.0)
         if bus is not None:
             bus.reconnected()
 
+    async def on_closed() -> None:
+        if bus is None or bus.closing:
+            return
+        error = bus.nc.last_error
+        bus.lost_reason = redact(f"{type(error).__name__}: {error}" if error else "closed")
+        log.error("nats_connection_lost", url=redact(url), error=bus.lost_reason)
+        bus.lost.set()
+
     options: dict[str, Any] = {
         "name": name,
         "connect_timeout": connect_timeout,
         "allow_reconnect": True,
         "max_reconnect_attempts": -1,
+        # Closing drains: a subscription callback stuck in a handler must not hold up a
+        # shutdown for nats-py's default of 30 s.
+        "drain_timeout": 5,
         "reconnect_time_wait": 1,
         "error_cb": on_error,
         "disconnected_cb": on_disconnect,
         "reconnected_cb": on_reconnect,
+        "closed_cb": on_closed,
     }
     # A comma-separated list names several seed servers (cluster nodes): any one that
     # answers will do, and the client learns the rest of the cluster from it.

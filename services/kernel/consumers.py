@@ -10,7 +10,9 @@ A handler gets the decoded payload and the raw message. Returning normally acks.
 `Retry` to have the message redelivered later, `Reject` to drop it for good. A message
 that cannot be decoded is logged and terminated: a poison message must never block the
 ones behind it or crash the service. Any other exception is logged and redelivered,
-up to the consumer's `max_deliver`.
+after a delay that doubles with each delivery (so that a dependency away for a while,
+such as an event store restarting, does not use up every delivery in seconds), up to
+the consumer's `max_deliver`; the last failure is logged as the message given up.
 
 A consumer (or its stream) deleted while the service runs is logged and repaired: the
 consumer is created again with the same config (its stream too, when it is one of
@@ -36,6 +38,7 @@ from nats.js.errors import NotFoundError, ServiceUnavailableError
 
 from services.kernel.codec import decoder
 from services.kernel.logs import get_logger
+from services.kernel.secrets import redact
 from services.kernel.streams import ensure_stream
 
 log = get_logger("rote.consumers")
@@ -46,6 +49,17 @@ T = TypeVar("T")
 RESTORE_BACKOFF_S = (0.5, 10.0)
 # How long a stopping consumer may spend handing back one unsettled message.
 HAND_BACK_S = 2.0
+# A failed message comes back after 1, 2, 4 ... seconds, at most this long.
+MAX_FAILURE_DELAY_S = 60.0
+# Deliveries of a message whose handler keeps failing, by default: with the delays
+# above, about four minutes of failures before it is given up.
+DEFAULT_MAX_DELIVER = 10
+
+
+def failure_delay_s(delivery: int) -> float:
+    """How long before a message whose handler failed on `delivery` (1 = first) comes
+    back."""
+    return min(MAX_FAILURE_DELAY_S, 2.0 ** min(max(0, delivery - 1), 16))
 
 
 class Retry(Exception):
@@ -79,7 +93,7 @@ def durable_config(
     *,
     filter_subjects: list[str] | None = None,
     ack_wait_s: float = 30.0,
-    max_deliver: int = 5,
+    max_deliver: int = DEFAULT_MAX_DELIVER,
     deliver_all: bool = True,
     max_ack_pending: int = 1000,
 ) -> ConsumerConfig:
@@ -118,7 +132,7 @@ async def _settle(msg: Msg, action: str, consumer: str, delay: float | None = No
             consumer=consumer,
             subject=msg.subject,
             action=action,
-            error=f"{type(exc).__name__}: {exc}"[:500],
+            error=redact(f"{type(exc).__name__}: {exc}")[:500],
         )
 
 
@@ -138,6 +152,7 @@ async def handle_one(
     *,
     heartbeat_s: float | None,
     consumer: str,
+    max_deliver: int | None = None,
 ) -> str:
     """Decode, handle, settle; returns the outcome ("ack", "nak", "term")."""
     try:
@@ -147,7 +162,7 @@ async def handle_one(
             "poison_message",
             consumer=consumer,
             subject=msg.subject,
-            error=f"{type(exc).__name__}: {exc}"[:500],
+            error=redact(f"{type(exc).__name__}: {exc}")[:500],
         )
         await _settle(msg, "term", consumer)
         return "term"
@@ -169,8 +184,12 @@ async def handle_one(
             await _settle(msg, "term", consumer)
         except Exception:
             outcome = "nak"
-            log.exception("handler_failed", consumer=consumer, subject=msg.subject)
-            await _settle(msg, "nak", consumer, delay=1.0)
+            delivery = msg.metadata.num_delivered if msg.metadata else 1
+            last = max_deliver is not None and 0 < max_deliver <= delivery
+            # The last one is not delivered again: said loudly, since it is lost work.
+            event = "message_given_up" if last else "handler_failed"
+            log.exception(event, consumer=consumer, subject=msg.subject, delivery=delivery)
+            await _settle(msg, "nak", consumer, delay=failure_delay_s(delivery))
         tg.cancel_scope.cancel()
     if outcome == "ack":
         await _settle(msg, "ack", consumer)
@@ -181,7 +200,7 @@ def describe_fetch_error(exc: Exception) -> str:
     if isinstance(exc, ServiceUnavailableError) and exc.code is None:
         # A pull request nobody answers: nats-py says only "503".
         return "no responders (503): the consumer or its stream is gone, or JetStream is down"
-    return f"{type(exc).__name__}: {exc}"[:500]
+    return redact(f"{type(exc).__name__}: {exc}")[:500]
 
 
 async def _restore(
@@ -283,7 +302,14 @@ async def consume(
                 backoff = RESTORE_BACKOFF_S[0]
                 for msg in msgs:
                     handling[i] = msg  # left there when cancelled: handed back below
-                    await handle_one(msg, type_, handler, heartbeat_s=heartbeat_s, consumer=name)
+                    await handle_one(
+                        msg,
+                        type_,
+                        handler,
+                        heartbeat_s=heartbeat_s,
+                        consumer=name,
+                        max_deliver=config.max_deliver,
+                    )
                     del handling[i]
                 continue
             restored = await replace_lost(js, stream, config, subs[i], problem, backoff, restoring)

@@ -30,6 +30,10 @@ log = get_logger("rote.lease")
 # Compare-and-sets a renewal tries, adopting the key's revision after each miss, before
 # a key that keeps moving under it (though in its name) is given up on.
 RESYNC_TRIES = 3
+# The share of the TTL a holder may go without a renewal before it gives up: the key
+# expires a TTL after the last write the server applied (which it may have applied a
+# little after it was sent), and a standby may take it from then on.
+HOLD_SHARE = 0.9
 
 
 class LeaseLost(Exception):
@@ -65,11 +69,12 @@ class Lease:
         return entry.value.decode() if entry.value else None
 
     async def try_acquire(self) -> bool:
+        sent = time.monotonic()  # the key's TTL runs from no earlier than this
         try:
             self.revision = await self.kv.create(self.role, self.holder.encode())
         except KeyWrongLastSequenceError:
             return False
-        self._renewed_at = time.monotonic()
+        self._renewed_at = sent
         return True
 
     async def acquire(self, poll_s: float = 1.0) -> None:
@@ -90,21 +95,30 @@ class Lease:
         log.info("lease_acquired", role=self.role, holder=self.holder)
 
     async def keep(self) -> None:
-        """Renew until cancelled; raise LeaseLost when holding can no longer be vouched for."""
+        """Renew until cancelled; raise LeaseLost when holding can no longer be vouched
+        for: before the key can have expired, not once a renewal stuck on an unanswered
+        request gives up (by then a standby may have been acting for seconds)."""
         while True:
             await anyio.sleep(self.ttl_s / 3)
             try:
-                await self._renew()
+                with anyio.fail_after(max(0.0, self._held_until() - time.monotonic())):
+                    await self._renew()
             except (nats.errors.Error, TimeoutError) as exc:  # NATS away: retry in time
-                if time.monotonic() - self._renewed_at >= self.ttl_s:
-                    raise LeaseLost(f"could not renew the {self.role} lease: {exc}") from None
+                if time.monotonic() >= self._held_until():
+                    reason = str(exc) or "no answer before the key could expire"
+                    raise LeaseLost(f"could not renew the {self.role} lease: {reason}") from None
                 log.warning("lease_renew_failed", role=self.role, error=str(exc))
+
+    def _held_until(self) -> float:
+        """Until when (monotonic) the key surely has not expired."""
+        return self._renewed_at + self.ttl_s * HOLD_SHARE
 
     async def _renew(self) -> None:
         """Compare-and-set the key to this holder again; LeaseLost when another process
         holds it, or may have held it since this one last renewed."""
         async with self._renewing:
             for _ in range(RESYNC_TRIES):
+                sent = time.monotonic()
                 try:
                     self.revision = await self.kv.update(
                         self.role, self.holder.encode(), last=self.revision
@@ -112,7 +126,7 @@ class Lease:
                 except KeyWrongLastSequenceError:
                     await self._resync()
                     continue
-                self._renewed_at = time.monotonic()
+                self._renewed_at = sent
                 return
             raise LeaseLost(f"the {self.role} lease keeps changing under its holder")
 

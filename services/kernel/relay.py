@@ -31,7 +31,7 @@ import nats.errors
 from anyio.abc import TaskStatus
 from eventsourcing.application import Application
 from eventsourcing.persistence import Notification
-from nats.js.errors import KeyNotFoundError
+from nats.js.errors import BadRequestError, KeyNotFoundError
 from nats.js.kv import KeyValue
 
 from contracts import subjects as s
@@ -52,6 +52,8 @@ class Outgoing:
 Convert = Callable[[Any], Outgoing | None]
 
 # Waits between retries after a failure: doubling from the base up to the cap.
+# JetStream's error code for a message over the stream's max_msg_size.
+MESSAGE_SIZE_EXCEEDS_MAXIMUM = 10054
 RETRY_BASE_S = 0.5
 RETRY_CAP_S = 30.0
 
@@ -162,9 +164,10 @@ class EventRelay:
     async def send(
         self, notification: Notification, subject: str, event: msgspec.Struct, *, msg_id: str
     ) -> None:
-        """Publish one message for a recorded event. One over the server's max payload
-        can never be sent: retrying it would hold back every later event for good, so it
-        is logged and left out (the store still has the event)."""
+        """Publish one message for a recorded event. One over the server's max payload,
+        or over the stream's largest message, can never be sent: retrying it would hold
+        back every later event for good, so it is logged and left out (the store still
+        has the event)."""
         try:
             await self.bus.publish_event(
                 subject,
@@ -172,7 +175,9 @@ class EventRelay:
                 msg_id=msg_id,
                 headers={s.HEADER_NOTIFICATION_ID: str(notification.id)},
             )
-        except nats.errors.MaxPayloadError:
+        except (nats.errors.MaxPayloadError, BadRequestError) as exc:
+            if isinstance(exc, BadRequestError) and exc.err_code != MESSAGE_SIZE_EXCEEDS_MAXIMUM:
+                raise
             log.error(
                 "relay_event_too_large",
                 relay=self.name,

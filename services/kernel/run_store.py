@@ -13,6 +13,7 @@ from contracts.runs import RunEvent, Transcript
 from services.kernel.bus import Bus
 from services.kernel.codec import decode
 from services.kernel.logs import get_logger
+from services.kernel.secrets import redact
 
 log = get_logger("rote.runs")
 
@@ -42,7 +43,7 @@ class RunStore:
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             # Not a run event rote wrote (a hand-published test message, another
             # version's): the run's other events still answer for it.
-            log.warning("run_event_unreadable", subject=msg.subject, error=str(exc)[:300])
+            log.warning("run_event_unreadable", subject=msg.subject, error=redact(str(exc))[:300])
             return None
 
     async def events(self, run_id: str) -> list[RunEvent]:
@@ -81,4 +82,11 @@ class RunStore:
             entry = await (await self._kv()).get(run_id)
         except (KeyNotFoundError, NotFoundError):
             return None
-        return decode(entry.value or b"", Transcript)
+        try:
+            return decode(entry.value or b"", Transcript)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            # Not one rote wrote (a hand-put value, another version's): as if there were
+            # none, rather than failing every reader of it (the tracer retrying, then
+            # dropping the run's trace) on what asking again cannot change.
+            log.warning("transcript_unreadable", run_id=run_id, error=redact(str(exc))[:300])
+            return None

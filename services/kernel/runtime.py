@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from services.kernel.bus import Bus, connect
+from services.kernel.bus import Bus, ConnectionLost, connect
 from services.kernel.embedded_nats import URL_FILE, EmbeddedNats, _server_info
 from services.kernel.logs import get_logger
 from services.kernel.settings import Settings
@@ -101,6 +101,14 @@ def running_embedded_url(settings: Settings) -> str | None:
     return None
 
 
+async def _stop_when_lost(bus: Bus) -> None:
+    await bus.lost.wait()
+    raise ConnectionLost(
+        f"the NATS connection closed for good ({bus.lost_reason}); stopping, so that a"
+        " supervisor can start rote again"
+    )
+
+
 @asynccontextmanager
 async def open_stack(
     settings: Settings,
@@ -143,6 +151,7 @@ async def open_stack(
                 nats_url=url,
                 embedded_nats=embedded is not None,
             )
+            tg.start_soon(_stop_when_lost, bus)
             for name, module in modules:
                 await tg.start(module.serve, ctx)
                 log.info("service_started", service=name)

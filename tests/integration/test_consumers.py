@@ -303,3 +303,42 @@ async def test_a_handler_that_settles_the_message_itself_does_not_crash(bus: Bus
 
     await _consume_until(bus, config, handler, during)
     assert sorted(seen.jobs) == [1, 2, 3]
+
+
+async def test_a_failing_handler_backs_off_and_its_last_delivery_is_logged_as_given_up(
+    bus: Bus, written_logs: list[dict[str, Any]]
+) -> None:
+    """A dependency away for a few seconds (an event store restarting) must not use up
+    every delivery at once: each comes back later than the one before. The message the
+    consumer then gives up is lost work, and says so."""
+    await ensure_streams(bus.js)
+    deliveries: list[float] = []
+    given_up = anyio.Event()
+
+    async def handler(job: Job, msg: Msg) -> None:
+        deliveries.append(anyio.current_time())
+        if len(deliveries) == 3:
+            given_up.set()
+        raise RuntimeError("the event store is restarting")
+
+    await bus.js.publish(s.WORK_RUNS, b'{"n": 1}')
+    config = durable_config("test-backoff", filter_subjects=[s.WORK_RUNS], max_deliver=3)
+    async with anyio.create_task_group() as tg:
+        await tg.start(
+            lambda task_status: consume(
+                bus.js, stream=s.STREAM_WORK, config=config, type_=Job, handler=handler,
+                fetch_timeout_s=0.3, task_status=task_status,
+            )
+        )  # fmt: skip
+        with anyio.fail_after(15):
+            await given_up.wait()
+        await anyio.sleep(0.3)
+        tg.cancel_scope.cancel()
+    first, second = deliveries[1] - deliveries[0], deliveries[2] - deliveries[1]
+    assert 0.8 < first < 1.8 and 1.8 < second < 3.5, deliveries
+    events = [e for e in written_logs if e.get("consumer") == "test-backoff"]
+    assert [(e["event"], e["delivery"]) for e in events if "delivery" in e] == [
+        ("handler_failed", 1),
+        ("handler_failed", 2),
+        ("message_given_up", 3),
+    ]

@@ -4,11 +4,13 @@ waits as a standby and takes over when the first one stops."""
 from __future__ import annotations
 
 import inspect
+import time
 from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
 
 import anyio
+import nats.errors
 import pytest
 
 from contracts import subjects as s
@@ -108,6 +110,9 @@ async def test_a_renewal_applied_late_is_not_mistaken_for_a_takeover(bus: Bus) -
     await kv.put("role", b"usurper")
     await anyio.sleep(ttl / 2 + 0.2)
     assert not await holder.confirm()
+    holder = Lease(kv, "role", ttl, "holder")  # keeping from a renewal it did make
+    holder.revision = moved
+    holder._renewed_at = time.monotonic()
     with anyio.fail_after(10), pytest.raises(LeaseLost, match="usurper"):
         await holder.keep()
 
@@ -269,3 +274,41 @@ async def test_a_standby_waits_out_nats_being_away(tmp_path: Path) -> None:
         await b.close()
     finally:
         server.stop()
+
+
+async def test_a_holder_whose_renewals_hang_gives_up_before_a_standby_can_take_over(
+    bus: Bus,
+) -> None:
+    """A renewal that gets no answer (NATS overloaded, the holder's connection half
+    dead) waits for the request timeout, which can outlast the key. The holder must stop
+    acting as holder before the key can expire, or for a while two processes hold it."""
+    kv = await bus.js.create_key_value(bucket="test_leases", ttl=TTL_S)
+    holder = Lease(await bus.js.key_value("test_leases"), "role", TTL_S, "holder")
+    standby = Lease(kv, "role", TTL_S, "standby")
+    assert await holder.try_acquire()
+    started = anyio.current_time()
+
+    async def unanswered(*args: object, **kwargs: object) -> int:
+        await anyio.sleep(5.0)  # nats-py's KV request timeout
+        raise nats.errors.TimeoutError
+
+    holder.kv.update = unanswered  # type: ignore[method-assign]
+    lost_at = taken_at = 0.0
+
+    async def keep() -> None:
+        nonlocal lost_at
+        with pytest.raises(LeaseLost):
+            await holder.keep()
+        lost_at = anyio.current_time()
+
+    async def take() -> None:
+        nonlocal taken_at
+        await standby.acquire(poll_s=0.05)
+        taken_at = anyio.current_time()
+
+    with anyio.fail_after(EXPIRY_WAIT_S):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(keep)
+            tg.start_soon(take)
+    assert 0 < lost_at - started < TTL_S, lost_at - started
+    assert lost_at < taken_at

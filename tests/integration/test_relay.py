@@ -149,14 +149,30 @@ def convert_note(domain_event: Any) -> Outgoing | None:
     return Outgoing(subject=s.executor_event("notes", "written"), event=Written(domain_event.text))
 
 
-async def test_an_event_over_the_max_payload_is_logged_and_passed_over(
-    bus: Bus, tmp_path: Path, written_logs: list[dict[str, Any]]
+# Over the max payload; under it alone, but not with the headers (which the server
+# counts, and nats-py does not: sent, the server closes the connection for good); over
+# the stream's largest message (an operator raised max_payload past it).
+SIZES = ["over_max_payload", "over_with_headers", "over_stream_max_msg_size"]
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_an_event_too_large_to_send_is_logged_and_passed_over(
+    bus: Bus, tmp_path: Path, written_logs: list[dict[str, Any]], size: str
 ) -> None:
     # Retried, it would fail forever and hold back every event recorded after it.
     await ensure_streams(bus.js)
     app = Counters(env=application_env(Settings(data_dir=tmp_path, event_store="memory"), "big"))
     app.save(Note("before"))
-    huge = Note("x" * (bus.nc.max_payload + 1))
+    text = {
+        "over_max_payload": bus.nc.max_payload + 1,
+        "over_with_headers": bus.nc.max_payload - 40,  # the JSON around it: 11 bytes
+        "over_stream_max_msg_size": 5000,
+    }[size]
+    if size == "over_stream_max_msg_size":
+        info = await bus.js.stream_info(s.STREAM_EXECUTORS)
+        info.config.max_msg_size = 2000
+        await bus.js.update_stream(info.config)
+    huge = Note("x" * text)
     app.save(huge)
     app.save(Note("after"))
     relay = EventRelay(app, bus, convert_note, name="notes")
@@ -170,8 +186,9 @@ async def test_an_event_over_the_max_payload_is_logged_and_passed_over(
     assert logged["level"] == "error" and logged["notification_id"] == 2
     assert logged["originator_id"] == str(huge.id)
     assert logged["topic"].endswith("Note.Written")
-    # The store still has it.
+    # The store still has it, and the connection every service shares is still up.
     assert app.repository.get(huge.id).text == huge.text
+    assert bus.nc.is_connected
     app.close()
 
 

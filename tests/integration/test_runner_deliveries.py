@@ -44,6 +44,7 @@ from services.compiler.outcomes import full_run_cost, replay_report
 from services.kernel.bus import Bus, routed
 from services.kernel.codec import decode, encode
 from services.kernel.consumers import durable_config
+from services.kernel.errors import RemoteError
 from services.kernel.lease import Lease, run_key
 from services.kernel.replay_read import read_all
 from services.kernel.run_store import RunStore
@@ -657,3 +658,17 @@ async def test_a_run_outlives_a_shorter_ack_wait_another_runner_set(
             info = await bus.js.consumer_info(s.STREAM_WORK, s.CONSUMER_RUNNER)
             assert info.delivered.consumer_seq == 1  # never redelivered
             assert seen.count("started") == 1
+
+
+async def test_a_transcript_rote_cannot_read_is_not_found_not_an_internal_error(
+    runner_bus: Bus,
+) -> None:
+    """A value put in the bucket by hand (or by another version): asking again cannot
+    change it, so readers are told there is none, with a reason, not "internal"."""
+    bus, run_id = runner_bus, "hand-put-transcript"
+    await start(bus, run_id)  # no llm or tools service: it fails, and writes one
+    await finished(bus, run_id)
+    await (await bus.js.key_value(s.BUCKET_TRANSCRIPTS)).put(run_id, b'{"entries": "garbage"}')
+    with pytest.raises(RemoteError) as refused:
+        await bus.request(s.RUNS_TRANSCRIPT, RunRef(run_id=run_id), Transcript)
+    assert refused.value.code == "not_found", refused.value

@@ -97,3 +97,27 @@ async def test_only_this_data_dirs_own_embedded_server_is_joined(
     assert settings.nats_url is not None
     url_file(mine).write_text(settings.nats_url + "\n")
     assert running_embedded_url(mine) is None
+
+
+async def test_a_connection_closed_for_good_stops_the_stack_with_a_clear_error(
+    settings: Settings,
+) -> None:
+    """The server closes a connection for a protocol violation (here a message over the
+    max payload once its headers count, sent past rote's own check) and nats-py does not
+    reconnect from that: every service of the process is then deaf. The process must
+    stop, so that its supervisor starts it again, rather than look alive."""
+    import anyio
+
+    from services.kernel.bus import ConnectionLost
+
+    with pytest.raises(BaseException) as stopped:  # an exception group
+        with anyio.fail_after(10):
+            async with open_stack(settings, ["system"]) as stack:
+                nc = stack.bus.nc
+                size = nc.max_payload - 20
+                await nc.publish("rote.test.big", b"x" * size, headers={"X-Pad": "y" * 64})
+                await anyio.sleep_forever()
+    leaves = stopped.value.exceptions if isinstance(stopped.value, BaseExceptionGroup) else []
+    lost = [e for e in leaves if isinstance(e, ConnectionLost)]
+    assert lost, stopped.value
+    assert "closed for good" in str(lost[0]) and "payload" in str(lost[0]).lower()
