@@ -24,7 +24,7 @@ from typing import Any
 
 import anyio
 
-from services.cli.common import load_settings
+from services.cli.common import data_dir_problem, load_settings
 
 SECTIONS = ["cost", "overhead", "throughput", "health", "browser"]
 # The names the JSON and the table give two sections work with --only too.
@@ -76,6 +76,15 @@ def _in_own_process(harness: Any, name: str, quick: bool) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     load_settings(quiet=True)
+    # Checked before minutes of measuring, not when the results are to be written.
+    if args.output:
+        output = Path(args.output)
+        problem = data_dir_problem(output.parent, "--output's directory")
+        if problem is None and output.is_dir():
+            problem = f"--output {output} is a directory"
+        if problem:
+            print(f"rote bench: {problem}", file=sys.stderr)
+            return 2
     root = _checkout_root()
     sys.path.insert(0, str(root))
     harness = importlib.import_module("tests.bench.harness")

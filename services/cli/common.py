@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from pathlib import Path
@@ -51,6 +52,28 @@ def data_dir_problem(path: Path, what: str = "ROTE_DATA_DIR") -> str | None:
     if not os.access(path, os.W_OK | os.X_OK):
         return f"{what} {path} is not writable"
     return None
+
+
+def port(text: str) -> int:
+    """argparse type of a --port: 0 (any free port) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0 to 65535, not {value}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type of a wait or timeout in seconds: above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"must be above 0 seconds, not {text}")
+    return value
 
 
 def first_error(exc: BaseException) -> BaseException:

@@ -20,9 +20,15 @@ from typing import Any
 import anyio
 from nats.js import JetStreamContext
 
-from services.cli.common import load_settings, replicas_problem
+from services.cli.common import (
+    data_dir_problem,
+    load_settings,
+    positive_seconds,
+    replicas_problem,
+)
 from services.kernel.bus import connect
 from services.kernel.secrets import redact, register_url_credentials
+from services.kernel.settings import nats_url_problem
 from services.kernel.streams import STREAMS, StreamSpec, ensure_streams
 
 DEFAULT_DIR = "infra/streams"
@@ -172,7 +178,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     prov.add_argument(
         "--connect-timeout",
-        type=float,
+        type=positive_seconds,
         default=30.0,
         metavar="SECONDS",
         help="give up when NATS does not answer within this (default: 30)",
@@ -205,7 +211,10 @@ def run_streams(args: argparse.Namespace) -> int:
             return 1
         print(f"{out}: {len(STREAMS)} stream definitions match the code")
         return 0
-    out.mkdir(parents=True, exist_ok=True)
+    problem = data_dir_problem(out, "the output directory")
+    if problem:
+        print(f"rote: {problem}", file=sys.stderr)
+        return 2
     files = stream_files(args.replicas)
     for name, content in files.items():
         (out / name).write_text(content)
@@ -225,6 +234,9 @@ def run_provision(args: argparse.Namespace) -> int:
     replicas = settings.stream_replicas if args.replicas is None else args.replicas
     if url is None:
         print("rote: set ROTE_NATS_URL or pass --nats-url", file=sys.stderr)
+        return 2
+    if problem := nats_url_problem(url):
+        print(f"rote: {redact(problem)}", file=sys.stderr)
         return 2
     if not _valid_replicas(replicas):
         return 2

@@ -8,7 +8,7 @@ import signal
 import sys
 from types import FrameType
 
-from services.cli.common import load_settings
+from services.cli.common import load_settings, port
 from services.standin.server import StandinServer
 
 DEFAULT_PORT = 8765
@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
     serve.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any)"
+        "--port", type=port, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any)"
     )
     serve.add_argument(
         "--api-key", default=None, help="require this key (default: accept any request)"

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from contracts.catalog import json_schemas
+from services.cli.common import data_dir_problem
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -19,7 +21,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def run(args: argparse.Namespace) -> int:
     out = Path(args.dir)
-    out.mkdir(parents=True, exist_ok=True)
+    problem = data_dir_problem(out, "the output directory")
+    if problem:
+        print(f"rote: {problem}", file=sys.stderr)
+        return 2
     schemas = json_schemas()
     for name, schema in schemas.items():
         (out / f"{name}.json").write_text(json.dumps(schema, indent=2, sort_keys=True) + "\n")

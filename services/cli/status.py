@@ -9,11 +9,12 @@ from typing import Any
 
 import anyio
 
-from services.cli.common import load_settings
+from services.cli.common import load_settings, positive_seconds
 from services.kernel.bus import connect
 from services.kernel.discovery import service_infos
 from services.kernel.runtime import running_embedded_url
 from services.kernel.secrets import redact, register_url_credentials
+from services.kernel.settings import nats_url_problem
 
 CONNECT_TIMEOUT_S = 5.0
 
@@ -24,7 +25,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--nats-url", help="NATS to ask (default: ROTE_NATS_URL or the running embedded one)"
     )
     parser.add_argument("--json", action="store_true", help="print the raw $SRV.INFO replies")
-    parser.add_argument("--wait", type=float, default=0.5, help="seconds to collect replies")
+    parser.add_argument(
+        "--wait", type=positive_seconds, default=0.5, help="seconds to collect replies"
+    )
     parser.set_defaults(func=run)
 
 
@@ -38,6 +41,9 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    if problem := nats_url_problem(url):
+        print(f"rote: {redact(problem)}", file=sys.stderr)
+        return 2
     try:
         infos = anyio.run(_collect, url, args.wait, backend="asyncio")
     except TimeoutError:

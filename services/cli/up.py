@@ -20,7 +20,7 @@ from services.kernel.runtime import (
     open_stack,
 )
 from services.kernel.secrets import redact
-from services.kernel.settings import Settings
+from services.kernel.settings import Settings, SettingsError
 
 log = get_logger("rote.cli")
 
@@ -41,7 +41,11 @@ def run(args: argparse.Namespace, names: list[str], *, join: bool, command: str)
     `command`: what was run (`up`, `serve`), for the lines printed."""
     settings = load_settings()
     if args.nats_url:
-        settings = settings.with_(nats_url=args.nats_url)
+        try:
+            settings = settings.with_(nats_url=args.nats_url)
+        except SettingsError as exc:
+            print(f"rote: --nats-url: {exc}", file=sys.stderr)
+            return 2
     problem = data_dir_problem(Path(settings.data_dir))
     if problem:
         print(f"rote: {problem}", file=sys.stderr)

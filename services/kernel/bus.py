@@ -278,7 +278,8 @@ async def connect(url: str, *, name: str = "rote", connect_timeout: float = 5.0)
     bus: Bus | None = None
 
     async def on_error(exc: Exception) -> None:
-        log.warning("nats_error", error=redact(str(exc)))
+        # With the URL: "Name or service not known" alone does not say which name.
+        log.warning("nats_error", url=redact(url), error=redact(str(exc)))
 
     async def on_disconnect() -> None:
         if bus is None or not bus.closing:  # a disconnect we asked for is not news

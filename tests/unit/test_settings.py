@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.kernel.settings import Settings, SettingsError
+from services.kernel.settings import Settings, SettingsError, nats_url_problem
 
 
 def test_defaults_when_nothing_is_set() -> None:
@@ -79,3 +79,26 @@ def test_a_duration_too_long_names_its_bound() -> None:
     with pytest.raises(SettingsError) as refused:
         Settings.from_env({"ROTE_RUNNER_ACK_WAIT_S": "1e10"})
     assert str(refused.value) == "ROTE_RUNNER_ACK_WAIT_S must be 86400 or less, got '1e10'"
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["nats://127.0.0.1:4222", "tls://nats.internal:4443", "ws://h:8080", "wss://h",
+     "nats-1:4222", "nats://u:p@a:4222, nats://b:4222", "nats://[::1]:4222"],
+)  # fmt: skip
+def test_nats_urls_that_may_connect_are_accepted(url: str) -> None:
+    assert nats_url_problem(url) is None
+    assert Settings(nats_url=url).nats_url == url
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [("http://127.0.0.1:4222", "not http://"), ("nats://h:99999", "out of range"),
+     ("nats://h:port", "not a usable"), ("nats://", "names no host"),
+     ("nats://a:4222,redis://b", "not redis://")],
+)  # fmt: skip
+def test_nats_urls_that_never_connect_are_refused(url: str, why: str) -> None:
+    problem = nats_url_problem(url)
+    assert problem is not None and why in problem
+    with pytest.raises(SettingsError, match="NATS"):
+        Settings.from_env({"ROTE_NATS_URL": url})
