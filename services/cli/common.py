@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import nats.errors
 import nats.js.errors
@@ -14,6 +16,8 @@ from eventsourcing.persistence import PersistenceError
 from services.kernel.logs import configure_logging
 from services.kernel.secrets import redact, register_from_env
 from services.kernel.settings import Settings, SettingsError
+
+T = TypeVar("T")
 
 # A failure's message is shown on one line, cut to this length.
 MAX_MESSAGE = 500
@@ -54,26 +58,27 @@ def data_dir_problem(path: Path, what: str = "ROTE_DATA_DIR") -> str | None:
     return None
 
 
-def port(text: str) -> int:
-    """argparse type of a --port: 0 (any free port) to 65535."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"a port is 0 to 65535, not {value}")
-    return value
+def _checked(
+    parse: Callable[[str], T], noun: str, ok: Callable[[T], bool], rule: str
+) -> Callable[[str], T]:
+    """An argparse type: `parse` the text, then hold it to `ok` (else `rule`)."""
+
+    def convert(text: str) -> T:
+        try:
+            value = parse(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a {noun}: {text!r}") from None
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"{rule}, not {text}")
+        return value
+
+    return convert
 
 
-def positive_seconds(text: str) -> float:
-    """argparse type of a wait or timeout in seconds: above 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not value > 0:  # NaN too
-        raise argparse.ArgumentTypeError(f"must be above 0 seconds, not {text}")
-    return value
+# A --port: 0 (any free port) to 65535.
+port = _checked(int, "port number", lambda v: 0 <= v <= 65535, "a port is 0 to 65535")
+# A wait or timeout in seconds: above 0 (NaN fails too).
+positive_seconds = _checked(float, "number of seconds", lambda v: v > 0, "must be above 0 seconds")
 
 
 def first_error(exc: BaseException) -> BaseException:

@@ -35,6 +35,11 @@ def _step(index: int, tool: str, inp: dict[str, Any], out: Any, **meta: Any) -> 
     )
 
 
+def _shell(index: int, command: str, *, stdout: str = "") -> TraceStep:
+    out = {"stdout": stdout, "stderr": "", "exit_code": 0}
+    return _step(index, "shell_exec", {"command": command}, out, exit_code=0)
+
+
 def _nav(index: int, url: str, title: str) -> TraceStep:
     out = {"url": url, "status": 200, "title": title}
     return _step(index, "browser_navigate", {"url": url}, out, http_status=200, title=title)
@@ -325,13 +330,7 @@ def test_a_file_name_taken_from_a_listing_is_decided_again() -> None:
                 },
                 exit_code=0,
             ),
-            _step(
-                1,
-                "shell_exec",
-                {"command": "tar tzf /backups/backup-2026-01-02.tar.gz"},
-                {"stdout": "a\nb\nc\n", "stderr": "", "exit_code": 0},
-                exit_code=0,
-            ),
+            _shell(1, "tar tzf /backups/backup-2026-01-02.tar.gz", stdout="a\nb\nc\n"),
         ],
         "Newest backup backup-2026-01-02.tar.gz is valid with 3 files.",
         allowed_tools=SHELL,
@@ -401,13 +400,7 @@ def test_a_headline_filled_into_a_command_stays_one_argument_on_replay() -> None
         [
             _nav(0, "http://site.test/news", "Gazette"),
             _step(1, "browser_extract", {"selector": "h2"}, ["Council approves bridge", "Other"]),
-            _step(
-                2,
-                "shell_exec",
-                {"command": 'log-title "Council approves bridge" --to news.log'},
-                {"stdout": "", "stderr": "", "exit_code": 0},
-                exit_code=0,
-            ),
+            _shell(2, 'log-title "Council approves bridge" --to news.log'),
         ],
         "Logged: Council approves bridge",
         allowed_tools=["browser_navigate", "browser_extract", "shell_exec"],
