@@ -145,6 +145,15 @@ async def _heartbeat(msg: Msg, every_s: float) -> None:
             log.debug("in_progress_failed", error=str(exc))
 
 
+def _only(group: BaseExceptionGroup) -> BaseException:
+    """The one exception a group (nested or not) holds; the group itself if it holds
+    several."""
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
 async def handle_one(
     msg: Msg,
     type_: type[T],
@@ -171,7 +180,11 @@ async def handle_one(
         if heartbeat_s:
             tg.start_soon(_heartbeat, msg, heartbeat_s)
         try:
-            await handler(payload, msg)
+            try:
+                await handler(payload, msg)
+            except BaseExceptionGroup as group:
+                # Raised in the handler's own task group: what it meant is the one inside.
+                raise _only(group) from None
         except Retry as retry:
             outcome = "nak"
             log.info("message_retry", consumer=consumer, subject=msg.subject, reason=str(retry))

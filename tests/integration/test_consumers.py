@@ -16,7 +16,7 @@ from nats.js.errors import NotFoundError
 
 from contracts import subjects as s
 from services.kernel.bus import Bus
-from services.kernel.consumers import Retry, consume, durable_config, ensure_consumer
+from services.kernel.consumers import Reject, Retry, consume, durable_config, ensure_consumer
 from services.kernel.streams import ensure_streams
 
 pytestmark = pytest.mark.anyio
@@ -342,3 +342,36 @@ async def test_a_failing_handler_backs_off_and_its_last_delivery_is_logged_as_gi
         ("handler_failed", 2),
         ("message_given_up", 3),
     ]
+
+
+async def test_a_reject_raised_in_the_handlers_own_task_group_still_rejects(bus: Bus) -> None:
+    """anyio wraps it in an exception group: read as a failure, the message would come
+    back again and again instead of being dropped as the handler said."""
+    await ensure_streams(bus.js)
+    calls = 0
+
+    async def handler(job: Job, msg: Msg) -> None:
+        nonlocal calls
+        calls += 1
+
+        async def check() -> None:
+            raise Reject("not a job this consumer can ever do")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(check)
+
+    await bus.js.publish(s.WORK_RUNS, b'{"n": 1}')
+    config = durable_config("test-grouped", filter_subjects=[s.WORK_RUNS])
+    async with anyio.create_task_group() as tg:
+        await tg.start(
+            lambda task_status: consume(
+                bus.js, stream=s.STREAM_WORK, config=config, type_=Job, handler=handler,
+                fetch_timeout_s=0.3, task_status=task_status,
+            )
+        )  # fmt: skip
+        with anyio.fail_after(5):  # terminated: gone from the work queue
+            while calls == 0 or (await bus.js.stream_info(s.STREAM_WORK)).state.messages:
+                await anyio.sleep(0.05)
+        await anyio.sleep(1.5)  # a nak'd message would be back within this
+        tg.cancel_scope.cancel()
+    assert calls == 1
