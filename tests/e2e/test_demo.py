@@ -152,7 +152,15 @@ def _wait_for_runs(demo: _Demo) -> tuple[int, Path]:
 
 
 def _assert_interrupted(demo: _Demo, started: float) -> str:
-    code = demo.proc.wait(timeout=10)
+    try:
+        code = demo.proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        # What it was doing when it did not stop: its last log lines.
+        demo.proc.kill()
+        demo.err_reader.join(timeout=5)
+        raise AssertionError(
+            f"still running 10 s after the signal: {''.join(demo.err)[-3000:]}"
+        ) from None
     took = time.monotonic() - started
     demo.err_reader.join(timeout=10)  # EOF: nothing rote started still holds its stderr
     assert not demo.err_reader.is_alive()
