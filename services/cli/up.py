@@ -106,7 +106,12 @@ async def _serve_until_signal(
         # moments of start-up would otherwise kill the process with the default action.
         await tg.start(stop_on_signal)
         async with open_stack(settings, names, join_running=join) as stack:
-            where = "embedded" if stack.embedded else "external"
+            if stack.embedded:
+                where = "embedded"
+            elif settings.nats_url is None:  # joined the one a running `rote up` started
+                where = "embedded, of the running rote up"
+            else:
+                where = "external"
             if command == "serve" and settings.nats_url is None:
                 started = stack.embedded is not None
                 print(local_only_warning(stack.nats_url, names, started=started), file=sys.stderr)

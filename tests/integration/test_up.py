@@ -215,6 +215,24 @@ def test_serve_without_a_nats_url_warns_that_it_is_local_only(tmp_path: Path) ->
     )
 
 
+def test_serve_beside_a_running_up_says_whose_nats_it_joined(tmp_path: Path) -> None:
+    data_dir = tmp_path / "shared"
+    # The first one starts the embedded NATS; the second, with no URL, joins it.
+    first = subprocess.Popen(
+        _rote("serve", "system"), env=_env(data_dir), stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        assert first.stdout is not None
+        assert first.stdout.readline().rstrip().endswith("(embedded); services: system")
+        banner, err = _serve_system(_env(data_dir))
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.wait(timeout=30)
+    assert banner.rstrip().endswith("(embedded, of the running rote up); services: system")
+    assert "the embedded NATS of a running `rote up`" in err
+
+
 def test_serve_with_rote_nats_url_does_not_warn(tmp_path: Path) -> None:
     with EmbeddedNats(tmp_path / "nats") as server:
         env = {**_env(tmp_path / "d"), "ROTE_NATS_URL": server.url}
