@@ -789,10 +789,11 @@ async def scroll(
     return Outcome(output, ToolMetadata(url=page.url))
 
 
-# The page scrolls, unless it cannot move that way and a scrollable box can (an app
-# whose feed, chat or results pane scrolls inside a fixed page): then the box most of
-# the screen shows. Instant, whatever the page's CSS scroll-behavior, so the position
-# returned is where it went. `end`: nothing more that way.
+# The page scrolls, unless it does not scroll at all (an app whose feed, chat or
+# results pane scrolls inside a fixed page): then the scrollable box that fills most of
+# the screen, if one fills a quarter of it. A page at its end stays the target (`end`),
+# so a code block or a side menu is not scrolled in its place. Instant, whatever the
+# page's CSS scroll-behavior, so the position returned is where it went.
 _SCROLL_JS = """
 ([dir, amount]) => {
   const sign = dir === 'up' ? -1 : 1;
@@ -806,8 +807,8 @@ _SCROLL_JS = """
     return w > 0 && h > 0 ? w * h : 0;
   };
   let target = page;
-  if (!movable(page)) {
-    let area = 0;
+  if (page.scrollHeight <= page.clientHeight + 1) {
+    let area = innerWidth * innerHeight / 4;
     for (const el of document.body ? document.body.querySelectorAll('*') : []) {
       if (el.scrollHeight <= el.clientHeight) continue;
       if (!/(auto|scroll|overlay)/.test(getComputedStyle(el).overflowY)) continue;

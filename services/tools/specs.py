@@ -92,7 +92,7 @@ SPECS: dict[str, ToolSpec] = {
             "browser_scroll",
             "browser",
             "Scroll the page up or down by `amount` pixels (default: one screen); a page "
-            "that cannot scroll that way scrolls its main scrollable pane instead. Returns "
+            "that does not scroll itself scrolls its main scrollable pane instead. Returns "
             "the new vertical position and `at_end` (nothing more that way).",
             t.BrowserScrollInput,
         ),

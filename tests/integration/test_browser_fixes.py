@@ -66,6 +66,8 @@ PAGES = {
 <div style="height:400px">side</div></div>
 <main id=feed style="height:calc(100vh - 40px);overflow-y:auto;scroll-behavior:smooth">
 <div style="height:3000px">posts</div></main></body>""",
+    "/article": """<title>Art</title><div style="height:3000px">text</div>
+<pre style="height:80vh;overflow:auto"><div style="height:2000px">code</div></pre>""",
     "/welcome": "<title>W</title><script>alert('Welcome back')</script><p>inside</p>",
 }
 
@@ -348,3 +350,15 @@ async def test_a_page_that_does_not_scroll_scrolls_its_main_pane(
     assert end.output["at_end"] and end.output["scrolled"] == "container"
     back = await browser("browser_scroll", direction="up", amount=100_000)
     assert back.output == {"scroll_y": 0, "at_end": True, "scrolled": "container"}
+
+
+async def test_a_page_at_its_end_says_so_rather_than_scroll_a_box_in_it(
+    browser: Browser, site: str
+) -> None:
+    """A long article with a code block that scrolls: at the article's end the model
+    must read at_end, not see the code block move and scroll on for ever."""
+    await browser("browser_navigate", url=f"{site}/article")
+    end = await browser("browser_scroll", direction="down", amount=100_000)
+    assert end.output["at_end"] and "scrolled" not in end.output
+    again = await browser("browser_scroll", direction="down")
+    assert again.output == {"scroll_y": end.output["scroll_y"], "at_end": True}
