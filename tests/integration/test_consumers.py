@@ -5,6 +5,7 @@ under a running service is restored, and nothing a fetch or an ack raises ends i
 from __future__ import annotations
 
 import json
+from functools import partial
 from typing import Any
 
 import anyio
@@ -25,6 +26,14 @@ pytestmark = pytest.mark.anyio
 class Job(msgspec.Struct):
     n: int
     data: Any = None
+
+
+def job_consumer(bus: Bus, config: ConsumerConfig, handler: Any) -> Any:
+    """`consume` of Job messages from the work stream, for a task group's start()."""
+    return partial(
+        consume, bus.js, stream=s.STREAM_WORK, config=config, type_=Job, handler=handler,
+        fetch_timeout_s=0.3,
+    )  # fmt: skip
 
 
 # Deeper than Python's stack: decoding raises RecursionError, not a validation error.
@@ -324,12 +333,7 @@ async def test_a_failing_handler_backs_off_and_its_last_delivery_is_logged_as_gi
     await bus.js.publish(s.WORK_RUNS, b'{"n": 1}')
     config = durable_config("test-backoff", filter_subjects=[s.WORK_RUNS], max_deliver=3)
     async with anyio.create_task_group() as tg:
-        await tg.start(
-            lambda task_status: consume(
-                bus.js, stream=s.STREAM_WORK, config=config, type_=Job, handler=handler,
-                fetch_timeout_s=0.3, task_status=task_status,
-            )
-        )  # fmt: skip
+        await tg.start(job_consumer(bus, config, handler))
         with anyio.fail_after(15):
             await given_up.wait()
         await anyio.sleep(0.3)
@@ -363,12 +367,7 @@ async def test_a_reject_raised_in_the_handlers_own_task_group_still_rejects(bus:
     await bus.js.publish(s.WORK_RUNS, b'{"n": 1}')
     config = durable_config("test-grouped", filter_subjects=[s.WORK_RUNS])
     async with anyio.create_task_group() as tg:
-        await tg.start(
-            lambda task_status: consume(
-                bus.js, stream=s.STREAM_WORK, config=config, type_=Job, handler=handler,
-                fetch_timeout_s=0.3, task_status=task_status,
-            )
-        )  # fmt: skip
+        await tg.start(job_consumer(bus, config, handler))
         with anyio.fail_after(5):  # terminated: gone from the work queue
             while calls == 0 or (await bus.js.stream_info(s.STREAM_WORK)).state.messages:
                 await anyio.sleep(0.05)
