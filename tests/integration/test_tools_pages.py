@@ -27,9 +27,11 @@ pytestmark = [
 
 PAGES = {
     "/a": "<title>A</title><p>page a</p>",
-    # The loop starts after load (navigation waits for load): then reads are stuck.
+    # The loop starts after load (navigation waits for load): then reads are stuck. Half
+    # a second after it: the navigation's own last look at the page (its title) must
+    # come first, also on a loaded machine (at 50 ms it sometimes did not, and timed out).
     "/loop": "<title>L</title>busy<script>addEventListener('load', () => setTimeout(() => {"
-    " while (true) {} }, 50))</script>",
+    " while (true) {} }, 500))</script>",
     "/form": """<title>F</title>
 <form action="/a">
   <label><input type="radio" name="size" value="s"> Small</label>
