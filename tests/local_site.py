@@ -15,6 +15,21 @@ class QuietHandler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
+    def send_html(
+        self, body: str, status: int = 200, headers: dict[str, str] | None = None
+    ) -> None:
+        data = body.encode()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the browser gave up on the page (a slow one, a stopped call)
+
 
 class _Server(ThreadingHTTPServer):
     # A slow page's handler must not hold the test up at shutdown.

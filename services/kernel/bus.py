@@ -23,6 +23,7 @@ from services.kernel.codec import decode, encode
 from services.kernel.errors import RemoteError
 from services.kernel.logs import get_logger
 from services.kernel.secrets import redact
+from services.kernel.settings import seed_urls
 
 T = TypeVar("T")
 log = get_logger("rote.bus")
@@ -314,7 +315,7 @@ async def connect(url: str, *, name: str = "rote", connect_timeout: float = 5.0)
     }
     # A comma-separated list names several seed servers (cluster nodes): any one that
     # answers will do, and the client learns the rest of the cluster from it.
-    servers = [u.strip() for u in url.split(",") if u.strip()]
+    servers = seed_urls(url)
     nc = await nats.connect(servers=servers, **options)
     bus = Bus(nc, url)
     return bus

@@ -132,8 +132,13 @@ async def _settle(msg: Msg, action: str, consumer: str, delay: float | None = No
             consumer=consumer,
             subject=msg.subject,
             action=action,
-            error=redact(f"{type(exc).__name__}: {exc}")[:500],
+            error=_described(exc),
         )
+
+
+def _described(exc: BaseException) -> str:
+    """An exception for a log line: masked, then cut (half a secret would pass)."""
+    return redact(f"{type(exc).__name__}: {exc}")[:500]
 
 
 async def _heartbeat(msg: Msg, every_s: float) -> None:
@@ -171,7 +176,7 @@ async def handle_one(
             "poison_message",
             consumer=consumer,
             subject=msg.subject,
-            error=redact(f"{type(exc).__name__}: {exc}")[:500],
+            error=_described(exc),
         )
         await _settle(msg, "term", consumer)
         return "term"
@@ -213,7 +218,7 @@ def describe_fetch_error(exc: Exception) -> str:
     if isinstance(exc, ServiceUnavailableError) and exc.code is None:
         # A pull request nobody answers: nats-py says only "503".
         return "no responders (503): the consumer or its stream is gone, or JetStream is down"
-    return redact(f"{type(exc).__name__}: {exc}")[:500]
+    return _described(exc)
 
 
 async def _restore(

@@ -51,9 +51,9 @@ class Outgoing:
 # Maps a stored domain event to what goes on the bus (None: not published).
 Convert = Callable[[Any], Outgoing | None]
 
-# Waits between retries after a failure: doubling from the base up to the cap.
 # JetStream's error code for a message over the stream's max_msg_size.
 MESSAGE_SIZE_EXCEEDS_MAXIMUM = 10054
+# Waits between retries after a failure: doubling from the base up to the cap.
 RETRY_BASE_S = 0.5
 RETRY_CAP_S = 30.0
 

@@ -92,12 +92,15 @@ def _list(env: Mapping[str, str], name: str) -> tuple[str, ...]:
 NATS_SCHEMES = ("nats", "tls", "ws", "wss")
 
 
+def seed_urls(url: str) -> list[str]:
+    """The servers a NATS URL names: one, or several comma separated (cluster nodes)."""
+    return [u.strip() for u in url.split(",") if u.strip()]
+
+
 def nats_url_problem(url: str) -> str | None:
     """Why `url` (one NATS URL, or several comma separated) can never connect, or None.
     Only what is surely wrong: a host that does not resolve today may tomorrow."""
-    for part in (p.strip() for p in url.split(",")):
-        if not part:
-            continue
+    for part in seed_urls(url):
         scheme = part.split("://", 1)[0].lower() if "://" in part else "nats"
         if scheme not in NATS_SCHEMES:
             return f"a NATS URL is nats://, tls://, ws:// or wss://, not {scheme}:// (in {part!r})"

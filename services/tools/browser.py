@@ -66,10 +66,10 @@ CREATE_TIMEOUT_S = 10.0
 # What a call reports of the dialogs (alert, confirm, prompt) pages showed during it: a
 # page that raises one after another is not reported dialog by dialog.
 MAX_DIALOGS_REPORTED = 5
+MAX_DIALOG_MESSAGE_CHARS = 500
 # Runs whose session died with Chromium, remembered until they come back (or end): a
 # bound, so runs that never return cannot grow it without end.
 MAX_LOST_REMEMBERED = 10_000
-MAX_DIALOG_MESSAGE_CHARS = 500
 
 
 class BrowserUnavailable(Exception):

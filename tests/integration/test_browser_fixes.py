@@ -74,16 +74,7 @@ PAGES = {
 
 class _Handler(QuietHandler):
     def do_GET(self) -> None:
-        body = PAGES.get(urlparse(self.path).path, "<title>404</title>missing")
-        data = body.encode()
-        try:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html; charset=utf-8")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
+        self.send_html(PAGES.get(urlparse(self.path).path, "<title>404</title>missing"))
 
 
 @pytest.fixture

@@ -97,17 +97,7 @@ class _Handler(QuietHandler):
             body = f"<title>Cookies</title>{self.headers.get('Cookie') or 'none'}"
         else:
             body = PAGES.get(url.path, f"<title>{url.path}</title>{url.path}")
-        data = body.encode()
-        try:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html; charset=utf-8")
-            self.send_header("Content-Length", str(len(data)))
-            for k, v in headers.items():
-                self.send_header(k, v)
-            self.end_headers()
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the browser gave up on a slow page
+        self.send_html(body, headers=headers)
 
 
 @pytest.fixture

@@ -138,63 +138,52 @@ GATES: dict[str, Gate] = {}
 
 
 class _Handler(QuietHandler):
-    def _send(self, body: str, status: int = 200, headers: dict[str, str] | None = None) -> None:
-        data = body.encode()
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", "text/html; charset=utf-8")
-            self.send_header("Content-Length", str(len(data)))
-            for k, v in (headers or {}).items():
-                self.send_header(k, v)
-            self.end_headers()
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the browser gave up on a slow page
-
     def do_GET(self) -> None:
         url = urlparse(self.path)
         query = parse_qs(url.query)
         match url.path:
             case "/":
-                self._send(HOME)
+                self.send_html(HOME)
             case "/page2":
-                self._send("<title>Page two</title><h1>Second page</h1>")
+                self.send_html("<title>Page two</title><h1>Second page</h1>")
             case "/form":
-                self._send(FORM)
+                self.send_html(FORM)
             case "/search":
-                self._send(SEARCH)
+                self.send_html(SEARCH)
             case "/login":
-                self._send(LOGIN)
+                self.send_html(LOGIN)
             case "/mail":
-                self._send(MAIL)
+                self.send_html(MAIL)
             case "/reset":
                 valid = query.get("token") == [RESET_TOKEN]
-                self._send(f"<title>Reset</title><p id='state'>{'valid' if valid else 'bad'}</p>")
+                self.send_html(
+                    f"<title>Reset</title><p id='state'>{'valid' if valid else 'bad'}</p>"
+                )
             case "/results":
                 q = html.escape(query.get("q", [""])[0])
-                self._send(f"<title>Results</title><h1>Results for {q}</h1>")
+                self.send_html(f"<title>Results</title><h1>Results for {q}</h1>")
             case "/setcookie":
                 who = query.get("who", ["nobody"])[0]
-                self._send("<title>Set</title>ok", headers={"Set-Cookie": f"who={who}; Path=/"})
+                self.send_html("<title>Set</title>ok", headers={"Set-Cookie": f"who={who}; Path=/"})
             case "/cookies":
                 cookie = html.escape(self.headers.get("Cookie") or "none")
-                self._send(f"<title>Cookies</title><p id='cookie'>{cookie}</p>")
+                self.send_html(f"<title>Cookies</title><p id='cookie'>{cookie}</p>")
             case "/slow":
                 time.sleep(float(query.get("s", ["5"])[0]))
-                self._send("<title>Slow</title>finally")
+                self.send_html("<title>Slow</title>finally")
             case "/held":
                 gate = GATES[query["gate"][0]]
                 gate.asked.set()
                 gate.opened.wait(120)
-                self._send("<title>Slow</title>finally")
+                self.send_html("<title>Slow</title>finally")
             case "/tall":
-                self._send("<title>Tall</title><div style='height:5000px'>top</div>")
+                self.send_html("<title>Tall</title><div style='height:5000px'>top</div>")
             case "/missing":
-                self._send("<title>Nope</title>not here", status=404)
+                self.send_html("<title>Nope</title>not here", status=404)
             case "/bigtitle":  # alone bigger than a NATS payload
-                self._send(f"<title>{'T' * 1_100_000}</title><p>big</p>")
+                self.send_html(f"<title>{'T' * 1_100_000}</title><p>big</p>")
             case _:
-                self._send("<title>?</title>", status=404)
+                self.send_html("<title>?</title>", status=404)
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
@@ -203,7 +192,7 @@ class _Handler(QuietHandler):
             f"<li id='{html.escape(k)}'>{html.escape(', '.join(v))}</li>"
             for k, v in sorted(form.items())
         )
-        self._send(f"<title>Thanks</title><h1>Thanks</h1><ul>{rows}</ul>")
+        self.send_html(f"<title>Thanks</title><h1>Thanks</h1><ul>{rows}</ul>")
 
 
 @pytest.fixture
