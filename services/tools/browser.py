@@ -63,8 +63,8 @@ CHROMIUM_ARGS: tuple[str, ...] = (
 # Opening a context and its page takes well under a second; a browser that takes this
 # long is treated as unusable.
 CREATE_TIMEOUT_S = 10.0
-# What a call reports of the dialogs (alert, confirm, prompt) pages showed during it: a
-# page that raises one after another is not reported dialog by dialog.
+# What a call reports of the dialogs (alert, confirm, prompt) pages showed since the last
+# report: a page that raises one after another is not reported dialog by dialog.
 MAX_DIALOGS_REPORTED = 5
 MAX_DIALOG_MESSAGE_CHARS = 500
 # Runs whose session died with Chromium, remembered until they come back (or end): a
@@ -136,7 +136,8 @@ class Session:
     _actor: Page | None = None
     _crashed: set[Page] = field(default_factory=set)
     # The current call's answer to a confirm() or prompt() (the model's `confirm`), and
-    # the dialogs shown since the call began, as its output reports them.
+    # the dialogs not reported yet: shown during a call, or between calls (a timer's
+    # "session expires" alert), or during a call whose output could not carry them.
     accept_dialogs: bool = False
     dialogs: list[dict[str, str]] = field(default_factory=list)
     # Opened for a run whose page died with Chromium: until it navigates, a call would
@@ -236,10 +237,20 @@ class Session:
 
     def begin_call(self, *, accept_dialogs: bool = False) -> None:
         """A new call: pop-ups arriving from now on were not opened by an earlier action,
-        and dialogs are this call's to answer and report."""
+        and dialogs are this call's to answer. Those not reported yet stay to be."""
         self._actor = None
         self.accept_dialogs = accept_dialogs
-        self.dialogs = []
+
+    def between_calls(self) -> None:
+        """A call ended: a dialog from now until the next is the page's own, and an
+        alert has only OK, but a confirm() it asks on its own was not the run's to say
+        yes to."""
+        self.accept_dialogs = False
+
+    def report_dialogs(self) -> list[dict[str, str]]:
+        """The dialogs shown since the last report, now reported."""
+        reported, self.dialogs = self.dialogs, []
+        return reported
 
     async def wait_adopted(self, page: Page) -> None:
         """Until the current page is no longer `page` (the run followed a new one)."""

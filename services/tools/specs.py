@@ -34,7 +34,10 @@ class ToolSpec:
 
 
 # Said by every tool that acts on a page (services/tools/browser.py answers dialogs).
-DIALOGS_NOTE = " Output `dialogs`: dialogs shown; a confirm/prompt is dismissed unless `confirm`."
+DIALOGS_NOTE = (
+    " Output `dialogs`: dialogs shown since the last report; a confirm/prompt is dismissed"
+    " unless `confirm`."
+)
 
 SPECS: dict[str, ToolSpec] = {
     spec.name: spec

@@ -219,8 +219,9 @@ class ToolBox:
                         await recover(session)
                     tool = BROWSER_TOOLS[call.tool]
                     outcome = await tool(session, args, budget, self.config.limits)
+                    # A text or list output has no place for them: the next call's has.
                     if session.dialogs and isinstance(outcome.output, dict):
-                        outcome.output = {**outcome.output, "dialogs": list(session.dialogs)}
+                        outcome.output = {**outcome.output, "dialogs": session.report_dialogs()}
                     return outcome
                 except anyio.get_cancelled_exc_class():
                     session.interrupted = True
@@ -240,6 +241,8 @@ class ToolBox:
                     if failure.metadata.url is None and not session.page.is_closed():
                         failure.metadata.url = session.page.url  # where it failed
                     raise
+                finally:
+                    session.between_calls()
         finally:
             session.in_flight -= 1
             session.touch()

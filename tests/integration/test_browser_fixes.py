@@ -297,6 +297,32 @@ async def test_an_alert_on_load_is_accepted_and_the_page_goes_on(
     assert "dialogs" not in quiet.output
 
 
+async def _dialog_between_calls(session: Session, script: str) -> None:
+    """The page shows a dialog on its own, after a call ended (a timer's)."""
+    await session.page.evaluate(f"setTimeout(() => {{ {script} }}, 0)")
+    with anyio.fail_after(5):
+        while not session.dialogs:
+            await anyio.sleep(0.02)
+
+
+async def test_a_dialog_between_calls_is_reported_by_the_next_call_that_can(
+    browser: Browser, site: str
+) -> None:
+    """Answered at once, as ever, and not lost: the next output that is a dict carries
+    it. The last call's `confirm` was for its own action, not for the page's timer."""
+    await browser("browser_navigate", url=f"{site}/delete")
+    assert (await browser("browser_click", text="Delete", confirm=True)).ok
+    await _dialog_between_calls(browser.session, "confirm('Stay signed in?')")
+    page = await browser("browser_read_page")  # text: no place for them
+    assert page.ok and "dialogs" not in page.output
+    moved = await browser("browser_navigate", url=f"{site}/a")
+    assert moved.output["dialogs"] == [
+        {"type": "confirm", "message": "Stay signed in?", "answer": "dismissed"}
+    ]
+    # Reported once.
+    assert "dialogs" not in (await browser("browser_navigate", url=f"{site}/b")).output
+
+
 # --- Chromium dies under a run -------------------------------------------------------------
 
 
