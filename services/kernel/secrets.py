@@ -4,7 +4,7 @@ Values of secret-looking environment variables (and the passwords of URLs held b
 variable) are registered at start-up, and the credentials rote hands to a client are
 registered by name (`register_credential`, with the forms they take when quoted); every
 log line and every error message passes through `redact`, which also hides the password
-part of any URL and the values of credential query parameters.
+part of any URL, the values of credential query parameters and Authorization headers.
 """
 
 from __future__ import annotations
@@ -63,6 +63,21 @@ _QUERY_SECRET = re.compile(
     re.IGNORECASE,
 )
 _KEY_SHAPES = re.compile(r"sk-ant-[A-Za-z0-9_-]{8,}")
+# An Authorization header as `curl -v`, a request log or an echo service shows it
+# (`Authorization: Basic dXNlcjpwdw==`, `"authorization": "Bearer ..."`): Basic holds a
+# registered password only base64-encoded with its user, where no registered form
+# matches. Only with a scheme word, so prose ("Authorization: required") stays; not a
+# reference to a value ($TOKEN, <token>, {{token}}, an earlier mask): a command that
+# names one holds no secret, and masked in a tool input it would keep its run from
+# ever compiling.
+_AUTH_NAME = r"(?:proxy-)?authorization"
+_AUTH_CRED = r"(?:basic|bearer|token)\s+)(?P<cred>(?![$<{\[])[A-Za-z0-9+/=._~-]+)"
+_AUTH_HEADER = re.compile(
+    rf"(?P<key>\b{_AUTH_NAME}[\"']?\s*[:=]\s*[\"']?{_AUTH_CRED}", re.IGNORECASE
+)
+# The same header as an entry of a parsed value ({"Authorization": "Basic ..."}).
+_AUTH_KEY = re.compile(_AUTH_NAME, re.IGNORECASE)
+_AUTH_VALUE = re.compile(rf"(?P<key>\s*{_AUTH_CRED}", re.IGNORECASE)
 MASK = "[redacted]"
 
 # A value named as a credential (ANTHROPIC_API_KEY, a password given to rote) is masked
@@ -262,6 +277,7 @@ def redact(text: str, *, query: bool = True) -> str:
     text = _NATS_TOKEN.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
     if query:
         text = _QUERY_SECRET.sub(lambda m: f"{m.group('key')}{MASK}", text)
+    text = _AUTH_HEADER.sub(lambda m: f"{m.group('key')}{MASK}", text)
     return _KEY_SHAPES.sub(MASK, text)
 
 
@@ -272,6 +288,8 @@ def redact_value(value: Any, *, query: bool = True) -> Any:
     if isinstance(value, dict):
         out: dict[Any, Any] = {}
         for key, item in value.items():
+            if isinstance(key, str) and isinstance(item, str) and _AUTH_KEY.fullmatch(key):
+                item = _AUTH_VALUE.sub(lambda m: f"{m.group('key')}{MASK}", item, count=1)
             out[_masked_key(key, out, query=query)] = redact_value(item, query=query)
         return out
     if isinstance(value, list | tuple):

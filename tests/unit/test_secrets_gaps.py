@@ -210,3 +210,43 @@ def test_masked_keys_that_collide_keep_every_entry() -> None:
 def test_plain_keys_are_untouched() -> None:
     value = {"token": "t", "password_fields": ["#pw"], "https://h/?page=2": 1}
     assert redact_value(value) == value
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        # curl -v: the password is registered, but only its base64 with the user shows.
+        ("> Authorization: Basic cm90ZTpodW50ZXIy\r\n> Accept: */*", f"Basic {MASK}\r\n"),
+        ('{"headers": {"Authorization": "Bearer eyJhbGciOi.J9x_y-z"}}', f'"Bearer {MASK}"'),
+        ("proxy-authorization=token ghp_abc123def456", f"=token {MASK}"),
+        ("authorization: bearer abcd", f"bearer {MASK}"),
+    ],
+)
+def test_authorization_headers_are_masked(text: str, shown: str) -> None:
+    masked = redact(text)
+    assert shown in masked
+    for secret in ("cm90ZTpodW50ZXIy", "eyJhbGciOi", "ghp_abc123def456", "abcd"):
+        assert secret not in masked
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Authorization: required for this endpoint",
+        'curl -H "Authorization: Bearer $API_TOKEN" https://api.test/v1',
+        "Authorization: Bearer ${TOKEN}",
+        "Authorization: Bearer <your token>",
+        "Authorization: Bearer {{token}}",
+    ],
+)
+def test_authorization_prose_and_references_are_left_alone(text: str) -> None:
+    """A command naming a variable holds no secret: masked, its run would never compile."""
+    assert redact(text) == text
+
+
+def test_an_authorization_entry_of_a_parsed_value_is_masked() -> None:
+    value = {"headers": {"Authorization": "Basic cm90ZTpodW50ZXIy", "Accept": "text/html"}}
+    assert redact_value(value) == {
+        "headers": {"Authorization": f"Basic {MASK}", "Accept": "text/html"}
+    }
+    assert redact_value({"authorization": "Bearer $TOKEN"}) == {"authorization": "Bearer $TOKEN"}
