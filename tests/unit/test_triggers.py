@@ -208,6 +208,18 @@ def test_once_fires_once_and_reads_a_naive_time_as_utc() -> None:
     assert is_due(trigger, TriggerState(set_at=at(hours=5), last_fired=at(hours=4)), at(hours=6))
 
 
+def test_a_once_whose_time_passed_while_paused_runs_on_resume() -> None:
+    """A one-off is delayed by a pause, not lost: unlike a schedule's slots, there is no
+    next one to wait for."""
+    trigger = validate(OnceTrigger(at=datetime(2025, 1, 6, 12, 0)))  # at(hours=4)
+    resumed = TriggerState(set_at=T0, resumed_at=at(hours=9))
+    assert next_due(trigger, resumed) == at(hours=4)
+    assert is_due(trigger, resumed, at(hours=9))
+    # Resumed before its time: it waits for it.
+    early = TriggerState(set_at=T0, resumed_at=at(hours=1))
+    assert not is_due(trigger, early, at(hours=2))
+
+
 def test_manual_is_never_due() -> None:
     state = TriggerState(set_at=T0)
     assert next_due(ManualTrigger(), state) is None
