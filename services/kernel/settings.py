@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -88,6 +89,48 @@ def _list(env: Mapping[str, str], name: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in raw.split(sep) if item.strip())
 
 
+def web_origin(url: str) -> str | None:
+    """`scheme://host[:port]` of an http(s) URL, lower-cased and without its default
+    port (https://Shop.test:443/login -> https://shop.test); None for anything else."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    scheme, host = parts.scheme.lower(), (parts.hostname or "")
+    if scheme not in ("http", "https") or not host:
+        return None
+    if ":" in host:
+        host = f"[{host}]"  # IPv6
+    default = 443 if scheme == "https" else 80
+    return f"{scheme}://{host}" if port in (None, default) else f"{scheme}://{host}:{port}"
+
+
+# A secret's name as a task's placeholder writes it ({{secret:shop}}).
+SECRET_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
+
+
+def _secret_origins(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """ROTE_TOOLS_SECRETS: `name=origin` pairs, comma separated; a name may be given
+    several origins (a login page on another host)."""
+    pairs = []
+    for item in _list(env, "ROTE_TOOLS_SECRETS"):
+        name, sep, origin = item.partition("=")
+        name = name.strip().lower()
+        if not sep or not SECRET_NAME.fullmatch(name):
+            raise SettingsError(
+                f"ROTE_TOOLS_SECRETS holds name=origin pairs (name: a-z, 0-9, _), got {item!r}"
+            )
+        canonical = web_origin(origin)
+        if canonical is None or urlsplit(origin.strip()).path not in ("", "/"):
+            raise SettingsError(
+                f"ROTE_TOOLS_SECRETS: {name}'s origin must be http(s)://host[:port], "
+                f"got {origin.strip()!r}"
+            )
+        pairs.append((name, canonical))
+    return tuple(pairs)
+
+
 # What nats-py connects over; a URL without a scheme is taken as nats://.
 NATS_SCHEMES = ("nats", "tls", "ws", "wss")
 
@@ -148,6 +191,9 @@ class Settings:
     # lives before it is reaped.
     tools_pool_size: int = 2
     tools_idle_s: float = 900.0
+    # Named secrets a run may type by placeholder, and the origins each may be typed on
+    # (services/tools/vault.py); their values are in ROTE_SECRET_<NAME>.
+    tools_secrets: tuple[tuple[str, str], ...] = ()
     # Replicas of every JetStream stream rote provisions: 1 on a single server, 3 on a
     # 3-node cluster (infra/nats/cluster). An embedded server always uses 1.
     stream_replicas: int = 1
@@ -211,6 +257,7 @@ class Settings:
             path_roots=_list(env, "ROTE_TOOLS_PATH_ROOTS"),
             tools_pool_size=_int(env, "ROTE_TOOLS_POOL_SIZE", 2, lo=0, hi=32),
             tools_idle_s=_float(env, "ROTE_TOOLS_IDLE_S", 900.0, above=0.0, at_most=DAY_S) or 900.0,
+            tools_secrets=_secret_origins(env),
             stream_replicas=_int(env, "ROTE_STREAM_REPLICAS", 1, lo=1, hi=5),
         )
 

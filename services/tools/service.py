@@ -43,6 +43,7 @@ from services.kernel.secrets import (
 from services.tools.browser import BrowserPool
 from services.tools.specs import check_nesting, definitions
 from services.tools.toolbox import ToolBox, ToolsConfig, event_input
+from services.tools.vault import placeholder_name
 
 log = get_logger("rote.tools")
 
@@ -138,14 +139,19 @@ _TYPING_TOOLS = ("browser_type", "browser_fill_form")
 def _mask_typed(tool: str, input: dict[str, Any], shown: Callable[[str], bool]) -> dict[str, Any]:
     """`input` with the text typed into targets not `shown` replaced by the mask (a
     password typed into a login form is not registered anywhere: only its target says
-    what it is). Booleans (checkboxes) and empty text hide nothing."""
+    what it is). Booleans (checkboxes), empty text and a secret's placeholder (the
+    secret itself only ever reached the page) hide nothing."""
+
+    def hides(value: Any) -> bool:
+        return isinstance(value, str) and bool(value) and placeholder_name(value) is None
+
     if tool == "browser_type":
         selector, text = input.get("selector"), input.get("text")
-        if isinstance(text, str) and text and not (isinstance(selector, str) and shown(selector)):
+        if hides(text) and not (isinstance(selector, str) and shown(selector)):
             return {**input, "text": MASK}
     elif tool == "browser_fill_form" and isinstance(input.get("fields"), dict):
         fields = {
-            key: MASK if isinstance(value, str) and value and not shown(key) else value
+            key: MASK if hides(value) and not shown(key) else value
             for key, value in input["fields"].items()
         }
         return {**input, "fields": fields}

@@ -33,6 +33,9 @@ class ToolSpec:
         )
 
 
+# Said by the tools that type: the tools service fills the placeholder in (vault.py).
+SECRET_NOTE = " A value `{{secret:NAME}}`, written as the task gives it, types that secret."
+
 # Said by every tool that acts on a page (services/tools/browser.py answers dialogs).
 DIALOGS_NOTE = (
     " Output `dialogs`: dialogs shown since the last report; a confirm/prompt is dismissed"
@@ -80,7 +83,7 @@ SPECS: dict[str, ToolSpec] = {
             "browser_type",
             "browser",
             "Replace the value of an input or textarea (CSS `selector`) with `text`; "
-            "`submit` presses Enter afterwards." + DIALOGS_NOTE,
+            "`submit` presses Enter afterwards." + SECRET_NOTE + DIALOGS_NOTE,
             t.BrowserTypeInput,
         ),
         ToolSpec(
@@ -88,6 +91,7 @@ SPECS: dict[str, ToolSpec] = {
             "browser",
             "Fill several form fields at once and, unless `submit` is false, submit the "
             "form. Each key of `fields` is a CSS selector, a field's name or its label."
+            + SECRET_NOTE
             + DIALOGS_NOTE,
             t.BrowserFillFormInput,
         ),

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 from playwright.async_api import Error as PlaywrightError
 
 from contracts import tools as t
@@ -34,6 +35,7 @@ from services.tools.browser_tools import (
 )
 from services.tools.outcome import Outcome, ToolFailure
 from services.tools.specs import spec_for, validate_input
+from services.tools.vault import Vault
 
 KB = 1024
 
@@ -48,6 +50,8 @@ class ToolsConfig:
     # A call's input as recorded in its events (file_write content can be large).
     max_event_input_bytes: int = 64 * KB
     max_file_chars: int = 200_000
+    # (name, origin) pairs: the secrets a run may type by placeholder (vault.py).
+    secrets: tuple[tuple[str, str], ...] = ()
     browser: BrowserConfig = field(default_factory=BrowserConfig)
     limits: BrowserLimits = field(default_factory=BrowserLimits)
 
@@ -58,6 +62,7 @@ class ToolsConfig:
             data_dir=data_dir,
             allowed_commands=settings.allowed_commands,
             path_roots=settings.path_roots,
+            secrets=settings.tools_secrets,
             browser=BrowserConfig(
                 chromium=settings.chromium,
                 pool_size=settings.tools_pool_size,
@@ -85,6 +90,7 @@ class ToolBox:
         self.config = config
         self.browsers = browsers
         self.roots = policy.PathRoots.of(config.path_roots)
+        self.vault = Vault.of(config.secrets)
         for pattern in config.allowed_commands:
             try:
                 policy.pattern_words(pattern)
@@ -218,6 +224,7 @@ class ToolBox:
                         session.interrupted = False
                         await recover(session)
                     tool = BROWSER_TOOLS[call.tool]
+                    args = self._with_secrets(args, session.page.url)
                     outcome = await tool(session, args, budget, self.config.limits)
                     # A text or list output has no place for them: the next call's has.
                     if session.dialogs and isinstance(outcome.output, dict):
@@ -246,6 +253,21 @@ class ToolBox:
         finally:
             session.in_flight -= 1
             session.touch()
+
+    def _with_secrets(self, args: t.ToolInput, page_url: str) -> t.ToolInput:
+        """`args` with the secret placeholders of its typed text filled in (only the
+        page sees them: `call.input`, which the events and the trace show, keeps the
+        placeholders)."""
+        match args:
+            case t.BrowserTypeInput(text=text):
+                return msgspec.structs.replace(args, text=self.vault.fill(text, page_url))
+            case t.BrowserFillFormInput(fields=fields):
+                filled = {
+                    key: self.vault.fill(value, page_url) if isinstance(value, str) else value
+                    for key, value in fields.items()
+                }
+                return msgspec.structs.replace(args, fields=filled)
+        return args
 
     def _browser_failure(self, exc: PlaywrightError) -> ToolFailure:
         text = (exc.message or str(exc)).strip().splitlines()

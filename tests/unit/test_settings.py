@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.kernel.settings import Settings, SettingsError, nats_url_problem
+from services.kernel.settings import Settings, SettingsError, nats_url_problem, web_origin
 
 
 def test_defaults_when_nothing_is_set() -> None:
@@ -102,3 +102,47 @@ def test_nats_urls_that_never_connect_are_refused(url: str, why: str) -> None:
     assert problem is not None and why in problem
     with pytest.raises(SettingsError, match="NATS"):
         Settings.from_env({"ROTE_NATS_URL": url})
+
+
+def test_typed_secrets_name_their_origins() -> None:
+    env = {
+        "ROTE_TOOLS_SECRETS": "shop=https://Shop.test:443, Shop=http://sso.test:8080/,"
+        "lab=http://[::1]:80"
+    }
+    assert Settings.from_env(env).tools_secrets == (
+        ("shop", "https://shop.test"),
+        ("shop", "http://sso.test:8080"),
+        ("lab", "http://[::1]"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("entry", "said"),
+    [
+        ("shop", "name=origin pairs"),
+        ("2fa=https://a.test", "name=origin pairs"),
+        ("shop=shop.test", "http(s)://host[:port]"),
+        ("shop=ftp://shop.test", "http(s)://host[:port]"),
+        ("shop=https://shop.test/login", "http(s)://host[:port]"),
+        ("shop=https://shop.test:99999", "http(s)://host[:port]"),
+    ],
+)
+def test_typed_secrets_that_cannot_be_used_are_refused(entry: str, said: str) -> None:
+    with pytest.raises(SettingsError, match="ROTE_TOOLS_SECRETS") as refused:
+        Settings.from_env({"ROTE_TOOLS_SECRETS": entry})
+    assert said in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "origin"),
+    [
+        ("https://Shop.test/login?next=/", "https://shop.test"),
+        ("http://127.0.0.1:8000/x", "http://127.0.0.1:8000"),
+        ("http://shop.test:80", "http://shop.test"),
+        ("about:blank", None),
+        ("data:text/html,hi", None),
+        ("https://:443/", None),
+    ],
+)
+def test_web_origin(url: str, origin: str | None) -> None:
+    assert web_origin(url) == origin

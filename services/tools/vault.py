@@ -1,0 +1,83 @@
+"""Named secrets a run types into a page without anyone seeing them (a login's password).
+
+A task's prompt names a secret by placeholder, `{{secret:shop}}`. The model copies the
+placeholder into browser_type or browser_fill_form, and only here, as the text goes
+into the page, is it swapped for the value (the environment variable ROTE_SECRET_SHOP
+of the tools service). The model, the transcript, the events and so the trace and the
+executor hold only the placeholder: a login replays like any other form, where a typed
+password, masked in the events, would keep its run from ever compiling.
+
+A secret is typed only on the origins configured for it (ROTE_TOOLS_SECRETS=
+shop=https://shop.example): a page elsewhere asking for it (a text on a page telling the
+model to type it there) is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from services.kernel.secrets import register_credential
+from services.kernel.settings import web_origin
+from services.tools.outcome import ToolFailure
+
+# The whole value, braces and all: a placeholder inside a longer text is typed as it is
+# (a password is a field's whole value; part of one is no use to a login).
+PLACEHOLDER = re.compile(r"\{\{\s*secret:([A-Za-z][A-Za-z0-9_]{0,63})\s*\}\}")
+VALUE_PREFIX = "ROTE_SECRET_"
+
+
+def placeholder_name(value: object) -> str | None:
+    """The secret `value` stands for, when it is exactly a placeholder."""
+    if not isinstance(value, str):
+        return None
+    found = PLACEHOLDER.fullmatch(value.strip())
+    return found.group(1).lower() if found else None
+
+
+@dataclass(frozen=True)
+class Vault:
+    # name -> the origins it may be typed on
+    origins: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    # Where the values are: read at each use, so a rotated secret needs no restart.
+    env: Mapping[str, str] = field(default_factory=lambda: os.environ)
+
+    @classmethod
+    def of(cls, pairs: Iterable[tuple[str, str]], env: Mapping[str, str] | None = None) -> Vault:
+        origins: dict[str, set[str]] = {}
+        for name, origin in pairs:
+            origins.setdefault(name, set()).add(origin)
+        frozen = {name: frozenset(found) for name, found in origins.items()}
+        return cls(frozen) if env is None else cls(frozen, env)
+
+    def fill(self, value: str, page_url: str) -> str:
+        """`value`, or the secret it is the placeholder of, checked for the page it is
+        about to be typed on."""
+        name = placeholder_name(value)
+        if name is None:
+            return value
+        allowed = self.origins.get(name)
+        variable = f"{VALUE_PREFIX}{name.upper()}"
+        if allowed is None:
+            raise ToolFailure(
+                "secret_unknown",
+                f"no secret named {name!r} is configured: the tools service types only"
+                " those its ROTE_TOOLS_SECRETS names",
+            )
+        origin = web_origin(page_url)
+        if origin not in allowed:
+            raise ToolFailure(
+                "secret_refused",
+                f"the secret {name!r} is typed only on {', '.join(sorted(allowed))};"
+                f" this page is {origin or page_url!r}",
+            )
+        secret = self.env.get(variable)
+        if not secret:
+            raise ToolFailure(
+                "secret_unknown",
+                f"the secret {name!r} has no value: {variable} is not set for the tools service",
+            )
+        register_credential(secret)  # should the page show it back, it is masked
+        return secret

@@ -1,0 +1,37 @@
+"""Which typed values are secret placeholders, and what filling one checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.kernel.secrets import MASK, redact
+from services.tools.outcome import ToolFailure
+from services.tools.vault import Vault, placeholder_name
+
+
+@pytest.mark.parametrize(
+    ("value", "name"),
+    [
+        ("{{secret:shop}}", "shop"),
+        ("{{ secret:Shop_2 }}", "shop_2"),
+        (" {{secret:shop}} ", "shop"),
+        ("pw{{secret:shop}}", None),  # part of a value is typed as written
+        ("{{secret:}}", None),
+        ("{{step_1}}", None),
+        ("{{secret:shop}}{{secret:shop}}", None),
+        (True, None),
+    ],
+)
+def test_placeholder_name(value: object, name: str | None) -> None:
+    assert placeholder_name(value) == name
+
+
+def test_filling_checks_the_origin_then_registers_the_value_for_masking() -> None:
+    vault = Vault.of([("shop", "https://shop.test")], env={"ROTE_SECRET_SHOP": "Vault-Pw-991"})
+    assert vault.fill("ada", "https://evil.test/") == "ada"  # no placeholder: as it is
+    assert vault.fill("{{secret:shop}}", "https://shop.test/login") == "Vault-Pw-991"
+    assert redact("echoed Vault-Pw-991") == f"echoed {MASK}"
+    with pytest.raises(ToolFailure) as refused:
+        vault.fill("{{secret:shop}}", "about:blank")
+    assert refused.value.code == "secret_refused"
+    assert "this page is 'about:blank'" in refused.value.message
