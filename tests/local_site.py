@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs
 
 
 class QuietHandler(BaseHTTPRequestHandler):
@@ -14,6 +15,11 @@ class QuietHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
+
+    def posted_form(self) -> dict[str, str]:
+        """The fields of a form POSTed to this request (blank ones left out)."""
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
+        return {key: values[0] for key, values in parse_qs(body).items()}
 
     def send_html(
         self, body: str, status: int = 200, headers: dict[str, str] | None = None

@@ -5,7 +5,6 @@ transcript, the trace, the executor or any event."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from urllib.parse import parse_qs
 
 import pytest
 
@@ -34,8 +33,7 @@ class _Handler(QuietHandler):
         self.send_html(LOGIN)
 
     def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
-        form = {k: v[0] for k, v in parse_qs(body).items()}
+        form = self.posted_form()
         SIGN_INS.append(form.get("password") == PASSWORD)
         if SIGN_INS[-1]:
             self.send_html(f"<title>Account</title><p>Sign-in successful, {form['user']}</p>")

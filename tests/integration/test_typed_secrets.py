@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from urllib.parse import parse_qs
 
 import msgspec
 import pytest
@@ -22,8 +21,6 @@ pytestmark = [pytest.mark.anyio, pytest.mark.browser]
 PASSWORD = "Shop-Login-Pw-4417"
 LOGIN = """<title>Sign in</title><form method="post" action="/session">
 <input name="user"><input name="password" type="password"><button>Sign in</button></form>"""
-
-
 POSTED: list[dict[str, str]] = []
 
 
@@ -32,8 +29,7 @@ class _Handler(QuietHandler):
         self.send_html(LOGIN)
 
     def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
-        form = {k: v[0] for k, v in parse_qs(body).items()}
+        form = self.posted_form()
         POSTED.append(form)
         # A careless site that shows the password back.
         said = f"<p>Signed in with {form.get('password')}</p>"
