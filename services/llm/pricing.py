@@ -77,6 +77,9 @@ DEFAULT_PRICES: tuple[ModelPrice, ...] = (
     _flat("claude-opus-4-5", 5.0, 25.0),
 )
 
+# How far ahead of a model's retirement the llm service warns of the aliases naming it.
+RETIRING_SOON_DAYS = 30
+
 # A dated snapshot id ("claude-sonnet-4-5-20250929") is priced like its base id.
 _SNAPSHOT = re.compile(r"^(?P<base>.+)-\d{8}$")
 
@@ -162,6 +165,24 @@ class PriceTable:
         """None when the model has no price (a local model behind ANTHROPIC_BASE_URL)."""
         price = self.price(model_id)
         return None if price is None else cost(price, usage)
+
+    def retirement(self, model_id: str, today: date) -> str | None:
+        """What to say of the model's retirement when it is past or near (within
+        RETIRING_SOON_DAYS), else None. The date is the last day the API serves it."""
+        price = self.price(model_id)
+        if price is None or price.retires_on is None:
+            return None
+        days = (price.retires_on - today).days
+        if days < 0:
+            return f"{model_id} was retired on {price.retires_on}"
+        if days <= RETIRING_SOON_DAYS:
+            return f"{model_id} retires on {price.retires_on} (in {days} days)"
+        return None
+
+    def aliases_retiring(self, today: date) -> dict[str, str]:
+        """alias -> the retirement notice of the model it names, for those near or past."""
+        notices = {alias: self.retirement(model, today) for alias, model in self.aliases.items()}
+        return {alias: notice for alias, notice in notices.items() if notice}
 
     def listing(self) -> ModelsReply:
         return ModelsReply(aliases=dict(self.aliases), models=list(self.models.values()))

@@ -39,6 +39,8 @@ log = get_logger("rote.llm")
 
 # Usage events of calls made outside any run go to rote.evt.llm.adhoc.usage.
 ADHOC_RUN = "adhoc"
+# Said with a model that is retired or retiring: where the alias is changed.
+RETIRED_HINT = "point the alias at a current model in ROTE_PRICES_FILE"
 
 
 class LlmService:
@@ -111,7 +113,12 @@ class LlmService:
                 details["status"] = failure.status
             if failure.request_id:
                 details["request_id"] = failure.request_id
-            raise ServiceError(failure.code, failure.message, details=details) from None
+            message = failure.message
+            retired = self.prices.retirement(model_id, utc_now().date())
+            if failure.status == 404 and retired:
+                # The API's own words ("model: claude-…") do not say why it is gone.
+                message = f"{message} ({retired}: {RETIRED_HINT})"
+            raise ServiceError(failure.code, message, details=details) from None
         message = result.message
         # The API billed this call whatever its content: price it and publish its usage
         # before the content is judged, so a reply rote cannot carry still costs what
@@ -226,6 +233,8 @@ async def serve(
         concurrency=ctx.settings.llm_concurrency,
         max_attempts=ctx.settings.llm_max_attempts,
     )
+    for alias, notice in prices.aliases_retiring(utc_now().date()).items():
+        log.warning("model_retiring", alias=alias, notice=notice, hint=RETIRED_HINT)
     llm = LlmService(ctx, caller, prices)
     service = await start_service(
         ctx.bus,

@@ -15,6 +15,7 @@ import anyio
 import msgspec
 import nats.errors
 import pytest
+from structlog.testing import capture_logs
 
 from contracts import subjects as s
 from contracts.llm import (
@@ -658,6 +659,39 @@ async def test_price_file_changes_aliases_and_costs(
         reply = await complete(bus, [Message(role="user", content="hi")], model="sonnet")
     assert reply.model == "claude-sonnet-4-5"
     assert reply.cost_usd == pytest.approx(reply.usage.input_tokens * 1000 / 1_000_000)
+
+
+async def test_a_model_gone_after_its_retirement_says_so(
+    settings: Settings,
+    bus: Bus,
+    standin: StandinServer,
+    tmp_path: Any,
+) -> None:
+    """The API's 404 names the model but not why it is gone; the price table knows, and
+    the service warns of the alias as it starts."""
+    prices = tmp_path / "prices.json"
+    band = {"input_per_mtok": 1.0, "output_per_mtok": 5.0}
+    old = {"id": "claude-sonnet-4-1", "retires_on": "2026-01-05", "bands": [band]}
+    prices.write_text(json.dumps({"aliases": {"sonnet": "claude-sonnet-4-1"}, "models": [old]}))
+    standin.inject(statuses=[404, 404])
+    with capture_logs() as logs:
+        async with llm(settings, prices_file=prices):
+            pass
+    assert [(e["alias"], e["notice"]) for e in logs if e["event"] == "model_retiring"] == [
+        ("sonnet", "claude-sonnet-4-1 was retired on 2026-01-05")
+    ]
+    async with llm(settings, prices_file=prices):
+        with pytest.raises(RemoteError) as caught:
+            await complete(bus, [Message(role="user", content="hi")], model="sonnet")
+        assert caught.value.code == "invalid_request"
+        assert caught.value.message.endswith(
+            "(claude-sonnet-4-1 was retired on 2026-01-05: point the alias at a current model"
+            " in ROTE_PRICES_FILE)"
+        )
+        # Any other model's 404 is the API's word alone.
+        with pytest.raises(RemoteError) as other:
+            await complete(bus, [Message(role="user", content="hi")], model="haiku")
+        assert other.value.code == "invalid_request" and "retired" not in other.value.message
 
 
 # The smallest call the budget tests make, straight to the caller (no service).

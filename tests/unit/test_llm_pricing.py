@@ -4,12 +4,13 @@ snapshot ids and the price-file override."""
 from __future__ import annotations
 
 import json
+from datetime import date
 from pathlib import Path
 
 import pytest
 
 from contracts.llm import Usage
-from services.llm.pricing import PriceTableError, load_price_table
+from services.llm.pricing import PriceTable, PriceTableError, load_price_table
 
 TABLE = load_price_table(None)
 M = 1_000_000
@@ -104,6 +105,28 @@ def test_listing_has_aliases_ids_prices_and_retirement() -> None:
     }
     assert [b.up_to_prompt_tokens for b in by_id["claude-haiku-5-5"].bands] == [100_000, None]
     assert str(by_id["claude-sonnet-4-5"].retires_on) == "2026-11-30"
+
+
+def test_retirement_is_told_within_a_month_and_after() -> None:
+    table = load_price_table(None)
+    assert table.retirement("claude-sonnet-4-5", date(2026, 10, 30)) is None
+    assert table.retirement("claude-sonnet-4-5", date(2026, 10, 31)) == (
+        "claude-sonnet-4-5 retires on 2026-11-30 (in 30 days)"
+    )
+    assert table.retirement("claude-sonnet-4-5-20250929", date(2026, 11, 30)) == (
+        "claude-sonnet-4-5-20250929 retires on 2026-11-30 (in 0 days)"
+    )
+    assert table.retirement("claude-sonnet-4-5", date(2026, 12, 1)) == (
+        "claude-sonnet-4-5 was retired on 2026-11-30"
+    )
+    assert table.retirement("claude-sonnet-5-5", date(2030, 1, 1)) is None  # no date known
+    assert table.retirement("llama3", date(2030, 1, 1)) is None  # not in the table
+    # Only aliases naming such a model are warned of: the defaults name none.
+    assert table.aliases_retiring(date(2026, 12, 1)) == {}
+    moved = PriceTable(aliases={**table.aliases, "fast": "claude-sonnet-4-5"}, models=table.models)
+    assert moved.aliases_retiring(date(2026, 12, 1)) == {
+        "fast": "claude-sonnet-4-5 was retired on 2026-11-30"
+    }
 
 
 def test_price_file_overrides_merges_and_adds(tmp_path: Path) -> None:
