@@ -89,6 +89,11 @@ def first_error(exc: BaseException) -> BaseException:
     return exc
 
 
+def last_error(errors: list[str]) -> str:
+    """The last connection error a one-shot command saw, to end its message with."""
+    return f" (last error: {errors[-1]})" if errors else ""
+
+
 def replicas_problem(exc: BaseException, replicas: int, fix: str) -> str | None:
     """What to do when NATS refused `replicas` because it is a single server; None for
     any other failure. `fix`: how to ask for one replica instead."""

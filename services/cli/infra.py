@@ -22,6 +22,7 @@ from nats.js import JetStreamContext
 
 from services.cli.common import (
     data_dir_problem,
+    last_error,
     load_settings,
     positive_seconds,
     replicas_problem,
@@ -241,11 +242,13 @@ def run_provision(args: argparse.Namespace) -> int:
     if not _valid_replicas(replicas):
         return 2
 
+    errors: list[str] = []
+
     async def main() -> dict[str, str]:
         # The kernel's connect retries forever (right for a service waiting for its
         # NATS); a one-shot command gives up instead.
         with anyio.fail_after(args.connect_timeout):
-            bus = await connect(url, name="rote:infra")
+            bus = await connect(url, name="rote:infra", on_attempt_failed=errors.append)
         try:
             return await provision(bus.js, replicas)
         finally:
@@ -255,7 +258,8 @@ def run_provision(args: argparse.Namespace) -> int:
         outcomes = anyio.run(main, backend="asyncio")
     except TimeoutError:
         print(
-            f"rote: no NATS answered at {redact(url)} within {args.connect_timeout:g}s",
+            f"rote: no NATS answered at {redact(url)} within {args.connect_timeout:g}s"
+            + last_error(errors),
             file=sys.stderr,
         )
         return 1

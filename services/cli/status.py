@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import anyio
 
-from services.cli.common import load_settings, positive_seconds
+from services.cli.common import last_error, load_settings, positive_seconds
 from services.kernel.bus import connect
 from services.kernel.discovery import service_infos
 from services.kernel.runtime import running_embedded_url
@@ -44,11 +45,13 @@ def run(args: argparse.Namespace) -> int:
     if problem := nats_url_problem(url):
         print(f"rote: {redact(problem)}", file=sys.stderr)
         return 2
+    errors: list[str] = []
     try:
-        infos = anyio.run(_collect, url, args.wait, backend="asyncio")
+        infos = anyio.run(_collect, url, args.wait, errors.append, backend="asyncio")
     except TimeoutError:
         print(
-            f"rote: cannot reach NATS at {redact(url)}: no answer in {CONNECT_TIMEOUT_S:g} s",
+            f"rote: cannot reach NATS at {redact(url)}: no answer in {CONNECT_TIMEOUT_S:g} s"
+            + last_error(errors),
             file=sys.stderr,
         )
         return 1
@@ -62,11 +65,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _collect(url: str, wait_s: float) -> list[dict[str, Any]]:
+async def _collect(
+    url: str, wait_s: float, on_attempt_failed: Callable[[str], None]
+) -> list[dict[str, Any]]:
     # The kernel's connect retries forever (right for a service waiting for its NATS);
     # a one-shot command gives up instead.
     with anyio.fail_after(CONNECT_TIMEOUT_S):
-        bus = await connect(url, name="rote-status", connect_timeout=3)
+        bus = await connect(
+            url, name="rote-status", connect_timeout=3, on_attempt_failed=on_attempt_failed
+        )
     try:
         return await service_infos(bus, wait_s=wait_s)
     finally:

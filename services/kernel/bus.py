@@ -4,7 +4,7 @@ publishing with Nats-Msg-Id de-duplication."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -275,12 +275,25 @@ def remote_error(subject: str, headers: dict[str, str], body: bytes) -> RemoteEr
     return RemoteError(subject, info, status)
 
 
-async def connect(url: str, *, name: str = "rote", connect_timeout: float = 5.0) -> Bus:
+async def connect(
+    url: str,
+    *,
+    name: str = "rote",
+    connect_timeout: float = 5.0,
+    on_attempt_failed: Callable[[str], None] | None = None,
+) -> Bus:
+    """`on_attempt_failed`: given each connection error (masked) instead of the log; a
+    one-shot command that gives up says the last one in its own words, not a warning
+    line per attempt."""
     bus: Bus | None = None
 
     async def on_error(exc: Exception) -> None:
+        error = redact(str(exc))
+        if on_attempt_failed is not None:
+            on_attempt_failed(error)
+            return
         # With the URL: "Name or service not known" alone does not say which name.
-        log.warning("nats_error", url=redact(url), error=redact(str(exc)))
+        log.warning("nats_error", url=redact(url), error=error)
 
     async def on_disconnect() -> None:
         if bus is None or not bus.closing:  # a disconnect we asked for is not news

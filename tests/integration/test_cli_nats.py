@@ -59,6 +59,12 @@ def test_status_gives_up_on_an_unreachable_nats_and_hides_its_password(tmp_path:
     )
     assert done.returncode == 1
     assert "rote: cannot reach NATS at nats://ops:[redacted]@127.0.0.1:" in done.stderr
+    # One line, saying why, rather than a warning line per connection attempt.
+    assert (
+        done.stderr.count("\n") == 1
+        and "(last error: " in done.stderr
+        and "Connect call failed" in done.stderr
+    )
     assert PASSWORD not in done.stdout + done.stderr
 
 

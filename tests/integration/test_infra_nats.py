@@ -392,6 +392,7 @@ async def test_provision_command_says_when_nats_is_not_there() -> None:
     code, out, err = await rote("infra", "provision", "--nats-url", url, "--connect-timeout", "1")
     assert code == 1
     assert "no NATS answered at nats://rote:[redacted]@127.0.0.1" in err
+    assert err.count("\n") == 1 and "(last error: " in err and "Connect call failed" in err
     assert "hunter2-secret" not in err + out
 
 
