@@ -20,6 +20,10 @@ log = get_logger("rote.runs")
 TERMINAL = ("completed", "failed")
 
 
+class TranscriptUnreadable(Exception):
+    """What is stored as a run's transcript does not decode as one."""
+
+
 class RunStore:
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
@@ -77,7 +81,9 @@ class RunStore:
         """`data`: an encoded Transcript, already bounded to fit one message."""
         await (await self._kv()).put(run_id, data)
 
-    async def transcript(self, run_id: str) -> Transcript | None:
+    async def stored_transcript(self, run_id: str) -> Transcript | None:
+        """The run's transcript, None when there is none; TranscriptUnreadable when
+        what is stored is not one rote wrote (a hand-put value, another version's)."""
         try:
             entry = await (await self._kv()).get(run_id)
         except (KeyNotFoundError, NotFoundError):
@@ -85,8 +91,14 @@ class RunStore:
         try:
             return decode(entry.value or b"", Transcript)
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            # Not one rote wrote (a hand-put value, another version's): as if there were
-            # none, rather than failing every reader of it (the tracer retrying, then
-            # dropping the run's trace) on what asking again cannot change.
             log.warning("transcript_unreadable", run_id=run_id, error=redact(str(exc))[:300])
+            raise TranscriptUnreadable(run_id) from None
+
+    async def transcript(self, run_id: str) -> Transcript | None:
+        """As stored_transcript, an unreadable one as if there were none, rather than
+        failing every reader of it (the tracer retrying, then dropping the run's trace)
+        on what asking again cannot change."""
+        try:
+            return await self.stored_transcript(run_id)
+        except TranscriptUnreadable:
             return None

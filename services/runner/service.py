@@ -61,7 +61,7 @@ from services.kernel.ids import new_run_id, slug
 from services.kernel.lease import Lease, LeaseLost, run_key
 from services.kernel.logs import get_logger
 from services.kernel.replay_read import read_all
-from services.kernel.run_store import RunStore
+from services.kernel.run_store import RunStore, TranscriptUnreadable
 from services.kernel.runtime import ServiceContext
 from services.kernel.secrets import redact, redact_struct
 from services.kernel.streams import DUPLICATE_WINDOW_S, KV_TTL_S
@@ -922,13 +922,20 @@ class Runner:
         return view
 
     async def transcript(self, ref: RunRef) -> Transcript:
-        transcript = await self.store.transcript(ref.run_id)
+        try:
+            transcript = await self.store.stored_transcript(ref.run_id)
+        except TranscriptUnreadable:
+            raise ServiceError(
+                "not_found",
+                f"no transcript for {ref.run_id}: what is stored for it is not a transcript"
+                " this version of rote can read",
+            ) from None
         if transcript is None:
             known = await self.store.last_event(ref.run_id)
             if known is None:
                 detail = "no such run"
             elif known.event in ("completed", "failed"):
-                detail = "the run ended before it got to write one"
+                detail = "the run ended without writing one"
             else:
                 detail = "it is written when the run ends"
             raise ServiceError("not_found", f"no transcript for {ref.run_id}: {detail}")

@@ -8,7 +8,15 @@ import pytest
 
 from contracts import subjects as s
 from contracts.base import utc_now
-from contracts.runs import RunEvent, RunRef, RunRequest, RunStarted, RunView, StartRun
+from contracts.runs import (
+    RunEvent,
+    RunRef,
+    RunRequest,
+    RunStarted,
+    RunView,
+    StartRun,
+    Transcript,
+)
 from contracts.tasks import MAX_SPEC_BYTES, ConditionTrigger, Contains, CronTrigger, TaskSpec
 from services.kernel.errors import RemoteError
 from services.kernel.runtime import open_stack
@@ -118,3 +126,29 @@ async def test_an_unreadable_event_of_a_run_does_not_break_its_view(settings: Se
         await bus.publish_event(s.run_event("t", "r1", "started"), started, msg_id="r1:started:1")
         view = await bus.request(s.RUNS_GET, RunRef(run_id="r1"), RunView)
     assert (view.run_id, view.status) == ("r1", "running")
+
+
+async def test_a_missing_transcript_says_why(settings: Settings) -> None:
+    async with open_stack(settings, ["runner"]) as stack:
+        bus = stack.bus
+        for run_id, event, status in (
+            ("r-running", "started", "running"),
+            ("r-ended", "completed", "completed"),
+            ("r-ended-odd", "completed", "completed"),
+        ):
+            done = RunEvent(task_id="t", run_id=run_id, event=event, at=utc_now(), status=status)
+            await bus.publish_event(s.run_event("t", run_id, event), done, msg_id=run_id)
+        # A value rote did not write, under a run's key.
+        await (await bus.js.key_value(s.BUCKET_TRANSCRIPTS)).put("r-ended-odd", b"[1, 2]")
+        said = {}
+        for run_id in ("r-none", "r-running", "r-ended", "r-ended-odd"):
+            with pytest.raises(RemoteError) as missing:
+                await bus.request(s.RUNS_TRANSCRIPT, RunRef(run_id=run_id), Transcript)
+            assert missing.value.code == "not_found"
+            said[run_id] = missing.value.message.removeprefix(f"no transcript for {run_id}: ")
+    assert said == {
+        "r-none": "no such run",
+        "r-running": "it is written when the run ends",
+        "r-ended": "the run ended without writing one",
+        "r-ended-odd": "what is stored for it is not a transcript this version of rote can read",
+    }
