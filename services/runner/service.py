@@ -925,12 +925,10 @@ class Runner:
         try:
             transcript = await self.store.stored_transcript(ref.run_id)
         except TranscriptUnreadable:
-            raise ServiceError(
-                "not_found",
-                f"no transcript for {ref.run_id}: what is stored for it is not a transcript"
-                " this version of rote can read",
-            ) from None
-        if transcript is None:
+            detail = "what is stored for it is not a transcript this version of rote can read"
+        else:
+            if transcript is not None:
+                return transcript
             known = await self.store.last_event(ref.run_id)
             if known is None:
                 detail = "no such run"
@@ -938,8 +936,7 @@ class Runner:
                 detail = "the run ended without writing one"
             else:
                 detail = "it is written when the run ends"
-            raise ServiceError("not_found", f"no transcript for {ref.run_id}: {detail}")
-        return transcript
+        raise ServiceError("not_found", f"no transcript for {ref.run_id}: {detail}")
 
 
 async def serve(

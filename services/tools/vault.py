@@ -41,7 +41,7 @@ def placeholder_name(value: object) -> str | None:
 class Vault:
     # name -> the origins it may be typed on
     origins: Mapping[str, frozenset[str]] = field(default_factory=dict)
-    # Where the values are: read at each use, so a rotated secret needs no restart.
+    # Where the values are: the process environment (tests give their own).
     env: Mapping[str, str] = field(default_factory=lambda: os.environ)
 
     @classmethod
@@ -50,7 +50,7 @@ class Vault:
         for name, origin in pairs:
             origins.setdefault(name, set()).add(origin)
         frozen = {name: frozenset(found) for name, found in origins.items()}
-        return cls(frozen) if env is None else cls(frozen, env)
+        return cls(frozen, os.environ if env is None else env)
 
     def fill(self, value: str, page_url: str) -> str:
         """`value`, or the secret it is the placeholder of, checked for the page it is
