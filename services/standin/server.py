@@ -154,6 +154,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
         data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        # Counted before writing: a client that has read the answer must find it counted.
+        self.server.standin.count(self.path, status)
         self.send_response(status)
         ctype = "text/html; charset=utf-8" if isinstance(payload, bytes) else "application/json"
         self.send_header("Content-Type", ctype)
@@ -162,7 +164,6 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
-        self.server.standin.count(self.path, status)
 
     def _error(self, error: protocol.ApiError, headers: dict[str, str] | None = None) -> None:
         request_id = protocol.new_id("req")
