@@ -8,12 +8,17 @@ and never gets a traceback back.
 nats-py runs a subscription's callback for one message at a time, so an endpoint whose
 handler may be slow (a tool call, a model call) sets `concurrent=True`: its requests
 are handled by a pool of `max_in_flight` workers in the service's task group.
+
+`nats micro stats` reads each endpoint's own tally: nats-py counts an error only when
+its callback raises, and times a concurrent endpoint's hand-off rather than its work,
+so both would read as zero here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import Token
@@ -27,7 +32,7 @@ import structlog
 from anyio.abc import TaskGroup
 from nats.micro import add_service
 from nats.micro.request import Request
-from nats.micro.service import Service
+from nats.micro.service import EndpointStats, Service
 
 from contracts.errors import ErrorReply
 from services.kernel.bus import Bus, routed
@@ -65,21 +70,25 @@ def error_reply(error: ServiceError) -> tuple[bytes, dict[str, str]]:
     return body, headers
 
 
-async def _respond(request: Request, data: bytes, headers: dict[str, str] | None = None) -> None:
+async def _respond(
+    request: Request, data: bytes, headers: dict[str, str] | None = None
+) -> ServiceError | None:
+    """Send the reply; an error replied in its place (too large) is returned."""
     try:
         await request.respond(data, headers=headers)
     except nats.errors.MaxPayloadError:
         # Too big for one message: the caller gets a structured error, not a timeout.
-        body, error_headers = error_reply(
-            ServiceError(
-                "too_large",
-                f"the reply is {len(data)} bytes, over the NATS max payload; ask for less"
-                " (a lower limit, one item at a time)",
-            )
+        error = ServiceError(
+            "too_large",
+            f"the reply is {len(data)} bytes, over the NATS max payload; ask for less"
+            " (a lower limit, one item at a time)",
         )
+        body, error_headers = error_reply(error)
         await _respond(request, body, error_headers)
+        return error
     except Exception as exc:  # the caller went away, or the connection is closing
         log.warning("reply_failed", subject=request.subject, error=redact(str(exc)))
+    return None
 
 
 def _log_ids(payload: object) -> dict[str, str]:
@@ -92,8 +101,9 @@ def _log_ids(payload: object) -> dict[str, str]:
     return ids
 
 
-async def answer(endpoint: Endpoint, request: Request) -> None:
-    """Decode, handle, encode; every failure becomes a structured error reply."""
+async def answer(endpoint: Endpoint, request: Request) -> ServiceError | None:
+    """Decode, handle, encode; every failure becomes a structured error reply, and is
+    returned so the endpoint's stats can count it."""
     bound: Mapping[str, Token[Any]] = {}
     try:
         try:
@@ -106,22 +116,46 @@ async def answer(endpoint: Endpoint, request: Request) -> None:
         reply = await endpoint.handler(payload)
         data = encode(reply)
     except ServiceError as exc:
-        body, headers = error_reply(exc)
-        await _respond(request, body, headers)
+        error = exc
     except Exception as exc:
         ref = uuid.uuid4().hex[:12]
         log.exception("handler_failed", endpoint=endpoint.subject, ref=ref)
-        body, headers = error_reply(
-            ServiceError(
-                "internal",
-                f"{endpoint.subject} failed ({type(exc).__name__}); see the service log, ref {ref}",
-            )
+        error = ServiceError(
+            "internal",
+            f"{endpoint.subject} failed ({type(exc).__name__}); see the service log, ref {ref}",
         )
-        await _respond(request, body, headers)
     else:
-        await _respond(request, data)
+        return await _respond(request, data)
     finally:
         structlog.contextvars.reset_contextvars(**bound)
+    body, headers = error_reply(error)
+    await _respond(request, body, headers)
+    return error
+
+
+@dataclass
+class _Tally:
+    """One endpoint's answers, errors and time spent, as `nats micro stats` shows them."""
+
+    answered: int = 0
+    errors: int = 0
+    last_error: str = ""
+    busy_ns: int = 0
+
+    async def answer(self, endpoint: Endpoint, request: Request) -> None:
+        started = time.perf_counter_ns()
+        error = await answer(endpoint, request)
+        self.busy_ns += time.perf_counter_ns() - started
+        self.answered += 1
+        if error is not None:
+            self.errors += 1
+            self.last_error = f"{error.code}: {redact(error.message)}"[:512]
+
+    def fill(self, stats: EndpointStats) -> None:
+        stats.num_errors = self.errors
+        stats.last_error = self.last_error
+        stats.processing_time = self.busy_ns
+        stats.average_processing_time = self.busy_ns // self.answered if self.answered else 0
 
 
 async def start_service(
@@ -136,8 +170,20 @@ async def start_service(
     metadata: dict[str, str] | None = None,
 ) -> Service:
     """Register a micro service and its endpoints; `nats micro ls` will list it."""
+    tallies = {endpoint.name: _Tally() for endpoint in endpoints}
+
+    def fill_stats(stats: EndpointStats) -> None:
+        """nats-py's stats hook, which may edit the stats it is handed."""
+        if (tally := tallies.get(stats.name)) is not None:
+            tally.fill(stats)
+
     service = await add_service(
-        bus.nc, name=name, version=version, description=description, metadata=metadata or {}
+        bus.nc,
+        name=name,
+        version=version,
+        description=description,
+        metadata=metadata or {},
+        stats_handler=fill_stats,
     )
     # Concurrent endpoints hand requests to a pool of workers: a queue hand-off costs
     # far less than a task per request, and the pool size bounds the work in flight.
@@ -152,7 +198,7 @@ async def start_service(
                 endpoint, request = await queue.get()
             finally:
                 idle -= 1
-            await answer(endpoint, request)
+            await tallies[endpoint.name].answer(endpoint, request)
 
     if any(e.concurrent for e in endpoints):
         for _ in range(max_in_flight):
@@ -164,7 +210,7 @@ async def start_service(
             # With every worker busy, answer inline: the subscription then waits, which
             # is the backpressure.
             if not endpoint.concurrent or idle <= queue.qsize():
-                await answer(endpoint, request)
+                await tallies[endpoint.name].answer(endpoint, request)
                 return
             queue.put_nowait((endpoint, request))
 

@@ -187,3 +187,43 @@ async def test_a_failing_handler_logs_with_its_run_and_task_ids(
         (None, None),
     ]
     assert failed[0]["ref"] in with_ids["error"]["message"]
+
+
+async def _stats(bus: Bus, service: str) -> dict[str, dict[str, Any]]:
+    """What `nats micro stats SERVICE` prints, by endpoint name."""
+    msg = await bus.nc.request(f"$SRV.STATS.{service}", b"", timeout=2)
+    return {e["name"]: e for e in json.loads(msg.data)["endpoints"]}
+
+
+@pytest.mark.parametrize("concurrent", [False, True])
+async def test_micro_stats_count_error_replies_and_the_time_spent(
+    bus: Bus, concurrent: bool
+) -> None:
+    async with anyio.create_task_group() as tg:
+        service = await start_service(
+            bus,
+            name="rote-test-stats",
+            version="0.0.1",
+            description="test",
+            task_group=tg,
+            endpoints=[
+                Endpoint("refuse", "t.refuse", Echo, refuse, concurrent=concurrent),
+                Endpoint("slow", "t.slow", Echo, slow, concurrent=concurrent),
+            ],
+        )
+        await _raw(bus, "t.refuse", b"{not json")
+        await _raw(bus, "t.refuse", b'{"text":"zz"}')
+        await bus.request("t.slow", Echo(text="a"), Echoed, timeout=5)
+        await _raw(bus, "t.slow", b'{"text":"a","colour":1}')
+        stats = await _stats(bus, "rote-test-stats")
+        await stop_service(service)
+        tg.cancel_scope.cancel()
+
+    refuse_stats, slow_stats = stats["refuse"], stats["slow"]
+    assert (refuse_stats["num_requests"], refuse_stats["num_errors"]) == (2, 2)
+    assert refuse_stats["last_error"] == "not_found: no such thing: zz"
+    assert (slow_stats["num_requests"], slow_stats["num_errors"]) == (2, 1)
+    assert slow_stats["last_error"].startswith("invalid_request: ")
+    # The handler's 0.3 s, not the hand-off to a worker.
+    assert slow_stats["processing_time"] >= 300_000_000
+    assert slow_stats["average_processing_time"] >= 150_000_000
