@@ -35,6 +35,7 @@ from playwright.async_api import Error as PlaywrightError
 
 from services.kernel.logs import get_logger
 from services.tools.bounds import cut_text
+from services.tools.vault import SecretField
 
 log = get_logger("rote.tools.browser")
 
@@ -140,6 +141,9 @@ class Session:
     # "session expires" alert), or during a call whose output could not carry them.
     accept_dialogs: bool = False
     dialogs: list[dict[str, str]] = field(default_factory=list)
+    # The current call's fields that get a secret (a selector, a form field's key), for
+    # the tool to check the document each one is in (vault.py).
+    secret_fields: dict[str, SecretField] = field(default_factory=dict)
     # Opened for a run whose page died with Chromium: until it navigates, a call would
     # read a blank page and "succeed" with nothing.
     lost: bool = False
@@ -240,12 +244,14 @@ class Session:
         and dialogs are this call's to answer. Those not reported yet stay to be."""
         self._actor = None
         self.accept_dialogs = accept_dialogs
+        self.secret_fields = {}
 
     def between_calls(self) -> None:
         """A call ended: a dialog from now until the next is the page's own, and an
         alert has only OK, but a confirm() it asks on its own was not the run's to say
         yes to."""
         self.accept_dialogs = False
+        self.secret_fields = {}
 
     def report_dialogs(self) -> list[dict[str, str]]:
         """The dialogs shown since the last report, now reported."""

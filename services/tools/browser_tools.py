@@ -496,6 +496,7 @@ async def type_text(
     moved = False
     try:
         locator = await _preferring_visible(matches)
+        await _check_secret_frame(session, args.selector, locator, budget, limits)
         await locator.fill(args.text, timeout=budget.ms(limits.element_timeout_s))
         # Before Enter: a submitted form's field is gone with its page.
         secret = await _is_password_field(locator, budget.ms(limits.element_timeout_s))
@@ -521,6 +522,24 @@ async def type_text(
         await _settle(page, budget, limits)
     state = await _page_state(session, page, navigated=moved or session.navigations != before)
     return _reporting(state, [args.selector] if secret else [])
+
+
+# The origin of the document an element is in: a frame's own (srcdoc and about:blank
+# frames inherit their parent's), "null" for a sandboxed one.
+_DOCUMENT_ORIGIN_JS = "el => el.ownerDocument.defaultView?.origin ?? 'null'"
+
+
+async def _check_secret_frame(
+    session: Session, key: str, field: Locator, budget: Budget, limits: BrowserLimits
+) -> None:
+    """A selector may reach into a frame (`iframe >> internal:control=enter-frame >>
+    input`): a secret goes into the field only when the field's own document, not
+    just the page around it, is of an origin the secret is for."""
+    secret = session.secret_fields.get(key)
+    if secret is None:
+        return
+    origin = await field.evaluate(_DOCUMENT_ORIGIN_JS, timeout=budget.ms(limits.element_timeout_s))
+    secret.check(origin, f"the field {key!r} is in a frame of {origin}")
 
 
 # A field whose value is a secret: a password input, or one the page marks as taking a
@@ -738,6 +757,14 @@ async def fill_form(
     before = session.navigations
     last: Locator | None = None
     secret: list[str] = []
+    # The fields getting a secret checked before anything is typed, so that a refused
+    # form is left as it was; one that appears only as the form is filled is checked
+    # when its turn comes.
+    for key in session.secret_fields:
+        with suppress(PlaywrightError):
+            if (locator := await _field(page, key)) is not None:
+                first = await _preferring_visible(locator)
+                await _check_secret_frame(session, key, first, budget, limits)
     for key, value in args.fields.items():
         locator = await _field(page, key)
         if locator is None:
@@ -748,6 +775,7 @@ async def fill_form(
             # As click and type do: a hidden copy of the form (a template, a mobile
             # layout) ahead of the one a person sees must not be the one filled.
             first = await _preferring_visible(locator)
+            await _check_secret_frame(session, key, first, budget, limits)
             if await _set_value(key, locator, first, value, budget.ms(limits.element_timeout_s)):
                 secret.append(key)
         except PlaywrightError as exc:

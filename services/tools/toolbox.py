@@ -22,7 +22,7 @@ from services.kernel.errors import ServiceError
 from services.kernel.settings import Settings, SettingsError
 from services.tools import local, policy
 from services.tools.bounds import MAX_MESSAGE_CHARS, bound_metadata, bound_value, cut_text
-from services.tools.browser import BrowserConfig, BrowserPool, BrowserUnavailable
+from services.tools.browser import BrowserConfig, BrowserPool, BrowserUnavailable, Session
 from services.tools.browser_tools import (
     BROWSER_TOOLS,
     MAX_ERROR_LINE_CHARS,
@@ -224,7 +224,7 @@ class ToolBox:
                         session.interrupted = False
                         await recover(session)
                     tool = BROWSER_TOOLS[call.tool]
-                    args = self._with_secrets(args, session.page.url)
+                    args = self._with_secrets(args, session)
                     outcome = await tool(session, args, budget, self.config.limits)
                     # A text or list output has no place for them: the next call's has.
                     if session.dialogs and isinstance(outcome.output, dict):
@@ -254,18 +254,25 @@ class ToolBox:
             session.in_flight -= 1
             session.touch()
 
-    def _with_secrets(self, args: t.ToolInput, page_url: str) -> t.ToolInput:
+    def _with_secrets(self, args: t.ToolInput, session: Session) -> t.ToolInput:
         """`args` with the secret placeholders of its typed text filled in (only the
         page sees them: `call.input`, which the events and the trace show, keeps the
-        placeholders)."""
+        placeholders), and the fields they go into noted on the session for the tool
+        to check their frames."""
+        page_url = session.page.url
         match args:
-            case t.BrowserTypeInput(text=text):
+            case t.BrowserTypeInput(selector=selector, text=text):
+                if (secret := self.vault.secret_of(text)) is not None:
+                    session.secret_fields[selector] = secret
                 return msgspec.structs.replace(args, text=self.vault.fill(text, page_url))
             case t.BrowserFillFormInput(fields=fields):
-                filled = {
-                    key: self.vault.fill(value, page_url) if isinstance(value, str) else value
-                    for key, value in fields.items()
-                }
+                filled = {}
+                for key, value in fields.items():
+                    if isinstance(value, str):
+                        if (secret := self.vault.secret_of(value)) is not None:
+                            session.secret_fields[key] = secret
+                        value = self.vault.fill(value, page_url)
+                    filled[key] = value
                 return msgspec.structs.replace(args, fields=filled)
         return args
 

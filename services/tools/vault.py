@@ -9,7 +9,9 @@ password, masked in the events, would keep its run from ever compiling.
 
 A secret is typed only on the origins configured for it (ROTE_TOOLS_SECRETS=
 shop=https://shop.example): a page elsewhere asking for it (a text on a page telling the
-model to type it there) is refused.
+model to type it there) is refused, and so is a field in a frame of another origin
+inside an allowed page (an embedded widget, an ad): the browser tools check the field's
+own document (SecretField) before typing.
 """
 
 from __future__ import annotations
@@ -38,6 +40,23 @@ def placeholder_name(value: object) -> str | None:
 
 
 @dataclass(frozen=True)
+class SecretField:
+    """A field about to get the secret `name`: only in a document of `origins`."""
+
+    name: str
+    origins: frozenset[str]
+
+    def check(self, origin: str | None, where: str) -> None:
+        """Refuse unless `origin` (None: not a web page) is one the secret is for."""
+        if origin not in self.origins:
+            raise ToolFailure(
+                "secret_refused",
+                f"the secret {self.name!r} is typed only on {', '.join(sorted(self.origins))};"
+                f" {where}",
+            )
+
+
+@dataclass(frozen=True)
 class Vault:
     # name -> the origins it may be typed on
     origins: Mapping[str, frozenset[str]] = field(default_factory=dict)
@@ -52,27 +71,31 @@ class Vault:
         frozen = {name: frozenset(found) for name, found in origins.items()}
         return cls(frozen, os.environ if env is None else env)
 
-    def fill(self, value: str, page_url: str) -> str:
-        """`value`, or the secret it is the placeholder of, checked for the page it is
-        about to be typed on."""
+    def secret_of(self, value: object) -> SecretField | None:
+        """The secret `value` is the placeholder of (None: it is no placeholder); a
+        placeholder of a secret not configured is refused."""
         name = placeholder_name(value)
         if name is None:
-            return value
+            return None
         allowed = self.origins.get(name)
-        variable = f"{VALUE_PREFIX}{name.upper()}"
         if allowed is None:
             raise ToolFailure(
                 "secret_unknown",
                 f"no secret named {name!r} is configured: the tools service types only"
                 " those its ROTE_TOOLS_SECRETS names",
             )
+        return SecretField(name, allowed)
+
+    def fill(self, value: str, page_url: str) -> str:
+        """`value`, or the secret it is the placeholder of, checked for the page it is
+        about to be typed on."""
+        secret_field = self.secret_of(value)
+        if secret_field is None:
+            return value
         origin = web_origin(page_url)
-        if origin not in allowed:
-            raise ToolFailure(
-                "secret_refused",
-                f"the secret {name!r} is typed only on {', '.join(sorted(allowed))};"
-                f" this page is {origin or page_url!r}",
-            )
+        secret_field.check(origin, f"this page is {origin or page_url!r}")
+        name = secret_field.name
+        variable = f"{VALUE_PREFIX}{name.upper()}"
         secret = self.env.get(variable)
         if not secret:
             raise ToolFailure(

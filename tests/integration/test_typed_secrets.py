@@ -26,6 +26,13 @@ POSTED: list[dict[str, str]] = []
 
 class _Handler(QuietHandler):
     def do_GET(self) -> None:
+        # /framed/HOST: the sign-in form in a frame served as HOST (another origin when
+        # HOST is not the one the page itself was asked for).
+        if self.path.startswith("/framed/"):
+            host = self.path.removeprefix("/framed/")
+            port = self.server.server_address[1]
+            self.send_html(f'<title>Shop</title><iframe src="http://{host}:{port}/login"></iframe>')
+            return
         self.send_html(LOGIN)
 
     def do_POST(self) -> None:
@@ -115,3 +122,38 @@ async def test_a_secret_is_refused_off_its_origin_unconfigured_or_unset(
     # are left out).
     assert (await tools.call("browser_click", {"text": "Sign in"}, run_id="run-off")).ok
     assert POSTED == [{}]
+
+
+IN_FRAME = "iframe >> internal:control=enter-frame >> "
+
+
+async def test_a_secret_goes_into_a_frame_only_of_its_origin(tools: Tools, shop: str) -> None:
+    # The page is the shop's, its frame another origin's (an embedded widget, an ad):
+    # a selector reaching into that frame does not get the secret.
+    run_id = "run-frames"
+    other = shop.replace("127.0.0.1", "localhost")
+    await tools.call("browser_navigate", {"url": f"{shop}/framed/localhost"}, run_id=run_id)
+    field = f"{IN_FRAME}input[name=password]"
+    attempts = [
+        ("browser_type", {"selector": field, "text": "{{secret:shop}}", "submit": True}),
+        (
+            "browser_fill_form",
+            {"fields": {f"{IN_FRAME}[name=user]": "ada", field: "{{secret:shop}}"}},
+        ),
+    ]
+    for tool, args in attempts:
+        refused = await tools.call(tool, args, run_id=run_id)
+        assert not refused.ok and refused.error is not None, tool
+        assert refused.error.code == "secret_refused", (tool, refused.error)
+        assert f"the field {field!r} is in a frame of {other}" in refused.error.message
+    # Nothing reached the frame's form, not even the user: sent by hand, it is empty.
+    clicked = await tools.call("browser_click", {"selector": f"{IN_FRAME}button"}, run_id=run_id)
+    assert clicked.ok, clicked.error
+    assert POSTED == [{}]
+
+    # A frame of the shop's own origin gets it.
+    await tools.call("browser_navigate", {"url": f"{shop}/framed/127.0.0.1"}, run_id=run_id)
+    typed = {"selector": field, "text": "{{secret:shop}}", "submit": True}
+    signed_in = await tools.call("browser_type", typed, run_id=run_id)
+    assert signed_in.ok, signed_in.error
+    assert POSTED[-1] == {"password": PASSWORD}

@@ -35,3 +35,23 @@ def test_filling_checks_the_origin_then_registers_the_value_for_masking() -> Non
         vault.fill("{{secret:shop}}", "about:blank")
     assert refused.value.code == "secret_refused"
     assert "this page is 'about:blank'" in refused.value.message
+
+
+def test_a_field_getting_a_secret_is_checked_against_every_origin_of_it() -> None:
+    pairs = [("shop", "https://shop.test"), ("shop", "https://login.shop.test")]
+    vault = Vault.of(pairs, env={})
+    assert vault.secret_of("ada") is None
+    secret = vault.secret_of("{{secret:shop}}")
+    assert secret is not None and secret.name == "shop"
+    secret.check("https://login.shop.test", "the field")  # either origin will do
+    for origin in ("https://ads.test", "null", None):  # "null": a sandboxed frame
+        with pytest.raises(ToolFailure) as refused:
+            secret.check(origin, "the field is elsewhere")
+        assert refused.value.code == "secret_refused"
+        assert refused.value.message == (
+            "the secret 'shop' is typed only on https://login.shop.test, https://shop.test;"
+            " the field is elsewhere"
+        )
+    with pytest.raises(ToolFailure) as unknown:
+        vault.secret_of("{{secret:bank}}")
+    assert unknown.value.code == "secret_unknown"
