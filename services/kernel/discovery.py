@@ -1,4 +1,4 @@
-"""Finds running micro services through the $SRV.INFO / $SRV.PING control subjects."""
+"""Finds running micro services, and their counts, through the $SRV control subjects."""
 
 from __future__ import annotations
 
@@ -32,3 +32,8 @@ async def gather(bus: Bus, subject: str, *, wait_s: float = 0.5) -> list[dict[st
 async def service_infos(bus: Bus, *, wait_s: float = 0.5) -> list[dict[str, Any]]:
     infos = await gather(bus, "$SRV.INFO", wait_s=wait_s)
     return sorted(infos, key=lambda i: (i.get("name", ""), i.get("id", "")))
+
+
+async def service_stats(bus: Bus, *, wait_s: float = 0.5) -> list[dict[str, Any]]:
+    """Each instance's requests, errors and time spent, per endpoint."""
+    return await gather(bus, "$SRV.STATS", wait_s=wait_s)

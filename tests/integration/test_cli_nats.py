@@ -4,6 +4,7 @@ and an exit code, never a traceback or a password on screen."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -12,6 +13,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+import nats
 
 from services.kernel.embedded_nats import find_server_binary, free_port, port_is_free
 
@@ -68,6 +71,15 @@ def test_status_gives_up_on_an_unreachable_nats_and_hides_its_password(tmp_path:
     assert PASSWORD not in done.stdout + done.stderr
 
 
+async def _send_malformed(url: str, subject: str) -> None:
+    nc = await nats.connect(url)
+    try:
+        reply = await nc.request(subject, b"{not json", timeout=5)
+        assert reply.headers and reply.headers["Nats-Service-Error-Code"] == "400"
+    finally:
+        await nc.close()
+
+
 def test_serve_and_status_show_the_nats_url_without_its_password(tmp_path: Path) -> None:
     with nats_server(tmp_path, "-js", "--user", "ops", "--pass", PASSWORD) as (_, port):
         url = f"nats://ops:{PASSWORD}@127.0.0.1:{port}"
@@ -83,6 +95,7 @@ def test_serve_and_status_show_the_nats_url_without_its_password(tmp_path: Path)
             assert proc.stdout is not None
             ready = proc.stdout.readline()
             assert ready.startswith(f"rote serve: NATS nats://ops:[redacted]@127.0.0.1:{port} ")
+            asyncio.run(_send_malformed(url, "rote.api.system.info"))
             status = subprocess.run(
                 _rote("status", "--nats-url", url),
                 env=env,
@@ -92,6 +105,8 @@ def test_serve_and_status_show_the_nats_url_without_its_password(tmp_path: Path)
             )
             assert status.returncode == 0, status.stderr
             assert "rote-system" in status.stdout
+            # Each endpoint with its counts, the error replied to included.
+            assert "rote.api.system.info  1 request, 1 error (last: malformed: " in status.stdout
             assert PASSWORD not in ready + status.stdout + status.stderr
         finally:
             proc.send_signal(signal.SIGTERM)
