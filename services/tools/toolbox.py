@@ -260,20 +260,21 @@ class ToolBox:
         placeholders), and the fields they go into noted on the session for the tool
         to check their frames."""
         page_url = session.page.url
+
+        def filled(key: str, value: str) -> str:
+            if (secret := self.vault.secret_of(value)) is not None:
+                session.secret_fields[key] = secret
+            return self.vault.fill(value, page_url)
+
         match args:
             case t.BrowserTypeInput(selector=selector, text=text):
-                if (secret := self.vault.secret_of(text)) is not None:
-                    session.secret_fields[selector] = secret
-                return msgspec.structs.replace(args, text=self.vault.fill(text, page_url))
+                return msgspec.structs.replace(args, text=filled(selector, text))
             case t.BrowserFillFormInput(fields=fields):
-                filled = {}
-                for key, value in fields.items():
-                    if isinstance(value, str):
-                        if (secret := self.vault.secret_of(value)) is not None:
-                            session.secret_fields[key] = secret
-                        value = self.vault.fill(value, page_url)
-                    filled[key] = value
-                return msgspec.structs.replace(args, fields=filled)
+                values = {
+                    key: filled(key, value) if isinstance(value, str) else value
+                    for key, value in fields.items()
+                }
+                return msgspec.structs.replace(args, fields=values)
         return args
 
     def _browser_failure(self, exc: PlaywrightError) -> ToolFailure:

@@ -4,6 +4,8 @@ raise all answer with the headers and JSON body, and the service keeps answering
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -55,25 +57,43 @@ async def slow(req: Echo) -> Echoed:
     return Echoed(text=req.text)
 
 
+@asynccontextmanager
+async def serving(
+    bus: Bus, name: str, endpoints: list[Endpoint], **options: Any
+) -> AsyncIterator[None]:
+    """A test service with these endpoints, for as long as the block runs."""
+    async with anyio.create_task_group() as tg:
+        service = await start_service(
+            bus,
+            name=name,
+            version="0.0.1",
+            description="test",
+            task_group=tg,
+            endpoints=endpoints,
+            **options,
+        )
+        try:
+            yield
+        finally:
+            await stop_service(service)
+            tg.cancel_scope.cancel()
+
+
 async def _raw(bus: Bus, subject: str, data: bytes) -> tuple[dict[str, str], dict]:
     msg = await bus.nc.request(subject, data, timeout=2)
     return dict(msg.headers or {}), json.loads(msg.data)
 
 
 async def test_errors_are_adr32_and_the_service_keeps_serving(bus: Bus) -> None:
-    async with anyio.create_task_group() as tg:
-        service = await start_service(
-            bus,
-            name="rote-test",
-            version="0.0.1",
-            description="test",
-            task_group=tg,
-            endpoints=[
-                Endpoint("echo", "t.echo", Echo, echo),
-                Endpoint("explode", "t.explode", Echo, explode),
-                Endpoint("refuse", "t.refuse", Echo, refuse),
-            ],
-        )
+    async with serving(
+        bus,
+        "rote-test",
+        endpoints=[
+            Endpoint("echo", "t.echo", Echo, echo),
+            Endpoint("explode", "t.explode", Echo, explode),
+            Endpoint("refuse", "t.refuse", Echo, refuse),
+        ],
+    ):
         cases = [
             ("t.echo", b"{not json", "400", "malformed", None),
             ("t.echo", b'{"text":"\xff"}', "400", "malformed", None),  # not UTF-8
@@ -111,8 +131,6 @@ async def test_errors_are_adr32_and_the_service_keeps_serving(bus: Bus) -> None:
         with pytest.raises(RemoteError) as caught:
             await bus.request("t.refuse", Echo(text="q"), Echoed)
         assert (caught.value.code, caught.value.status) == ("not_found", 404)
-        await stop_service(service)
-        tg.cancel_scope.cancel()
 
 
 async def test_no_responder_and_timeout_are_structured(bus: Bus) -> None:
@@ -133,15 +151,11 @@ async def test_no_responder_and_timeout_are_structured(bus: Bus) -> None:
 
 
 async def test_concurrent_endpoint_does_not_serialise_callers(bus: Bus) -> None:
-    async with anyio.create_task_group() as tg:
-        service = await start_service(
-            bus,
-            name="rote-test-slow",
-            version="0.0.1",
-            description="test",
-            task_group=tg,
-            endpoints=[Endpoint("slow", "t.slow", Echo, slow, concurrent=True)],
-        )
+    async with serving(
+        bus,
+        "rote-test-slow",
+        endpoints=[Endpoint("slow", "t.slow", Echo, slow, concurrent=True)],
+    ):
         results: list[str] = []
 
         async def call(i: int) -> None:
@@ -156,30 +170,22 @@ async def test_concurrent_endpoint_does_not_serialise_callers(bus: Bus) -> None:
         assert sorted(results) == [str(i) for i in range(10)]
         # Ten 0.3 s calls one after another would take 3 s.
         assert elapsed < 2.5
-        await stop_service(service)
-        tg.cancel_scope.cancel()
 
 
 @pytest.mark.parametrize("concurrent", [False, True])
 async def test_a_failing_handler_logs_with_its_run_and_task_ids(
     bus: Bus, written_logs: list[dict[str, Any]], concurrent: bool
 ) -> None:
-    async with anyio.create_task_group() as tg:
-        service = await start_service(
-            bus,
-            name="rote-test-ids",
-            version="0.0.1",
-            description="test",
-            task_group=tg,
-            # One worker: both requests go through the same task, so a binding left
-            # behind by the first would show on the second.
-            max_in_flight=1,
-            endpoints=[Endpoint("fail", "t.fail", RunJob, fail_in_run, concurrent=concurrent)],
-        )
+    async with serving(
+        bus,
+        "rote-test-ids",
+        # One worker: both requests go through the same task, so a binding left
+        # behind by the first would show on the second.
+        max_in_flight=1,
+        endpoints=[Endpoint("fail", "t.fail", RunJob, fail_in_run, concurrent=concurrent)],
+    ):
         _, with_ids = await _raw(bus, "t.fail", b'{"run_id": "run-42", "task_id": "task-7"}')
         _, without = await _raw(bus, "t.fail", b"{}")
-        await stop_service(service)
-        tg.cancel_scope.cancel()
     assert with_ids["error"]["code"] == without["error"]["code"] == "internal"
     failed = [e for e in written_logs if e.get("event") == "handler_failed"]
     assert [(e.get("run_id"), e.get("task_id")) for e in failed] == [
@@ -199,25 +205,19 @@ async def _stats(bus: Bus, service: str) -> dict[str, dict[str, Any]]:
 async def test_micro_stats_count_error_replies_and_the_time_spent(
     bus: Bus, concurrent: bool
 ) -> None:
-    async with anyio.create_task_group() as tg:
-        service = await start_service(
-            bus,
-            name="rote-test-stats",
-            version="0.0.1",
-            description="test",
-            task_group=tg,
-            endpoints=[
-                Endpoint("refuse", "t.refuse", Echo, refuse, concurrent=concurrent),
-                Endpoint("slow", "t.slow", Echo, slow, concurrent=concurrent),
-            ],
-        )
+    async with serving(
+        bus,
+        "rote-test-stats",
+        endpoints=[
+            Endpoint("refuse", "t.refuse", Echo, refuse, concurrent=concurrent),
+            Endpoint("slow", "t.slow", Echo, slow, concurrent=concurrent),
+        ],
+    ):
         await _raw(bus, "t.refuse", b"{not json")
         await _raw(bus, "t.refuse", b'{"text":"zz"}')
         await bus.request("t.slow", Echo(text="a"), Echoed, timeout=5)
         await _raw(bus, "t.slow", b'{"text":"a","colour":1}')
         stats = await _stats(bus, "rote-test-stats")
-        await stop_service(service)
-        tg.cancel_scope.cancel()
 
     refuse_stats, slow_stats = stats["refuse"], stats["slow"]
     assert (refuse_stats["num_requests"], refuse_stats["num_errors"]) == (2, 2)
