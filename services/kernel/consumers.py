@@ -19,7 +19,8 @@ consumer is created again with the same config (its stream too, when it is one o
 rote's), with a bounded backoff, and fetching goes on. A consumer changed behind rote's
 back is put back to its config once its workers have been idle a while. Nothing a fetch
 or an acknowledgement raises may end the service. A consumer stopped mid-message
-(shutdown) hands that message back at once instead of leaving it for the ack wait.
+(shutdown) hands that message back at once instead of leaving it for the ack wait, and
+so does a message that arrives for a fetch the shutdown cancelled.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import anyio
 import msgspec
 import nats.errors
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
 from nats.js.errors import NotFoundError, ServiceUnavailableError
@@ -348,10 +350,26 @@ async def consume(
                     await sub.unsubscribe()
                 except Exception as exc:  # already gone with the connection
                     log.debug("unsubscribe_failed", error=str(exc))
-            await _hand_back(handling.values(), name)
+            late = [msg for sub in subs for msg in stranded(sub)]
+            await hand_back([*handling.values(), *late], name)
 
 
-async def _hand_back(msgs: Iterable[Msg], consumer: str) -> None:
+def stranded(sub: JetStreamContext.PullSubscription | Subscription) -> list[Msg]:
+    """Messages the server sent for a fetch that was cancelled (a shutdown) before they
+    arrived: they wait in the subscription's queue, where no one will ever ack them.
+    nats-py only counts them (`pending_msgs`), so this reads its queue directly."""
+    inner = getattr(sub, "_sub", sub)
+    queue = getattr(inner, "_pending_queue", None)
+    found: list[Msg] = []
+    while queue is not None and not queue.empty():
+        msg = queue.get_nowait()
+        # Status messages (pull request expired, heartbeats) are not deliveries.
+        if msg.reply and not JetStreamContext.is_status_msg(msg):
+            found.append(msg)
+    return found
+
+
+async def hand_back(msgs: Iterable[Msg], consumer: str) -> None:
     """Stopped mid-message (a shutdown): nak it for redelivery now, to another process
     or to this one's successor, rather than after the whole ack wait. The handler was
     cancelled, so it is for handlers to be safe to run again, as for any redelivery."""

@@ -17,7 +17,15 @@ from nats.js.errors import NotFoundError
 
 from contracts import subjects as s
 from services.kernel.bus import Bus
-from services.kernel.consumers import Reject, Retry, consume, durable_config, ensure_consumer
+from services.kernel.consumers import (
+    Reject,
+    Retry,
+    consume,
+    durable_config,
+    ensure_consumer,
+    hand_back,
+    stranded,
+)
 from services.kernel.streams import ensure_streams
 
 pytestmark = pytest.mark.anyio
@@ -161,6 +169,35 @@ async def test_a_stopped_consumer_hands_its_message_back_at_once(bus: Bus) -> No
         second.cancel()
     assert handled == [("first", 1), ("second", 2)]
     await _settled(bus)
+
+
+async def test_a_message_sent_for_a_cancelled_fetch_is_handed_back(bus: Bus) -> None:
+    """A shutdown can cancel a fetch whose pull request the server answers a moment
+    later: the message lands in a queue nobody reads any more. A stopping consumer hands
+    it back, so it comes again at once rather than after the ack wait."""
+    await ensure_streams(bus.js)
+    config = durable_config("test-stranded", filter_subjects=[s.WORK_RUNS], ack_wait_s=120)
+    await ensure_consumer(bus.js, s.STREAM_WORK, config)
+    await bus.js.publish(s.WORK_RUNS, b'{"n":1}')
+    # What a cancelled fetch leaves behind: its pull request, answered into its inbox.
+    inbox = bus.nc.new_inbox()
+    sub = await bus.nc.subscribe(inbox)
+    await bus.nc.publish(
+        f"$JS.API.CONSUMER.MSG.NEXT.{s.STREAM_WORK}.test-stranded", b'{"batch":1}', reply=inbox
+    )
+    with anyio.fail_after(5):
+        while sub.pending_msgs < 1:
+            await anyio.sleep(0.01)
+    await sub.unsubscribe()
+
+    await hand_back(stranded(sub), "test-stranded")
+
+    again = await bus.js.pull_subscribe_bind(durable="test-stranded", stream=s.STREAM_WORK)
+    [msg] = await again.fetch(1, timeout=5)  # far inside the 120 s ack wait
+    assert json.loads(msg.data) == {"n": 1}
+    assert msg.metadata.num_delivered == 2
+    await msg.ack()
+    assert stranded(sub) == []  # taken once
 
 
 async def test_consumer_provisioning_updates_in_place(bus: Bus) -> None:
