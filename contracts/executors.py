@@ -54,7 +54,17 @@ class InList(msgspec.Struct, kw_only=True, tag="in_list", tag_field="kind"):
     path: list[str | int] = []
 
 
-Expectation = MinItems | ContainsText | HttpStatus | ExitCode | InList
+class ValueLike(msgspec.Struct, kw_only=True, tag="value_like", tag_field="kind"):
+    """A value the small model wrote afresh looks like the one it replaces: `shape`
+    "number" (a number and nothing else), "url" (an absolute http(s) URL), "line" (one
+    line of text) or "text"; at most `max_chars` characters. A reply that explains
+    instead of answering ("The new date is ...") would otherwise go into the tool."""
+
+    shape: Literal["number", "url", "line", "text"]
+    max_chars: PositiveInt
+
+
+Expectation = MinItems | ContainsText | HttpStatus | ExitCode | InList | ValueLike
 
 # --- steps -----------------------------------------------------------------------------
 # Steps are numbered 0.. in order (`index`); a step's output is kept under its index.

@@ -68,7 +68,7 @@ from services.compiler.dataflow import (
     list_position,
     provenance,
 )
-from services.compiler.expectations import text_items
+from services.compiler.expectations import shape_of, text_items
 from services.compiler.fingerprint import task_fingerprint
 from services.compiler.references import Path, Ref, escape
 from services.compiler.toolkinds import is_content, is_read, navigates, value_kind
@@ -494,6 +494,9 @@ class _Assembler:
                 index=index,
                 prompt=prompt,
                 variables=[r.name for r in refs],
+                # Shaped like last time's value: an explanation in its place fails the
+                # replay instead of going into the tool.
+                expect=[shape_of(previous)],
                 trace_step=step.index,
             )
         )

@@ -4,8 +4,11 @@ service answered."""
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from contracts.executors import (
     ConditionStep,
@@ -15,6 +18,7 @@ from contracts.executors import (
     HttpStatus,
     InList,
     MinItems,
+    ValueLike,
 )
 from contracts.tools import ToolMetadata
 from services.compiler import references
@@ -69,6 +73,61 @@ def check(
                 return f"expected exit code {code}, got {got}"
         case InList(ref=ref, path=path):
             return _in_list(output, ref, tuple(path), outputs or {})
+        case ValueLike(shape=shape, max_chars=max_chars):
+            return _unlike(references.stringify(output).strip(), shape, max_chars)
+    return None
+
+
+Shape = Literal["number", "url", "line", "text"]
+# A number as written in a form or a query: 42, -3.5, 1,299.00, 2e3.
+_NUMBER = re.compile(r"[-+]?(\d+([.,]\d+)*|\.\d+)([eE][-+]?\d+)?")
+# Room a fresh value gets beyond the old one's length: today's may well be longer.
+MIN_VALUE_CHARS = 100
+
+
+def _is_number(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int | float):
+        return math.isfinite(value)
+    return isinstance(value, str) and _NUMBER.fullmatch(value.strip()) is not None
+
+
+def _is_url(text: str) -> bool:
+    parts = urlsplit(text)
+    return (
+        parts.scheme in ("http", "https")
+        and bool(parts.netloc)
+        and not any(c.isspace() for c in text)
+    )
+
+
+def shape_of(value: Any) -> ValueLike:
+    """What a fresh value in place of `value` (recorded) must look like."""
+    text = references.stringify(value).strip()
+    shape: Shape
+    if _is_number(value):
+        shape = "number"
+    elif isinstance(value, str) and _is_url(text):
+        shape = "url"
+    elif not isinstance(value, dict | list) and "\n" not in text:
+        shape = "line"
+    else:
+        shape = "text"
+    return ValueLike(shape=shape, max_chars=max(MIN_VALUE_CHARS, 4 * len(text)))
+
+
+def _unlike(text: str, shape: Shape, max_chars: int) -> str | None:
+    if not text:
+        return "the small model wrote no value"
+    if len(text) > max_chars:
+        return f"the small model's value is {len(text)} characters, more than {max_chars}"
+    if shape == "number" and not _is_number(text):
+        return f"expected a number, the small model wrote {text[:80]!r}"
+    if shape == "url" and not _is_url(text):
+        return f"expected an http(s) URL, the small model wrote {text[:80]!r}"
+    if shape == "line" and "\n" in text:
+        return f"expected one line, the small model wrote {text.count(chr(10)) + 1}"
     return None
 
 

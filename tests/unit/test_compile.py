@@ -25,6 +25,7 @@ from contracts.executors import (
     ResultStep,
     Skip,
     ToolStep,
+    ValueLike,
 )
 from contracts.tasks import ConditionTrigger, Contains
 from contracts.tools import ToolMetadata
@@ -711,6 +712,8 @@ def test_text_typed_from_page_content_needs_the_model() -> None:
     value = executor.steps[2]
     assert isinstance(value, LlmStep) and value.variables == ["step_1"]
     assert "taken from the text of step" in value.prompt
+    # Today's value must be one line, like "Ultra Widget 3000": an explanation fails.
+    assert value.expect == [ValueLike(shape="line", max_chars=100)]
     typed = executor.steps[3]
     assert isinstance(typed, ToolStep) and typed.input["text"] == "{{step_2}}"
     assert typed.input["selector"] == "#q" and typed.input["submit"] is True

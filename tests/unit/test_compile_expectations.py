@@ -14,9 +14,10 @@ from contracts.executors import (
     HttpStatus,
     InList,
     MinItems,
+    ValueLike,
 )
 from contracts.tools import ToolMetadata
-from services.compiler.expectations import check, check_all, condition_holds
+from services.compiler.expectations import check, check_all, condition_holds, shape_of
 
 PRODUCTS = [{"name": "Widget", "price": "$12"}, {"name": "Gizmo", "price": "$3"}]
 
@@ -59,6 +60,49 @@ def test_a_pick_must_be_one_of_the_items() -> None:
     assert check_all(expect, " Gizmo\n", None, outputs) is None  # a model's stray whitespace
     assert "not one of the 2 items" in (check_all(expect, "Gadget", None, outputs) or "")
     assert "no output from step 1" in (check_all(expect, "Gizmo", None, {}) or "")
+
+
+@pytest.mark.parametrize(
+    ("recorded", "shape"),
+    [
+        (42, "number"),
+        ("1,299.00", "number"),
+        ("-3.5", "number"),
+        (True, "line"),  # a flag, not a number
+        ("2025-06-01", "line"),
+        ("https://shop.test/p/1?x=2", "url"),
+        ("/p/1", "line"),  # a relative link is written as it was, not as a URL
+        ("Ultra Widget 3000", "line"),
+        ("Dear team,\nthe report is late.", "text"),
+    ],
+)
+def test_a_fresh_value_is_shaped_like_the_recorded_one(recorded: Any, shape: str) -> None:
+    assert shape_of(recorded).shape == shape
+    assert check(shape_of(recorded), str(recorded).lower()) is None  # today's value
+
+
+@pytest.mark.parametrize(
+    ("expectation", "written", "failure"),
+    [
+        (ValueLike(shape="number", max_chars=100), " 17\n", None),
+        (ValueLike(shape="number", max_chars=100), "17 items", "expected a number"),
+        (ValueLike(shape="url", max_chars=100), "http://a.test/x", None),
+        (ValueLike(shape="url", max_chars=100), "Open http://a.test/x", "expected an http(s) URL"),
+        (ValueLike(shape="line", max_chars=100), "Blue Boots", None),
+        (ValueLike(shape="line", max_chars=100), "Here it is:\nBlue Boots", "expected one line"),
+        (ValueLike(shape="line", max_chars=10), "Blue Boots and more", "more than 10"),
+        (ValueLike(shape="text", max_chars=100), "Two\nlines", None),
+        (ValueLike(shape="text", max_chars=100), "  ", "wrote no value"),
+    ],
+)
+def test_a_small_model_value_that_explains_instead_fails(
+    expectation: ValueLike, written: str, failure: str | None
+) -> None:
+    reason = check(expectation, written)
+    if failure is None:
+        assert reason is None
+    else:
+        assert reason is not None and failure in reason
 
 
 def test_conditions() -> None:

@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from contracts.errors import ErrorInfo
-from contracts.executors import ContainsText, ResultStep, ToolStep
+from contracts.executors import ContainsText, LlmStep, ResultStep, ToolStep, ValueLike
 from contracts.llm import CompleteReply, CompleteRequest, TextBlock, Usage
 from contracts.tools import ExecTool, ToolResult
 from services.runner.ports import PortError
@@ -257,6 +257,58 @@ def test_a_result_step_has_room_for_an_answer_longer_than_its_example() -> None:
     result, asked = _small_model_answer("end_turn", "Top stories:\n1. Today's headline")
     assert result.ok and result.answer == "Top stories:\n1. Today's headline"
     assert asked[0] >= 2048 and asked[0] * 4 >= 2 * 6000  # twice the ~6,000-char example
+
+
+@pytest.mark.parametrize(
+    ("said", "typed"),
+    [
+        ("Blue Boots", ["Blue Boots"]),
+        # An explanation where the value belongs: nothing is typed, the run falls back.
+        ("Today's deal is different, so:\nBlue Boots", []),
+    ],
+)
+def test_a_small_model_value_goes_into_the_tool_only_if_shaped_like_the_recorded_one(
+    said: str, typed: list[str]
+) -> None:
+    sent: list[str] = []
+
+    async def complete(request: CompleteRequest) -> CompleteReply:
+        return CompleteReply(
+            id="m1",
+            model="claude-haiku-5-5",
+            content=[TextBlock(text=said)],
+            stop_reason="end_turn",
+            usage=Usage(input_tokens=100, output_tokens=10),
+            cost_usd=0.00002,
+        )
+
+    async def exec_tool(request: ExecTool) -> ToolResult:
+        sent.append(request.input["text"])
+        return ToolResult(ok=True, output={"url": "http://shop.test/search"}, duration_ms=1)
+
+    executor = hand_built_executor(
+        "t",
+        [
+            LlmStep(index=0, prompt="The deal", expect=[ValueLike(shape="line", max_chars=100)]),
+            ToolStep(
+                index=1,
+                tool="browser_type",
+                input={"selector": "#q", "text": "{{step_0}}"},
+                templated=True,
+            ),
+            ResultStep(index=2, mode="template", template="searched"),
+        ],
+    )
+    scope = offline_scope()
+    ports = dataclasses.replace(scope.ports, complete=complete, exec_tool=exec_tool)
+    replayer = Replayer(executor, dataclasses.replace(scope, ports=ports), retries=1, backoff_s=0.0)
+    result = anyio.run(replayer.run)
+    assert sent == typed
+    if typed:
+        assert result.ok and result.answer == "searched"
+    else:
+        assert not result.ok and result.failed_step == 0
+        assert "expected one line" in (result.reason or "")
 
 
 # --- the answer ------------------------------------------------------------------------
