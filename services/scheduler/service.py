@@ -49,7 +49,7 @@ from services.kernel.consumers import (
 from services.kernel.endpoints import Endpoint, start_service, stop_service
 from services.kernel.errors import RemoteError, ServiceError
 from services.kernel.event_store import application_env, open_application
-from services.kernel.lease import Lease
+from services.kernel.lease import Lease, LeaseLost
 from services.kernel.logs import get_logger
 from services.kernel.relay import EventRelay
 from services.kernel.runtime import ServiceContext
@@ -296,18 +296,28 @@ async def serve(
 
     One scheduler acts at a time: its limits (runs in flight, the daily budget) and its
     trigger clock are one process's. A second scheduler waits as a standby, not started,
-    until the first one's lease is released or expires, then starts like a restart."""
+    until the first one's lease is released or expires, then starts like a restart.
+    A scheduler that loses its lease (stalled past it: a paused process, NATS away)
+    stops and stands by in turn, rather than taking every service of its process down."""
     # A dead scheduler's lease outlives it by the bucket's TTL.
     leases = await ctx.bus.js.key_value(s.BUCKET_LEASES)
     lease = Lease(leases, "scheduler", ttl_s=KV_TTL_S[s.BUCKET_LEASES])
-    await lease.acquire()
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(lease.keep)
-            await tg.start(partial(_serve, ctx, clock=clock, config=config))
-            task_status.started()
-    finally:
-        await lease.release()
+    started = False
+    while True:
+        await lease.acquire()
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(lease.keep)
+                await tg.start(partial(_serve, ctx, clock=clock, config=config))
+                if not started:
+                    task_status.started()
+                    started = True
+        except* LeaseLost as lost:
+            # Another scheduler may be dispatching by now: stopped before anything more
+            # is dispatched here; this one takes over again once the lease is free.
+            log.warning("scheduler_lease_lost", error=str(lost.exceptions[0]))
+        finally:
+            await lease.release()
 
 
 async def _serve(

@@ -251,6 +251,43 @@ async def test_a_second_scheduler_waits_and_takes_over_when_the_first_stops(
         second.cancel()
 
 
+async def test_a_scheduler_that_loses_its_lease_stands_by_and_takes_over_again(
+    settings: Settings, bus: Bus, tmp_path: Path
+) -> None:
+    """A process stalled past its lease (a pause, NATS away) must stop scheduling, since
+    another scheduler may have taken over; but only the scheduler stops, standing by,
+    not every service of `rote up` with it. Once the lease is free it serves again."""
+    await ensure_streams(bus.js)
+    kv = await bus.js.key_value(s.BUCKET_LEASES)
+    store = settings.with_(event_store="sqlite", data_dir=tmp_path / "store")
+
+    async def scheduler_count() -> int:
+        return sum(p["name"] == "rote-scheduler" for p in await gather(bus, "$SRV.PING"))
+
+    async with anyio.create_task_group() as tg:
+        ctx = ServiceContext(
+            settings=store, bus=bus, task_group=tg, services=("scheduler",),
+            nats_url=bus.url, embedded_nats=False,
+        )  # fmt: skip
+        with anyio.fail_after(10):
+            await tg.start(partial(serve, ctx, config=SchedulerConfig(tick_s=0.1)))
+        await bus.request(s.TASKS_CREATE, b'{"name": "kept", "prompt": "p"}', TaskView)
+
+        # What a stall looks like from the holder's side: the key now names another.
+        await kv.put("scheduler", b"another-process")
+        await poll(lambda: _count_is(scheduler_count, 0))  # stopped at its next renewal
+
+        await kv.delete("scheduler")  # the other one stops (or its key expires)
+        await poll(lambda: _count_is(scheduler_count, 1))
+        got = await bus.request(s.TASKS_GET, b'{"task_id": "kept"}', TaskView)
+        assert got.task_id == "kept"
+        tg.cancel_scope.cancel()
+
+
+async def _count_is(count: Callable[[], Awaitable[int]], n: int) -> bool:
+    return await count() == n
+
+
 async def test_a_standby_waits_out_nats_being_away(tmp_path: Path) -> None:
     """The standby is there for when things go wrong: NATS gone for a few seconds (a
     restart) is waited out; once it is back and the holder's key has expired, the
