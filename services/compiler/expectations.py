@@ -110,7 +110,7 @@ def shape_of(value: Any) -> ValueLike:
         shape = "number"
     elif isinstance(value, str) and _is_url(text):
         shape = "url"
-    elif not isinstance(value, dict | list) and "\n" not in text:
+    elif not isinstance(value, dict | list) and len(text.splitlines()) <= 1:
         shape = "line"
     else:
         shape = "text"
@@ -126,8 +126,9 @@ def _unlike(text: str, shape: Shape, max_chars: int) -> str | None:
         return f"expected a number, the small model wrote {text[:80]!r}"
     if shape == "url" and not _is_url(text):
         return f"expected an http(s) URL, the small model wrote {text[:80]!r}"
-    if shape == "line" and "\n" in text:
-        return f"expected one line, the small model wrote {text.count(chr(10)) + 1}"
+    lines = len(text.splitlines())
+    if shape == "line" and lines > 1:
+        return f"expected one line, the small model wrote {lines}"
     return None
 
 
