@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from contracts.base import utc_now
 from contracts.executors import Executor, ExecutorStats, ExecutorStep, LlmStep, ToolStep
+from contracts.llm import CompleteReply, TextBlock, Usage
 from contracts.tasks import TaskSpec
 from services.runner.ports import Ports, RunScope
 from services.runner.transcript import TranscriptRecorder
@@ -33,6 +34,18 @@ def hand_built_executor(
             estimated_replay_cost_usd=0.0,
             source_run_cost_usd=0.01,
         ),
+    )
+
+
+def small_model_reply(text: str, stop_reason: str = "end_turn") -> CompleteReply:
+    """What the llm service answers for one small-model step that wrote `text`."""
+    return CompleteReply(
+        id="m1",
+        model="claude-haiku-5-5",
+        content=[TextBlock(text=text)],
+        stop_reason=stop_reason,
+        usage=Usage(input_tokens=100, output_tokens=10),
+        cost_usd=0.00002,
     )
 
 

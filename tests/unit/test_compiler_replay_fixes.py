@@ -14,14 +14,14 @@ import anyio
 import pytest
 
 from contracts.executors import Executor, LlmStep, ResultStep, ToolStep
-from contracts.llm import CompleteReply, CompleteRequest, TextBlock, Usage
+from contracts.llm import CompleteReply, CompleteRequest
 from contracts.tasks import TaskSpec
 from contracts.tools import ExecTool, ToolMetadata, ToolResult
 from contracts.traces import Trace, TraceStep
 from services.compiler import references
 from services.compiler.compile import compile
 from services.runner.replay import Replayer, ReplayResult
-from tests.hand_built_replay import hand_built_executor, offline_scope
+from tests.hand_built_replay import hand_built_executor, offline_scope, small_model_reply
 
 LIST_URL = "http://site.test/list"
 SEARCH_PROMPT = (
@@ -70,15 +70,7 @@ def _replay(executor: Executor, tools: Any, llm: Any = None) -> tuple[ReplayResu
 
     async def complete(request: CompleteRequest) -> CompleteReply:
         calls.append(("llm", request.messages[0].content))
-        text = llm(request) if llm else "x"
-        return CompleteReply(
-            id="1",
-            model="claude-haiku",
-            content=[TextBlock(text=text)],
-            stop_reason="end_turn",
-            usage=Usage(input_tokens=10, output_tokens=5),
-            cost_usd=0.001,
-        )
+        return small_model_reply(llm(request) if llm else "x")
 
     scope = offline_scope()
     ports = dataclasses.replace(scope.ports, exec_tool=exec_tool, complete=complete)

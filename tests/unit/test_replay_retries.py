@@ -10,11 +10,11 @@ import pytest
 
 from contracts.errors import ErrorInfo
 from contracts.executors import ContainsText, LlmStep, ResultStep, ToolStep, ValueLike
-from contracts.llm import CompleteReply, CompleteRequest, TextBlock, Usage
+from contracts.llm import CompleteReply, CompleteRequest
 from contracts.tools import ExecTool, ToolResult
 from services.runner.ports import PortError
 from services.runner.replay import Replayer, ReplayResult, StepFailed
-from tests.hand_built_replay import hand_built_executor, offline_scope
+from tests.hand_built_replay import hand_built_executor, offline_scope, small_model_reply
 
 
 def _replayer(retries: int) -> Replayer:
@@ -218,14 +218,7 @@ def _small_model_answer(stop_reason: str, text: str) -> tuple[ReplayResult, list
 
     async def complete(request: CompleteRequest) -> CompleteReply:
         asked.append(request.max_tokens)
-        return CompleteReply(
-            id="m1",
-            model="claude-haiku-5-5",
-            content=[TextBlock(text=text)],
-            stop_reason=stop_reason,
-            usage=Usage(input_tokens=100, output_tokens=50),
-            cost_usd=0.0001,
-        )
+        return small_model_reply(text, stop_reason)
 
     example = "Top stories:\n" + "\n".join(f"{i}. A headline of some length" for i in range(200))
     executor = hand_built_executor(
@@ -273,14 +266,7 @@ def test_a_small_model_value_goes_into_the_tool_only_if_shaped_like_the_recorded
     sent: list[str] = []
 
     async def complete(request: CompleteRequest) -> CompleteReply:
-        return CompleteReply(
-            id="m1",
-            model="claude-haiku-5-5",
-            content=[TextBlock(text=said)],
-            stop_reason="end_turn",
-            usage=Usage(input_tokens=100, output_tokens=10),
-            cost_usd=0.00002,
-        )
+        return small_model_reply(said)
 
     async def exec_tool(request: ExecTool) -> ToolResult:
         sent.append(request.input["text"])

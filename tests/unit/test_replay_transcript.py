@@ -8,11 +8,11 @@ import dataclasses
 import anyio
 
 from contracts.executors import ConditionStep, ResultStep, ToolStep
-from contracts.llm import CompleteReply, CompleteRequest, TextBlock, Usage
+from contracts.llm import CompleteReply, CompleteRequest
 from contracts.tools import ExecTool, ToolResult
 from services.runner.replay import Replayer, ReplayResult
 from services.runner.transcript import MAX_STRING
-from tests.hand_built_replay import hand_built_executor, offline_scope
+from tests.hand_built_replay import hand_built_executor, offline_scope, small_model_reply
 
 
 async def _exec_tool(request: ExecTool) -> ToolResult:
@@ -58,14 +58,7 @@ def test_an_llm_written_answer_is_recorded_bounded() -> None:
     long_answer = "x" * (MAX_STRING + 500)
 
     async def complete(request: CompleteRequest) -> CompleteReply:
-        return CompleteReply(
-            id="m1",
-            model=request.model,
-            content=[TextBlock(text=long_answer)],
-            stop_reason="end_turn",
-            usage=Usage(input_tokens=10, output_tokens=10),
-            cost_usd=0.0,
-        )
+        return small_model_reply(long_answer)
 
     result, steps = _replay(
         [
