@@ -18,13 +18,13 @@ from collections import deque
 from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import anyio
 from playwright.async_api import (
     Browser,
     BrowserContext,
     Dialog,
+    Frame,
     Page,
     Playwright,
     Request,
@@ -35,6 +35,7 @@ from playwright.async_api import Error as PlaywrightError
 
 from services.kernel.logs import get_logger
 from services.tools.bounds import cut_text
+from services.tools.frame_loads import FrameLoads
 from services.tools.vault import SecretField
 
 log = get_logger("rote.tools.browser")
@@ -127,6 +128,8 @@ class Session:
     # A call was cut off (timeout, cancellation): the page may still be navigating.
     interrupted: bool = False
     _navigated: anyio.Event = field(default_factory=anyio.Event)
+    # The current page's navigations in every frame, for a link or form in an iframe.
+    frames: FrameLoads = field(default_factory=FrameLoads)
     _watched: list[Page] = field(default_factory=list)
     # Pages the run opened or followed, oldest first: where it goes back to when its
     # page closes, and the last to be closed when it keeps too many open.
@@ -168,19 +171,25 @@ class Session:
             ):
                 self.last_status = response.status
 
-        def on_navigated(frame: Any) -> None:
-            if frame == page.main_frame and page is self.page:
+        def on_navigated(frame: Frame) -> None:
+            if page is not self.page:
+                return
+            self.frames.on_committed(frame)
+            if frame == page.main_frame:
                 self.navigations += 1
                 self._navigated.set()
                 self._navigated = anyio.Event()
 
         def on_request(request: Request) -> None:
-            if (
-                page is self.page
-                and request.is_navigation_request()
-                and request.frame == page.main_frame
-            ):
+            if page is not self.page:
+                return
+            self.frames.on_request(request)
+            if request.is_navigation_request() and request.frame == page.main_frame:
                 self.last_status = None
+
+        def on_request_failed(request: Request) -> None:
+            if page is self.page:
+                self.frames.on_failed(request)
 
         def on_crash(_page: Page) -> None:
             # Not closed, and every later call on it fails: replaced on the next call.
@@ -189,6 +198,8 @@ class Session:
         page.on("request", on_request)
         page.on("response", on_response)
         page.on("framenavigated", on_navigated)
+        page.on("requestfailed", on_request_failed)
+        page.on("framedetached", self.frames.on_detached)
         page.on("crash", on_crash)
         page.on("dialog", self._answer)
 

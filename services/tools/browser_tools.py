@@ -45,6 +45,9 @@ class BrowserLimits:
     extract_wait_s: float = 1.0  # a selector that matches nothing yet: wait this long
     submit_wait_s: float = 2.0  # a script-submitted form: wait this long for navigation
     popup_wait_s: float = 2.0  # a link or form that should open a tab: wait this long
+    # A link or form in a frame: its navigation request is sent within some 20 ms of the
+    # action (measured), or the page's script handled it and none comes.
+    frame_request_wait_s: float = 0.5
     screenshot_dir: Path = Path("blobs")
 
 
@@ -215,18 +218,20 @@ async def _page_state(session: Session, page: Page, *, navigated: bool) -> Outco
 
 # Where acting on the element loads a page: the target of the link it is in, or when
 # it submits its form (`submits`: Enter in a field, or it is a submit button) the
-# form's; else the document's <base target>. Null when it neither follows a link nor
-# submits.
+# form's; else the document's <base target> ("" when none names one), and whether the
+# element is inside a frame. Null when it neither follows a link nor submits.
 _TARGET_JS = """
 (el, submits) => {
   const base = () => el.ownerDocument.querySelector('base[target]')?.getAttribute('target');
+  const framed = window !== window.top;
   const link = el.closest('a[href], area[href]');
-  if (link) return link.getAttribute('target') ?? base() ?? null;
+  if (link) return {target: link.getAttribute('target') ?? base() ?? '', framed};
   const button = el.closest(
     'button:not([type=button]):not([type=reset]), input[type=submit], input[type=image]');
   const form = (button ?? el).form ?? el.closest('form');
   if (!form || !(submits || button)) return null;
-  return button?.getAttribute('formtarget') ?? form.getAttribute('target') ?? base() ?? null;
+  const target = button?.getAttribute('formtarget') ?? form.getAttribute('target') ?? base();
+  return {target: target ?? '', framed};
 }
 """
 _SAME_WINDOW = {"", "_self", "_parent", "_top"}
@@ -404,6 +409,10 @@ async def _window_name(page: Page) -> str | None:
     return None  # closed, between documents, or stuck
 
 
+def _names_frame(page: Page, target: str) -> bool:
+    return any(f.name == target for f in page.frames if f is not page.main_frame)
+
+
 async def _link_window(session: Session, page: Page, target: str | None) -> Page | None:
     """Where a link with `target` loads: `page` itself (no target, _self, a frame of the
     page, the page's own window name), another open window of the run bearing that name,
@@ -412,7 +421,7 @@ async def _link_window(session: Session, page: Page, target: str | None) -> Page
         return page
     if target.strip().lower() == "_blank":
         return None
-    if any(f.name == target for f in page.frames if f is not page.main_frame):
+    if _names_frame(page, target):
         return page
     for window in [page] + [p for p in session.context.pages if p is not page]:
         if not window.is_closed() and await _window_name(window) == target:
@@ -433,16 +442,18 @@ async def _act(
     """Run `action` (a click, Enter, a submit) on `element` of `page`, following the page
     into the tab it opens or the open window its target names, as a person would.
     Whether the run is now on another page."""
-    target = await element.evaluate(
-        _TARGET_JS, submits, timeout=budget.ms(limits.element_timeout_s)
-    )
+    where = await element.evaluate(_TARGET_JS, submits, timeout=budget.ms(limits.element_timeout_s))
+    target = where["target"] if where else None
     window = await _link_window(session, page, target)
+    # Loads in a frame of this page: Playwright waits for main-frame navigations only.
+    in_frame = window is page and bool(where) and (where["framed"] or _names_frame(page, target))
     elsewhere = window is not None and window is not page
     if elsewhere:
         assert window is not None
         # Current before the action, so the navigation it starts there is counted.
         session.adopt(window)
     before = session.navigations
+    requested = session.frames.requested
     session.acting(page)
     try:
         await action()
@@ -457,7 +468,26 @@ async def _act(
             await session.wait_adopted(page)
         elif elsewhere:
             await session.wait_navigation(before)
+    if in_frame:
+        await _frame_settled(session, requested, budget, limits)
     return session.page is not page
+
+
+async def _frame_settled(
+    session: Session, requested: int, budget: Budget, limits: BrowserLimits
+) -> None:
+    """After a link or form inside a frame: the navigation it began committed and
+    loaded, within the call's time. None may come: the page's script handled it."""
+    with anyio.move_on_after(min(budget.left(), limits.frame_request_wait_s)):
+        await session.frames.wait_requested(requested)
+    if session.frames.requested == requested:
+        return  # nothing was sent: a page that handles the click or form itself
+    frames: list[Frame] = []
+    with anyio.move_on_after(budget.left()):
+        frames = await session.frames.wait_committed(requested)
+    for frame in frames:
+        with suppress(PlaywrightError):  # slow subresources, or the frame gone meanwhile
+            await frame.wait_for_load_state("load", timeout=budget.ms(limits.load_timeout_s))
 
 
 async def click(

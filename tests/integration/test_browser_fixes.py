@@ -1,12 +1,13 @@
 """Browser tools on pages that open windows on their own, name frames and windows as
-link targets, crash, hide copies of a form, get a checkbox a word it cannot take, or
-open dialogs (alert, confirm, prompt), scroll inside a pane, or lose the whole browser
-under a run."""
+link targets, load a form's answer in a frame, crash, hide copies of a form, get a
+checkbox a word it cannot take, or open dialogs (alert, confirm, prompt), scroll inside
+a pane, or lose the whole browser under a run."""
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import suppress
 from pathlib import Path
@@ -69,16 +70,40 @@ PAGES = {
     "/article": """<title>Art</title><div style="height:3000px">text</div>
 <pre style="height:80vh;overflow:auto"><div style="height:2000px">code</div></pre>""",
     "/welcome": "<title>W</title><script>alert('Welcome back')</script><p>inside</p>",
+    # A form and a link inside frames, answered slowly (SLOW_S), and a frame whose form
+    # the page's own script handles.
+    "/framed": '<title>F</title><iframe src="/order"></iframe>',
+    "/order": '<form method=post action="/orders"><input name=item><button>Order</button></form>'
+    '<a href="/slow-b">more</a>',
+    "/into-pane": '<title>IP</title><iframe name="pane" src="/a"></iframe>'
+    '<a href="/slow-b" target="pane">load slowly in pane</a>',
+    "/framed-app": '<title>FA</title><iframe src="/app-form"></iframe>',
+    "/app-form": "<form onsubmit=\"document.body.append('saved'); return false\">"
+    "<input name=item><button>Save</button></form>",
 }
+SLOW_S = 1.0
 
 
 class _Handler(QuietHandler):
+    orders: list[dict[str, str]] = []  # one site per test: the fixture empties it
+
     def do_GET(self) -> None:
-        self.send_html(PAGES.get(urlparse(self.path).path, "<title>404</title>missing"))
+        path = urlparse(self.path).path
+        if path.startswith("/slow-"):
+            time.sleep(SLOW_S)
+            path = "/" + path.removeprefix("/slow-")
+        self.send_html(PAGES.get(path, "<title>404</title>missing"))
+
+    def do_POST(self) -> None:
+        time.sleep(SLOW_S)
+        order = self.posted_form()
+        self.orders.append(order)
+        self.send_html(f"<p>ordered {order.get('item')}</p>")
 
 
 @pytest.fixture
 def site() -> Iterator[str]:
+    _Handler.orders = []
     with serve(_Handler) as url:
         yield url
 
@@ -163,6 +188,52 @@ async def test_a_link_into_another_open_window_follows_it_there(
     assert clicked.output == {"url": f"{site}/b", "title": "B"}
     assert clicked.duration_ms < 1500
     assert (await browser("browser_read_page")).output == "page b"
+
+
+IN_FRAME = "iframe >> internal:control=enter-frame >> "
+
+
+async def test_a_form_in_a_frame_is_answered_before_the_call_returns(
+    browser: Browser, site: str
+) -> None:
+    assert (await browser("browser_navigate", url=f"{site}/framed")).ok
+    typed = await browser(
+        "browser_type", selector=IN_FRAME + "[name=item]", text="tea", submit=True
+    )
+    assert typed.ok, typed.error
+    assert _Handler.orders == [{"item": "tea"}]  # the server has it when the call returns
+    assert typed.output["url"] == f"{site}/framed"  # the page around the frame stays
+    assert "ordered tea" in (await browser("browser_read_page")).output
+    # Clicking the submit button is waited for the same way.
+    assert (await browser("browser_navigate", url=f"{site}/framed")).ok
+    assert (await browser("browser_type", selector=IN_FRAME + "[name=item]", text="jam")).ok
+    assert (await browser("browser_click", selector=IN_FRAME + "button")).ok
+    assert _Handler.orders[-1] == {"item": "jam"}
+    assert "ordered jam" in (await browser("browser_read_page")).output
+
+
+async def _click_on(browser: Browser, url: str, **click: str) -> tuple[int, str]:
+    """Open `url`, click; how long the click took, and what the page then shows."""
+    assert (await browser("browser_navigate", url=url)).ok
+    clicked = await browser("browser_click", **click)
+    assert clicked.ok, clicked.error
+    return clicked.duration_ms, (await browser("browser_read_page")).output
+
+
+async def test_a_link_in_a_frame_or_into_one_has_loaded_when_the_call_returns(
+    browser: Browser, site: str
+) -> None:
+    took, shown = await _click_on(browser, f"{site}/framed", selector=IN_FRAME + "a")
+    assert took >= SLOW_S * 1000 and "page b" in shown
+    took, shown = await _click_on(browser, f"{site}/into-pane", text="load slowly in pane")
+    assert took >= SLOW_S * 1000 and "page b" in shown
+
+
+async def test_a_form_in_a_frame_its_script_handles_is_not_waited_for(
+    browser: Browser, site: str
+) -> None:
+    took, shown = await _click_on(browser, f"{site}/framed-app", selector=IN_FRAME + "button")
+    assert took < 1500 and "saved" in shown  # no navigation to wait for: none came
 
 
 # --- 3. a crashed renderer ---------------------------------------------------------------
