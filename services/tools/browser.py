@@ -127,8 +127,8 @@ class Session:
     in_flight: int = 0
     # A call was cut off (timeout, cancellation): the page may still be navigating.
     interrupted: bool = False
-    _navigated: anyio.Event = field(default_factory=anyio.Event)
-    # The current page's navigations in every frame, for a link or form in an iframe.
+    # The current page's navigations in every frame, for the actions Playwright does
+    # not wait on (a link in an iframe, a form submitted by script).
     frames: FrameLoads = field(default_factory=FrameLoads)
     _watched: list[Page] = field(default_factory=list)
     # Pages the run opened or followed, oldest first: where it goes back to when its
@@ -151,11 +151,6 @@ class Session:
     # read a blank page and "succeed" with nothing.
     lost: bool = False
 
-    async def wait_navigation(self, since: int) -> None:
-        """Until the current page's main frame navigated after `since` (a count)."""
-        while self.navigations == since:
-            await self._navigated.wait()
-
     def watch(self, page: Page) -> None:
         if page in self._watched:
             return
@@ -177,8 +172,6 @@ class Session:
             self.frames.on_committed(frame)
             if frame == page.main_frame:
                 self.navigations += 1
-                self._navigated.set()
-                self._navigated = anyio.Event()
 
         def on_request(request: Request) -> None:
             if page is not self.page:

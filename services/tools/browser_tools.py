@@ -452,7 +452,6 @@ async def _act(
         assert window is not None
         # Current before the action, so the navigation it starts there is counted.
         session.adopt(window)
-    before = session.navigations
     requested = session.frames.requested
     session.acting(page)
     try:
@@ -461,24 +460,26 @@ async def _act(
         if elsewhere:
             session.adopt(page)  # nothing was done: the run stays where it was
         raise
-    with anyio.move_on_after(min(budget.left(), limits.popup_wait_s)):
-        if window is None:
-            # If no tab comes (a frame or window the lookup missed: named by a script,
-            # its page busy), the action still happened: the run stays where it is.
+    if window is None:
+        # If no tab comes (a frame or window the lookup missed: named by a script, its
+        # page busy), the action still happened: the run stays where it is.
+        with anyio.move_on_after(min(budget.left(), limits.popup_wait_s)):
             await session.wait_adopted(page)
-        elif elsewhere:
-            await session.wait_navigation(before)
-    if in_frame:
-        await _frame_settled(session, requested, budget, limits)
+    elif elsewhere:
+        await _navigation_settled(session, requested, budget, limits, limits.popup_wait_s)
+    elif in_frame:
+        await _navigation_settled(session, requested, budget, limits, limits.frame_request_wait_s)
     return session.page is not page
 
 
-async def _frame_settled(
-    session: Session, requested: int, budget: Budget, limits: BrowserLimits
+async def _navigation_settled(
+    session: Session, requested: int, budget: Budget, limits: BrowserLimits, within_s: float
 ) -> None:
-    """After a link or form inside a frame: the navigation it began committed and
-    loaded, within the call's time. None may come: the page's script handled it."""
-    with anyio.move_on_after(min(budget.left(), limits.frame_request_wait_s)):
+    """After an action Playwright does not wait on (a link or form inside a frame or
+    into another window, a form submitted by script): the navigation it began, if one
+    is requested within `within_s`, committed and loaded, within the call's time. None
+    may come: the page's script handled the action itself."""
+    with anyio.move_on_after(min(budget.left(), within_s)):
         await session.frames.wait_requested(requested)
     if session.frames.requested == requested:
         return  # nothing was sent: a page that handles the click or form itself
@@ -769,11 +770,10 @@ async def _submit(session: Session, last: Locator, budget: Budget, limits: Brows
             await button.click(timeout=timeout)
             return
         if await handle.json_value() == "form":
-            before = session.navigations
+            requested = session.frames.requested
             await last.evaluate("el => (el.form ?? el.closest('form')).requestSubmit()")
-            # Script-initiated: nobody waits for the navigation, so watch for it.
-            with anyio.move_on_after(min(budget.left(), limits.submit_wait_s)):
-                await session.wait_navigation(before)
+            # Script-initiated: Playwright waits for no navigation, so watch for it.
+            await _navigation_settled(session, requested, budget, limits, limits.submit_wait_s)
             return
         await last.press("Enter", timeout=timeout)  # not in a form: as a person would
     finally:

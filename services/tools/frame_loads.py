@@ -1,11 +1,12 @@
 """The navigations of one page's frames, so a tool can wait for the one its action began.
 
-Playwright waits for a navigation an action starts in the main frame; a link followed or
-a form submitted inside an iframe loads its page there while the call is already
-returning, and the run's next read would see the old document (or the server would not
-have the form yet). This keeps each navigation request with the count of its frame's
-commits when it was sent: the navigation is over when the frame commits again, the
-request fails, or the frame goes away.
+Playwright waits for the navigation an action starts in the main frame of the page it
+acts on. A link followed or a form submitted inside an iframe, a link into another
+window, a form submitted by script: each loads its page while the call would already
+be returning, and the run's next read would see the old document (or the server would
+not have the form yet). This keeps each navigation request with the count of its
+frame's commits when it was sent: the navigation is over when the frame commits again,
+the request fails, or the frame goes away.
 """
 
 from __future__ import annotations

@@ -77,6 +77,9 @@ PAGES = {
     '<a href="/slow-b">more</a>',
     "/into-pane": '<title>IP</title><iframe name="pane" src="/a"></iframe>'
     '<a href="/slow-b" target="pane">load slowly in pane</a>',
+    "/buttonless": '<title>BL</title><form method=post action="/orders"><input name=item></form>',
+    "/hub-slow": "<title>SH</title><script>window.open('/a', 'results')</script>"
+    '<a href="/slow-b" target="results">B slowly in results</a>',
     "/framed-app": '<title>FA</title><iframe src="/app-form"></iframe>',
     "/app-form": "<form onsubmit=\"document.body.append('saved'); return false\">"
     "<input name=item><button>Save</button></form>",
@@ -111,6 +114,14 @@ def site() -> Iterator[str]:
 @pytest.fixture
 async def browser(tmp_path: Path) -> AsyncIterator[Browser]:
     async with open_browser(tmp_path) as browser:
+        yield browser
+
+
+@pytest.fixture
+async def hasty(tmp_path: Path) -> AsyncIterator[Browser]:
+    """A browser that waits little for an action's navigation to be requested: the
+    wait bounds when the request is sent, never how long its answer takes."""
+    async with open_browser(tmp_path, submit_wait_s=0.3, popup_wait_s=0.3) as browser:
         yield browser
 
 
@@ -227,6 +238,27 @@ async def test_a_link_in_a_frame_or_into_one_has_loaded_when_the_call_returns(
     assert took >= SLOW_S * 1000 and "page b" in shown
     took, shown = await _click_on(browser, f"{site}/into-pane", text="load slowly in pane")
     assert took >= SLOW_S * 1000 and "page b" in shown
+
+
+async def test_a_form_submitted_by_script_is_answered_before_the_call_returns(
+    hasty: Browser, site: str
+) -> None:
+    assert (await hasty("browser_navigate", url=f"{site}/buttonless")).ok
+    sent = await hasty("browser_fill_form", fields={"item": "tea"}, submit=True)  # no button
+    assert sent.ok, sent.error
+    assert _Handler.orders == [{"item": "tea"}] and sent.output["url"] == f"{site}/orders"
+    assert (await hasty("browser_read_page")).output == "ordered tea"
+
+
+async def test_a_slow_link_into_another_open_window_has_loaded_there(
+    hasty: Browser, site: str
+) -> None:
+    assert (await hasty("browser_navigate", url=f"{site}/hub-slow")).ok
+    await _pages_open(hasty.session, 2)  # "results", opened by the page itself
+    clicked = await hasty("browser_click", text="B slowly in results")
+    assert clicked.ok, clicked.error
+    assert clicked.output == {"url": f"{site}/slow-b", "title": "B"}
+    assert (await hasty("browser_read_page")).output == "page b"
 
 
 async def test_a_form_in_a_frame_its_script_handles_is_not_waited_for(
