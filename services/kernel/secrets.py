@@ -79,9 +79,15 @@ _AUTH_HEADER = re.compile(
 _AUTH_KEY = re.compile(_AUTH_NAME, re.IGNORECASE)
 _AUTH_VALUE = re.compile(rf"(?P<key>\s*{_AUTH_CRED}", re.IGNORECASE)
 MASK = "[redacted]"
-# The replacement that keeps a match's `key` group (a parameter or header name) and masks
-# what follows it.
-_KEEP_KEY = r"\g<key>" + MASK
+
+
+def _keep_key(match: re.Match[str]) -> str:
+    """The replacement that keeps a match's `key` group (a parameter or header name) and
+    masks what follows it. A function, not a `\\g<key>` template: re.sub hands a
+    template to Python-level code on every call, match or not, and redact runs on every
+    string of every event."""
+    return match.group("key") + MASK
+
 
 # A value named as a credential (ANTHROPIC_API_KEY, a password given to rote) is masked
 # from 4 characters up: a 4-character key is still a key, while 1-3 characters would mask
@@ -279,8 +285,8 @@ def redact(text: str, *, query: bool = True) -> str:
     text = _URL_PASSWORD.sub(lambda m: f"{m.group('scheme')}:{MASK}@", text)
     text = _NATS_TOKEN.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
     if query:
-        text = _QUERY_SECRET.sub(_KEEP_KEY, text)
-    text = _AUTH_HEADER.sub(_KEEP_KEY, text)
+        text = _QUERY_SECRET.sub(_keep_key, text)
+    text = _AUTH_HEADER.sub(_keep_key, text)
     return _KEY_SHAPES.sub(MASK, text)
 
 
@@ -292,7 +298,7 @@ def redact_value(value: Any, *, query: bool = True) -> Any:
         out: dict[Any, Any] = {}
         for key, item in value.items():
             if isinstance(key, str) and isinstance(item, str) and _AUTH_KEY.fullmatch(key):
-                item = _AUTH_VALUE.sub(_KEEP_KEY, item, count=1)
+                item = _AUTH_VALUE.sub(_keep_key, item, count=1)
             out[_masked_key(key, out, query=query)] = redact_value(item, query=query)
         return out
     if isinstance(value, list | tuple):
