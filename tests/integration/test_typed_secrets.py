@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import anyio
 import msgspec
 import pytest
 
@@ -128,15 +127,6 @@ async def test_a_secret_is_refused_off_its_origin_unconfigured_or_unset(
 IN_FRAME = "iframe >> internal:control=enter-frame >> "
 
 
-async def posted(count: int) -> list[dict[str, str]]:
-    """POSTED once it holds `count` forms: a form in a frame navigates the frame, not
-    the page, so the call that sent it does not wait for the server to get it."""
-    with anyio.fail_after(10):
-        while len(POSTED) < count:
-            await anyio.sleep(0.05)
-    return POSTED
-
-
 async def test_a_secret_goes_into_a_frame_only_of_its_origin(tools: Tools, shop: str) -> None:
     # The page is the shop's, its frame another origin's (an embedded widget, an ad):
     # a selector reaching into that frame does not get the secret.
@@ -159,11 +149,11 @@ async def test_a_secret_goes_into_a_frame_only_of_its_origin(tools: Tools, shop:
     # Nothing reached the frame's form, not even the user: sent by hand, it is empty.
     clicked = await tools.call("browser_click", {"selector": f"{IN_FRAME}button"}, run_id=run_id)
     assert clicked.ok, clicked.error
-    assert await posted(1) == [{}]
+    assert POSTED == [{}]  # the call returns once the frame's form has reached the server
 
     # A frame of the shop's own origin gets it.
     await tools.call("browser_navigate", {"url": f"{shop}/framed/127.0.0.1"}, run_id=run_id)
     typed = {"selector": field, "text": "{{secret:shop}}", "submit": True}
     signed_in = await tools.call("browser_type", typed, run_id=run_id)
     assert signed_in.ok, signed_in.error
-    assert (await posted(2))[-1] == {"password": PASSWORD}
+    assert POSTED[-1] == {"password": PASSWORD}
