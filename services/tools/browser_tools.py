@@ -43,10 +43,11 @@ class BrowserLimits:
     element_timeout_s: float = 5.0  # waiting for an element to click/type/fill
     load_timeout_s: float = 10.0  # waiting for `load` after the DOM is ready
     extract_wait_s: float = 1.0  # a selector that matches nothing yet: wait this long
-    submit_wait_s: float = 2.0  # a script-submitted form: wait this long for navigation
-    popup_wait_s: float = 2.0  # a link or form that should open a tab: wait this long
-    # A link or form in a frame: its navigation request is sent within some 20 ms of the
-    # action (measured), or the page's script handled it and none comes.
+    # How long an action's navigation may take to be requested (not to load: that gets
+    # the call's time), else the page's script handled the action and none comes.
+    submit_wait_s: float = 2.0  # a form submitted by script
+    popup_wait_s: float = 2.0  # into another window; into a new tab: for the tab to open
+    # A link or form in a frame: requested within some 20 ms of the action (measured).
     frame_request_wait_s: float = 0.5
     screenshot_dir: Path = Path("blobs")
 
