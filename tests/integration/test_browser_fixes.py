@@ -81,6 +81,11 @@ PAGES = {
     "/hub-slow": "<title>SH</title><script>window.open('/a', 'results')</script>"
     '<a href="/slow-b" target="results">B slowly in results</a>',
     "/framed-app": '<title>FA</title><iframe src="/app-form"></iframe>',
+    # A frame whose form is answered "204 No Content" and whose link is a download:
+    # neither loads a document, so nothing commits.
+    "/framed-quiet": '<title>FQ</title><iframe src="/quiet"></iframe>',
+    "/quiet": '<form method=post action="/no-content"><input name=item><button>Log</button>'
+    '</form><a href="/report.csv">report</a>',
     "/app-form": "<form onsubmit=\"document.body.append('saved'); return false\">"
     "<input name=item><button>Save</button></form>",
 }
@@ -95,12 +100,19 @@ class _Handler(QuietHandler):
         if path.startswith("/slow-"):
             time.sleep(SLOW_S)
             path = "/" + path.removeprefix("/slow-")
+        if path == "/report.csv":
+            self.send_html("a,b", headers={"Content-Disposition": "attachment; filename=r.csv"})
+            return
         self.send_html(PAGES.get(path, "<title>404</title>missing"))
 
     def do_POST(self) -> None:
         time.sleep(SLOW_S)
         order = self.posted_form()
         self.orders.append(order)
+        if self.path == "/no-content":
+            self.send_response(204)
+            self.end_headers()
+            return
         self.send_html(f"<p>ordered {order.get('item')}</p>")
 
 
@@ -259,6 +271,21 @@ async def test_a_form_in_a_frame_its_script_handles_is_not_waited_for(
 ) -> None:
     took, shown = await _click_on(browser, f"{site}/framed-app", selector=IN_FRAME + "button")
     assert took < 1500 and "saved" in shown  # no navigation to wait for: none came
+
+
+async def test_a_frame_answered_without_a_document_is_not_waited_on_past_its_answer(
+    browser: Browser, site: str
+) -> None:
+    # Chromium reports both as failed navigations: the wait ends with the answer.
+    assert (await browser("browser_navigate", url=f"{site}/framed-quiet")).ok
+    logged = await browser(
+        "browser_type", selector=IN_FRAME + "[name=item]", text="tea", submit=True
+    )
+    assert logged.ok, logged.error
+    assert _Handler.orders == [{"item": "tea"}]
+    assert SLOW_S * 1000 <= logged.duration_ms < SLOW_S * 1000 + 2000  # not the 10 s call
+    took, shown = await _click_on(browser, f"{site}/framed-quiet", selector=IN_FRAME + "a")
+    assert took < 2000 and "report" in shown  # the frame still shows its page
 
 
 # --- 3. a crashed renderer ---------------------------------------------------------------
