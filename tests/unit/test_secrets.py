@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from contracts.tools import CloseSession, ToolMetadata, ToolResult
 from services.kernel import secrets
 from services.kernel.secrets import MASK, redact, register_credential, register_from_env
 from services.kernel.settings import Settings
@@ -224,3 +225,22 @@ def test_a_credential_is_masked_raw_trimmed_and_escaped(key: str, telling: str) 
         masked = redact(text)
         assert MASK in masked
         assert telling not in masked, masked
+
+
+@pytest.mark.usefixtures("no_secrets")
+def test_a_contract_is_masked_in_its_values_and_nested_keys_and_kept_when_clean() -> None:
+    register_credential("tok3n-long-enough")
+    result = ToolResult(
+        ok=True,
+        duration_ms=1,
+        output={"sessions": {"tok3n-long-enough": ["tok3n-long-enough"]}},
+        metadata=ToolMetadata(url="https://u:hunter22@site.test/", title="tok3n-long-enough"),
+    )
+    masked = secrets.redact_struct(result)
+    assert masked is not None
+    assert masked.output == {"sessions": {MASK: [MASK]}}
+    assert masked.metadata == ToolMetadata(url=f"https://u:{MASK}@site.test/", title=MASK)
+    clean = ToolResult(ok=True, duration_ms=1, output={"a": "b"})
+    assert secrets.redact_struct(clean) is clean  # nothing copied on the hot path
+    # A value whose mask would break the contract: nothing rather than the secret.
+    assert secrets.redact_struct(CloseSession(run_id="tok3n-long-enough")) is None
