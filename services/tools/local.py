@@ -24,6 +24,7 @@ from contracts.tools import ToolMetadata
 from services.kernel.errors import ServiceError
 from services.kernel.logs import get_logger
 from services.kernel.secrets import is_secret_name, redact, url_credentials
+from services.tools import leftovers
 from services.tools.bounds import TRUNCATION_MARK
 from services.tools.outcome import Outcome, ToolFailure
 
@@ -106,46 +107,8 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-# Every call's processes carry `ROTE_TOOL_CALL=<id>` in their environment, inherited by
-# whatever they start: how a process that left the group (setsid, setpgid, a double
-# fork) is still found once the call ends. Linux only (/proc); one that clears its
-# environment (env -i) or changes user escapes it.
-CALL_MARKER = "ROTE_TOOL_CALL"
-_PROC = Path("/proc")
-
-
-def _kill_marked(entry: bytes) -> None:
-    """SIGKILL every process of this user whose environment holds `entry`, until a
-    sweep finds no new one (one may fork while the sweep runs)."""
-    if not (_PROC / "self" / "environ").exists():
-        return
-    uid, killed = os.getuid(), set[int]()
-    for _ in range(20):
-        found = set[int]()
-        for proc in _PROC.iterdir():
-            if not proc.name.isdigit():
-                continue
-            try:
-                if proc.stat().st_uid != uid:
-                    continue
-                environ = (proc / "environ").read_bytes()
-            except OSError:  # gone meanwhile, or not ours to read
-                continue
-            if entry in environ.split(b"\0"):
-                found.add(int(proc.name))
-        # One killed last round but not yet reaped may still show its environment.
-        new = found - killed
-        if not new:
-            return
-        for pid in new:
-            with suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        killed |= new
-    log.warning("tool_call_leftovers_kept_forking", killed=len(killed))
-
-
-async def _kill_leftovers(entry: bytes) -> None:
-    await anyio.to_thread.run_sync(_kill_marked, entry)
+async def _kill_leftovers(marker: str) -> None:
+    await anyio.to_thread.run_sync(leftovers.kill_call, marker)
 
 
 async def shell_exec(
@@ -158,10 +121,9 @@ async def shell_exec(
 ) -> Outcome:
     """Run argv in its own process group (session). On timeout, cancellation or once
     the command exits, the whole group is killed, and so is every process still
-    carrying the call's marker (CALL_MARKER): nothing it started outlives the call."""
+    carrying the call's marker (leftovers.py): nothing it started outlives the call."""
     await anyio.Path(cwd).mkdir(parents=True, exist_ok=True)
-    call_id = uuid.uuid4().hex
-    marker = f"{CALL_MARKER}={call_id}".encode()
+    marker_name, marker = leftovers.call_marker(uuid.uuid4().hex)
     try:
         process = await anyio.open_process(
             argv,
@@ -169,7 +131,7 @@ async def shell_exec(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             cwd=cwd,
-            env={**command_env(env), CALL_MARKER: call_id},
+            env={**command_env(env), marker_name: marker},
             start_new_session=True,
         )
     except FileNotFoundError:

@@ -40,6 +40,7 @@ from services.kernel.secrets import (
     redact_value,
     register_from_env,
 )
+from services.tools import leftovers
 from services.tools.browser import BrowserPool
 from services.tools.specs import check_nesting, definitions
 from services.tools.toolbox import ToolBox, ToolsConfig, event_input
@@ -345,6 +346,21 @@ async def serve(
         )
         task_status.started()
         try:
-            await anyio.sleep_forever()
+            await _kill_orphans_forever()
         finally:
             await stop_service(service)
+
+
+# How often the calls of tools processes that died without ending them are looked for.
+ORPHAN_SWEEP_S = 60.0
+
+
+async def _kill_orphans_forever() -> None:
+    """Kill what shell_exec calls left running when their tools process was killed
+    outright (this one's predecessor, or another on the machine): at start, then every
+    ORPHAN_SWEEP_S."""
+    while True:
+        killed = await anyio.to_thread.run_sync(leftovers.kill_orphans)
+        if killed:
+            log.warning("tool_call_orphans_killed", processes=killed)
+        await anyio.sleep(ORPHAN_SWEEP_S)

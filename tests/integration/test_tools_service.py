@@ -57,6 +57,7 @@ from services.tools import service as tools_service
 from services.tools.specs import SPECS
 from tests.hand_built_replay import hand_built_executor
 from tests.local_site import QuietHandler, serve
+from tests.orphan_call import alive, orphaned_call
 
 pytestmark = [
     pytest.mark.anyio,
@@ -887,6 +888,19 @@ async def test_a_call_that_cannot_run_says_why_in_reply_and_event(
         "command_failed",
         "command_failed",
     ]
+
+
+async def test_a_started_service_kills_what_a_killed_one_left_running(
+    bus: Bus, settings: Settings, tmp_path: Path
+) -> None:
+    root = tmp_path / "files"
+    root.mkdir()
+    # The tools process running a command was SIGKILLed: the command runs on.
+    with orphaned_call(tmp_path) as orphan:
+        async with running(bus, settings, root):
+            with anyio.fail_after(10):
+                while alive(orphan):
+                    await anyio.sleep(0.05)
 
 
 async def test_an_unexpected_failure_is_internal_in_reply_and_event(

@@ -19,6 +19,7 @@ from services.kernel.secrets import redact, register_from_env
 from services.tools import local
 from services.tools.outcome import ToolFailure
 from services.tools.policy import check_command, split_command
+from tests.orphan_call import alive
 
 # --- command patterns --------------------------------------------------------------------
 
@@ -76,19 +77,8 @@ def test_patterns_still_admit_what_they_name(command: str, pattern: str) -> None
 # --- leftovers ---------------------------------------------------------------------------
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is dead for our purposes
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def _kill(pid: int) -> None:
-    if _alive(pid):
+    if alive(pid):
         os.kill(pid, 9)
 
 
@@ -96,7 +86,7 @@ async def _gone_soon(pid: int) -> None:
     """The process is gone within 2 s (killed after the check either way)."""
     try:
         with anyio.fail_after(2):
-            while _alive(pid):
+            while alive(pid):
                 await anyio.sleep(0.02)
     finally:
         _kill(pid)
@@ -150,7 +140,7 @@ async def test_a_daemon_that_left_the_process_group_dies_with_the_call(
     try:
         # Killed before the call returned: only its exit may still be under way.
         with anyio.fail_after(2):
-            while _alive(daemon):
+            while alive(daemon):
                 await anyio.sleep(0.02)
         # It held our stdout, yet the call did not wait for it.
         assert time.monotonic() - started < 10

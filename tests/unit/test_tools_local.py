@@ -9,29 +9,19 @@ import sys
 import time
 from collections.abc import Callable
 from contextlib import suppress
+from functools import partial
 from pathlib import Path
 
 import anyio
 import pytest
 
 from services.kernel.errors import ServiceError
-from services.tools import local
+from services.tools import leftovers, local
 from services.tools.outcome import ToolFailure
 from services.tools.policy import PathRoots
+from tests.orphan_call import alive, orphaned_call, sleeper_code
 
 pytestmark = pytest.mark.anyio
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie is dead for our purposes.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 async def test_runs_and_reports_exit_code_stdout_and_stderr(tmp_path: Path) -> None:
@@ -65,7 +55,7 @@ async def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
     assert failure.output["stdout"] == "started\n"  # what it printed is kept
     grandchild = int(pid_file.read_text())
     with anyio.fail_after(5):
-        while _alive(grandchild):
+        while alive(grandchild):
             await anyio.sleep(0.05)
 
 
@@ -84,7 +74,7 @@ async def test_background_children_do_not_outlive_the_call(tmp_path: Path) -> No
     assert time.monotonic() - started < 10  # did not wait for the sleeper
     background = int(pid_file.read_text())
     with anyio.fail_after(5):
-        while _alive(background):
+        while alive(background):
             await anyio.sleep(0.05)
 
 
@@ -277,3 +267,30 @@ def test_a_hard_link_to_a_file_outside_is_neither_read_nor_written(tmp_path: Pat
     (root / "short.txt").write_text("a long first version")
     local.file_write(root / "short.txt", "v2", root=root)
     assert (root / "short.txt").read_text() == "v2"
+
+
+async def test_the_calls_of_a_killed_tools_process_are_killed_by_a_sweep(
+    tmp_path: Path,
+) -> None:
+    live_pid = tmp_path / "live.pid"
+    with orphaned_call(tmp_path) as orphan:
+        async with anyio.create_task_group() as tg:
+            # A call of a tools process that is alive (this one) is not an orphan.
+            tg.start_soon(
+                partial(
+                    local.shell_exec,
+                    [sys.executable, "-c", sleeper_code(live_pid)],
+                    timeout=30,
+                    cwd=tmp_path,
+                    max_output_bytes=100,
+                )
+            )
+            with anyio.fail_after(10):
+                while not (live_pid.exists() and live_pid.read_text()):
+                    await anyio.sleep(0.05)
+            assert leftovers.kill_orphans() >= 1
+            with anyio.fail_after(5):
+                while alive(orphan):
+                    await anyio.sleep(0.05)
+            assert alive(int(live_pid.read_text()))
+            tg.cancel_scope.cancel()  # the live call ends: its sleeper with it
