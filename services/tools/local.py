@@ -107,8 +107,8 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-async def _kill_leftovers(marker: str) -> None:
-    await anyio.to_thread.run_sync(leftovers.kill_call, marker)
+async def _kill_leftovers(call_id: str) -> None:
+    await anyio.to_thread.run_sync(leftovers.kill_call, call_id)
 
 
 async def shell_exec(
@@ -123,7 +123,7 @@ async def shell_exec(
     the command exits, the whole group is killed, and so is every process still
     carrying the call's marker (leftovers.py): nothing it started outlives the call."""
     await anyio.Path(cwd).mkdir(parents=True, exist_ok=True)
-    marker_name, marker = leftovers.call_marker(uuid.uuid4().hex)
+    call_id = uuid.uuid4().hex
     try:
         process = await anyio.open_process(
             argv,
@@ -131,7 +131,7 @@ async def shell_exec(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             cwd=cwd,
-            env={**command_env(env), marker_name: marker},
+            env={**command_env(env), **leftovers.call_env(call_id)},
             start_new_session=True,
         )
     except FileNotFoundError:
@@ -155,7 +155,7 @@ async def shell_exec(
             timed_out = scope.cancelled_caught
             # Background children still holding the pipes would keep the drains open.
             _kill_group(process.pid)
-            await _kill_leftovers(marker)
+            await _kill_leftovers(call_id)
             swept = True
             # One that escaped both (it cleared its environment) may hold the pipes for
             # ever: what is already written arrives at once, so after a short grace
@@ -166,7 +166,7 @@ async def shell_exec(
             _kill_group(process.pid)
         with anyio.CancelScope(shield=True):
             if not swept:  # cancelled (the service stopping) or failed before it
-                await _kill_leftovers(marker)
+                await _kill_leftovers(call_id)
             await process.wait()
             await process.aclose()
     exit_code = process.returncode if process.returncode is not None else -signal.SIGKILL

@@ -273,24 +273,34 @@ async def test_the_calls_of_a_killed_tools_process_are_killed_by_a_sweep(
     tmp_path: Path,
 ) -> None:
     live_pid = tmp_path / "live.pid"
+    # A call of a tools process in another PID namespace (a container): its pid and
+    # start time mean nothing here, so it is not judged.
+    foreign = await anyio.open_process(
+        [sys.executable, "-c", "import time; time.sleep(60)"],
+        env={**os.environ, leftovers.OWNER_MARKER: "1.999999999.1"},
+    )
     with orphaned_call(tmp_path) as orphan:
-        async with anyio.create_task_group() as tg:
-            # A call of a tools process that is alive (this one) is not an orphan.
-            tg.start_soon(
-                partial(
-                    local.shell_exec,
-                    [sys.executable, "-c", sleeper_code(live_pid)],
-                    timeout=30,
-                    cwd=tmp_path,
-                    max_output_bytes=100,
+        try:
+            async with anyio.create_task_group() as tg:
+                # A call of a tools process that is alive (this one) is not an orphan.
+                tg.start_soon(
+                    partial(
+                        local.shell_exec,
+                        [sys.executable, "-c", sleeper_code(live_pid)],
+                        timeout=30,
+                        cwd=tmp_path,
+                        max_output_bytes=100,
+                    )
                 )
-            )
-            with anyio.fail_after(10):
-                while not (live_pid.exists() and live_pid.read_text()):
-                    await anyio.sleep(0.05)
-            assert leftovers.kill_orphans() >= 1
-            with anyio.fail_after(5):
-                while alive(orphan):
-                    await anyio.sleep(0.05)
-            assert alive(int(live_pid.read_text()))
-            tg.cancel_scope.cancel()  # the live call ends: its sleeper with it
+                with anyio.fail_after(10):
+                    while not (live_pid.exists() and live_pid.read_text()):
+                        await anyio.sleep(0.05)
+                assert leftovers.kill_orphans() >= 1
+                with anyio.fail_after(5):
+                    while alive(orphan):
+                        await anyio.sleep(0.05)
+                assert alive(int(live_pid.read_text())) and foreign.returncode is None
+                tg.cancel_scope.cancel()  # the live call ends: its sleeper with it
+        finally:
+            foreign.kill()
+            await foreign.aclose()
