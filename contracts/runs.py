@@ -20,6 +20,8 @@ FailureReason = Literal[
     "tool_error",
     "abandoned",
     "replay_failed",
+    # Never went out: its task was paused or deleted first, or the day's budget spent.
+    "skipped",
 ]
 RunOrigin = Literal["schedule", "manual", "condition", "operator", "catch_up"]
 

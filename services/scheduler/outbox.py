@@ -3,7 +3,9 @@
 Every task event is published on rote.evt.task.<task_id>.<event>. A dispatched run also
 becomes `rote.evt.run.<task>.<run>.requested` and a RunRequest on the work queue
 (Nats-Msg-Id = run_id), in that order, so a watcher sees "requested" before a runner can
-say "started". A run the scheduler abandoned becomes the run's terminal `failed` event.
+say "started". A run the scheduler abandoned becomes the run's terminal `failed` event;
+so does a queued run skipped before it went out (reason `skipped`): whoever asked for it
+holds its run_id and waits on its events.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 import msgspec
 
 from contracts import subjects as s
-from contracts.runs import RunEvent, RunRequest
+from contracts.runs import FailureReason, RunEvent, RunOrigin, RunRequest
 from contracts.tasks import TaskEvent, TaskEventName, TaskSpec
 from services.kernel.secrets import redact, redact_struct
 from services.scheduler.task import Task
@@ -105,23 +107,10 @@ def messages_for(e: Any, task_id: str) -> list[Message]:
             )
         )
     elif isinstance(e, Task.RunFinished) and e.reported_by == "scheduler":
-        out.append(
-            Message(
-                s.run_event(task_id, e.run_id, "failed"),
-                RunEvent(
-                    task_id=task_id,
-                    run_id=e.run_id,
-                    event="failed",
-                    at=at,
-                    status="failed",
-                    reason=e.reason,  # a FailureReason code
-                    error=_said(e.error),
-                ),
-                # The runner's terminal msg-id: a late completion of this run is dropped
-                # by the stream, so runs.get and the scheduler's ledger stay agreed.
-                f"{e.run_id}:finished",
-            )
-        )
+        out.append(_failed(task_id, e.run_id, at, e.reason, _said(e.error)))  # FailureReason
+    elif isinstance(e, Task.RunSkipped) and e.run_id is not None:
+        # Only a queued run has an id (tasks.run gave it out); a skipped slot has none.
+        out.append(_failed(task_id, e.run_id, at, "skipped", _said(e.reason), e.origin))
     out.append(
         Message(
             s.task_event(task_id, name),
@@ -130,3 +119,30 @@ def messages_for(e: Any, task_id: str) -> list[Message]:
         )
     )
     return out
+
+
+def _failed(
+    task_id: str,
+    run_id: str,
+    at: datetime,
+    reason: FailureReason,
+    error: str | None,
+    origin: RunOrigin | None = None,
+) -> Message:
+    """A run's terminal `failed` event, written by the scheduler."""
+    return Message(
+        s.run_event(task_id, run_id, "failed"),
+        RunEvent(
+            task_id=task_id,
+            run_id=run_id,
+            event="failed",
+            at=at,
+            status="failed",
+            reason=reason,
+            error=error,
+            origin=origin,
+        ),
+        # The runner's terminal msg-id: a late completion of this run is dropped by the
+        # stream, so runs.get and the scheduler's ledger stay agreed.
+        f"{run_id}:finished",
+    )

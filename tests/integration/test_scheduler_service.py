@@ -542,6 +542,31 @@ async def test_a_running_scheduler_abandons_a_lost_run_with_its_terminal_event(
         tg.cancel_scope.cancel()
 
 
+async def test_a_queued_run_a_pause_skips_ends_with_its_own_terminal_event(
+    settings: Settings, bus: Bus
+) -> None:
+    runner = StandInRunner(bus)
+    runner.silent = True  # the first run stays in flight: the second one waits
+    async with anyio.create_task_group() as tg:
+        await tg.start(runner.run)
+        async with scheduler(settings, bus):
+            await ok(bus, s.TASKS_CREATE, {"name": "held", "prompt": "p"}, TaskView)
+            await ok(bus, s.TASKS_RUN, {"task_id": "held"}, RunAccepted)
+            await eventually(lambda: _requested(runner, 1))
+            queued = await ok(bus, s.TASKS_RUN, {"task_id": "held"}, RunAccepted)
+            assert queued.queued
+            await ok(bus, s.TASKS_PAUSE, {"task_id": "held", "reason": "holiday"}, TaskView)
+            # Whoever asked for it and waits on its subject hears that it ended, and why.
+            subject = s.run_event("held", queued.run_id, "failed")
+            (ended,) = await stream_events(bus, subject, RunEvent, 1)
+            assert (ended.status, ended.reason, ended.origin) == ("failed", "skipped", "manual")
+            assert ended.error is not None and "holiday" in ended.error
+            view = fold(await RunStore(bus).events(queued.run_id))
+            assert view is not None and (view.status, view.reason) == ("failed", "skipped")
+            assert len(runner.requests) == 1  # it never went out
+        tg.cancel_scope.cancel()
+
+
 async def _requested(runner: StandInRunner, n: int) -> bool:
     return len(runner.requests) >= n
 

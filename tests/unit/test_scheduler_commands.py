@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from contracts.runs import ListRuns
+from contracts.runs import ListRuns, RunEvent
 from contracts.tasks import (
     ConditionTrigger,
     Contains,
@@ -163,8 +163,17 @@ async def test_deleting_a_task_skips_its_queued_run_with_an_event(
     (skipped,) = stored(app, Task.RunSkipped)
     assert skipped.run_id == queued.run_id
     assert "deleted" in skipped.reason and "not needed" in skipped.reason
-    names = [m.event.event for m in messages_for(skipped, "m")]  # type: ignore[attr-defined]
-    assert names == ["run_skipped"]  # on rote.evt.task.m.run_skipped
+    ended, told = messages_for(skipped, "m")
+    assert told.subject == "rote.evt.task.m.run_skipped"
+    # Whoever asked for the run holds its id: its own events say it ended, and why.
+    assert ended.subject == f"rote.evt.run.m.{queued.run_id}.failed"
+    assert isinstance(ended.event, RunEvent)
+    assert (ended.event.status, ended.event.reason, ended.event.origin) == (
+        "failed",
+        "skipped",
+        "manual",
+    )
+    assert ended.event.error == skipped.reason
     await engine.on_run_event(outcome("m", first.run_id, clock.now()))
     assert (await engine.tick()).dispatched == []
 

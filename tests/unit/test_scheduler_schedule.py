@@ -31,6 +31,7 @@ from services.kernel.errors import ServiceError
 from services.scheduler.application import Tasks
 from services.scheduler.clock import ManualClock
 from services.scheduler.engine import Scheduler, SchedulerConfig
+from services.scheduler.outbox import messages_for
 from services.scheduler.task import Task
 from services.scheduler.triggers import TriggerState, next_due, passed_slots
 from tests.unit.conftest import T0
@@ -145,6 +146,8 @@ async def test_a_once_skipped_for_the_budget_runs_when_the_budget_allows(
     (skipped,) = stored(app, Task.RunSkipped)
     assert "daily budget reached" in skipped.reason
     assert "runs when the budget allows, from 2025-01-07T00:00:00+00:00" in skipped.reason
+    # A slot, not a run anyone holds an id for: a task event, no run event.
+    assert [m.subject for m in messages_for(skipped, "once")] == ["rote.evt.task.once.run_skipped"]
     view = await engine.get(TaskRef(task_id="once"))
     assert view.status == "active" and view.next_due_at == datetime(2025, 1, 7, tzinfo=UTC)
     clock.advance(3600)
