@@ -17,6 +17,7 @@ import anyio
 import pytest
 from playwright.async_api import Error as PlaywrightError
 
+from contracts.tools import ToolResult
 from services.tools.browser import Session
 from services.tools.browser_tools import MAX_OPEN_PAGES
 from tests.browser_box import Browser, error_of, open_browser
@@ -220,15 +221,22 @@ async def test_a_link_into_another_open_window_follows_it_there(
 IN_FRAME = "iframe >> internal:control=enter-frame >> "
 
 
-async def test_a_form_in_a_frame_is_answered_before_the_call_returns(
-    browser: Browser, site: str
-) -> None:
-    assert (await browser("browser_navigate", url=f"{site}/framed")).ok
+async def _order_in_frame(browser: Browser, url: str) -> ToolResult:
+    """Open `url`, type "tea" into its frame's form and press Enter; the call, which
+    returns once the server has the order."""
+    assert (await browser("browser_navigate", url=url)).ok
     typed = await browser(
         "browser_type", selector=IN_FRAME + "[name=item]", text="tea", submit=True
     )
     assert typed.ok, typed.error
-    assert _Handler.orders == [{"item": "tea"}]  # the server has it when the call returns
+    assert _Handler.orders == [{"item": "tea"}]
+    return typed
+
+
+async def test_a_form_in_a_frame_is_answered_before_the_call_returns(
+    browser: Browser, site: str
+) -> None:
+    typed = await _order_in_frame(browser, f"{site}/framed")
     assert typed.output["url"] == f"{site}/framed"  # the page around the frame stays
     assert "ordered tea" in (await browser("browser_read_page")).output
     # Clicking the submit button is waited for the same way.
@@ -277,12 +285,7 @@ async def test_a_frame_answered_without_a_document_is_not_waited_on_past_its_ans
     browser: Browser, site: str
 ) -> None:
     # Chromium reports both as failed navigations: the wait ends with the answer.
-    assert (await browser("browser_navigate", url=f"{site}/framed-quiet")).ok
-    logged = await browser(
-        "browser_type", selector=IN_FRAME + "[name=item]", text="tea", submit=True
-    )
-    assert logged.ok, logged.error
-    assert _Handler.orders == [{"item": "tea"}]
+    logged = await _order_in_frame(browser, f"{site}/framed-quiet")
     assert SLOW_S * 1000 <= logged.duration_ms < SLOW_S * 1000 + 2000  # not the 10 s call
     took, shown = await _click_on(browser, f"{site}/framed-quiet", selector=IN_FRAME + "a")
     assert took < 2000 and "report" in shown  # the frame still shows its page
