@@ -390,18 +390,31 @@ async def extract(
     return Outcome(items, ToolMetadata(url=page.url, item_count=len(items)), truncated)
 
 
-async def _by_text(page: Page, text: str) -> Locator:
-    """Every match of `text`: links or buttons whose accessible name is `text`, else
-    those containing it, else any element showing the text."""
-    exact = page.get_by_role("link", name=text, exact=True).or_(
-        page.get_by_role("button", name=text, exact=True)
+async def _by_text(page: Page, text: str, limits: BrowserLimits) -> Locator:
+    """Every match of `text` on the page; if it has none, in the first of its shown
+    frames that has one (an embedded form, a widget): what a person reading the page
+    would click. A locator matching nothing when no frame has it either."""
+    main = page.main_frame
+    if found := await _text_in(main, text):
+        return found
+    for frame in await _shown_frames(main, limits.max_frames):
+        with suppress(PlaywrightError):  # navigated or removed meanwhile
+            if found := await _text_in(frame, text):
+                return found
+    return main.get_by_text(text)
+
+
+async def _text_in(frame: Frame, text: str) -> Locator | None:
+    """Links or buttons in `frame` whose accessible name is `text`, else those
+    containing it, else any element showing the text; None if nothing shows it."""
+    exact = frame.get_by_role("link", name=text, exact=True).or_(
+        frame.get_by_role("button", name=text, exact=True)
     )
-    if await exact.count():
-        return exact
-    loose = page.get_by_role("link", name=text).or_(page.get_by_role("button", name=text))
-    if await loose.count():
-        return loose
-    return page.get_by_text(text)
+    loose = frame.get_by_role("link", name=text).or_(frame.get_by_role("button", name=text))
+    for matches in (exact, loose, frame.get_by_text(text)):
+        if await matches.count():
+            return matches
+    return None
 
 
 async def _window_name(page: Page) -> str | None:
@@ -500,7 +513,7 @@ async def click(
         matches, what = page.locator(args.selector), f"selector {args.selector!r}"
     else:
         assert args.text is not None
-        matches, what = await _by_text(page, args.text), f"text {args.text!r}"
+        matches, what = await _by_text(page, args.text, limits), f"text {args.text!r}"
     before = session.navigations
     timeout = budget.ms(limits.element_timeout_s)
     try:

@@ -76,6 +76,8 @@ PAGES = {
     "/framed": '<title>F</title><iframe src="/order"></iframe>',
     "/order": '<form method=post action="/orders"><input name=item><button>Order</button></form>'
     '<a href="/slow-b">more</a>',
+    # The frame's link text on the page itself too: the page's own link is the one meant.
+    "/framed-too": '<title>FT</title><iframe src="/order"></iframe><a href="/a">more</a>',
     "/into-pane": '<title>IP</title><iframe name="pane" src="/a"></iframe>'
     '<a href="/slow-b" target="pane">load slowly in pane</a>',
     "/buttonless": '<title>BL</title><form method=post action="/orders"><input name=item></form>',
@@ -262,6 +264,22 @@ async def test_a_link_in_a_frame_or_into_one_has_loaded_when_the_call_returns(
     assert took >= SLOW_S * 1000 and "page b" in shown
     took, shown = await _click_on(browser, f"{site}/into-pane", text="load slowly in pane")
     assert took >= SLOW_S * 1000 and "page b" in shown
+
+
+async def test_text_shown_only_in_a_frame_is_clicked_there(browser: Browser, site: str) -> None:
+    took, shown = await _click_on(browser, f"{site}/framed", text="more")
+    assert took >= SLOW_S * 1000 and "page b" in shown
+    # Typed into and ordered through the frame's form by the button's text alone.
+    assert (await browser("browser_navigate", url=f"{site}/framed")).ok
+    assert (await browser("browser_type", selector=IN_FRAME + "[name=item]", text="jam")).ok
+    ordered = await browser("browser_click", text="Order")
+    assert ordered.ok and _Handler.orders == [{"item": "jam"}], ordered
+    # The page's own match comes before a frame's; text nowhere is still not found.
+    assert (await browser("browser_navigate", url=f"{site}/framed-too")).ok
+    clicked = await browser("browser_click", text="more")
+    assert clicked.ok and clicked.output["url"] == f"{site}/a", clicked
+    missing = await browser("browser_click", text="nowhere at all")
+    assert error_of(missing)[0] == "element_not_found"
 
 
 async def test_a_form_submitted_by_script_is_answered_before_the_call_returns(
