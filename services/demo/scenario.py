@@ -34,6 +34,11 @@ LAYOUT_CHANGE_BEFORE_RUN = 4
 SERVICES = ["system", "llm", "tools", "compiler", "tracer", "runner", "scheduler"]
 
 
+class DemoStopped(Exception):
+    """A run failed before any executor was compiled: every later run would be a full
+    run failing the same way (a model that refuses the key, a site that is down)."""
+
+
 @dataclass
 class RunRow:
     number: int
@@ -175,6 +180,11 @@ def _row(number: int, layout: str, event: RunEvent, large: str, small: str) -> R
     )
 
 
+def _first_line(event: RunEvent, limit: int = 300) -> str:
+    lines = (event.error or "no error given").strip().splitlines() or ["no error given"]
+    return lines[0] if len(lines[0]) <= limit else lines[0][: limit - 3] + "..."
+
+
 HEADER = (
     f"{'run':>3}  {'source':<8}  {'exec':>4}  {'large tok':>9}  {'small tok':>9}  "
     f"{'cost $':>10}  {'saved $':>10}  {'time':>7}"
@@ -182,11 +192,12 @@ HEADER = (
 
 
 def format_row(row: RunRow) -> str:
-    source = row.source if row.status == "completed" else f"FAILED:{row.source}"
     version = f"v{row.executor_version}" if row.executor_version else "-"
     note = "  (replay broke, fell back)" if row.fell_back else ""
+    if row.status != "completed":
+        note += "  FAILED"
     return (
-        f"{row.number:>3}  {source:<8}  {version:>4}  {row.large_tokens:>9}  "
+        f"{row.number:>3}  {row.source:<8}  {version:>4}  {row.large_tokens:>9}  "
         f"{row.small_tokens:>9}  {row.cost_usd:>10.6f}  {row.saved_usd:>10.6f}  "
         f"{row.duration_ms / 1000:>6.2f}s{note}"
     )
@@ -227,6 +238,11 @@ async def run_demo(
             row = _row(number, site.layout, event, large, small)
             report.rows.append(row)
             out(format_row(row))
+            if event.status != "completed":
+                why = f"run {number} failed ({event.reason or event.status}): {_first_line(event)}"
+                out(f"         {why}")
+                if not report.versions:
+                    raise DemoStopped(f"{why}; the runs after it need the executor it compiles")
             if event.status == "completed" and event.source == "full_llm":
                 version = len(report.versions) + 1
                 compiled = await _compiled(bus, version, 60)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from services.standin.server import StandinServer
 from tests.leftovers import MARK_VARIABLE, wait_gone
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -89,6 +90,56 @@ def test_demo_walks_the_whole_life_of_a_task() -> None:
     assert "not Claude" in out  # the stand-in says what it is
 
     # Nothing left behind: no nats-server, Playwright driver or Chromium of the demo's.
+    assert wait_gone(marker) == []
+
+
+def test_live_demo_talks_to_the_server_the_environment_names_with_its_key() -> None:
+    """--live uses ANTHROPIC_BASE_URL and ANTHROPIC_API_KEY as they are (Claude's API,
+    or any Anthropic-compatible server): here a stand-in that demands that key. The key
+    is never printed."""
+    key = f"sk-live-check-{uuid.uuid4().hex}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ROTE_", "ANTHROPIC_"))}
+    marker = uuid.uuid4().hex
+    env[MARK_VARIABLE] = marker
+    command = [sys.executable, "-m", "services.cli", "demo", "--live", "--json"]
+    refused = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2
+    assert "rote: --live needs ANTHROPIC_API_KEY" in refused.stderr
+
+    with StandinServer(api_key=key) as server:
+        env.update(ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY=key)
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        answered = server.stats()
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "model: Claude (live)" in done.stdout and "not Claude" not in done.stdout
+    summary = json.loads(done.stdout[done.stdout.index("\n{") + 1 :])
+    assert [r["source"] for r in summary["runs"]] == [
+        "full_llm",
+        "executor",
+        "executor",
+        "full_llm",
+        "executor",
+    ]
+    # Every model call reached that server and passed its key check.
+    assert answered["messages"] > 0 and answered["messages"] == answered.get("messages:200")
+    assert key not in done.stdout + done.stderr
+
+    # A key the server refuses: run 1 says why, and the demo stops there (every later
+    # run would be a full run refused the same way), the key still unprinted.
+    with StandinServer(api_key=key) as server:
+        wrong = f"sk-wrong-{uuid.uuid4().hex}"
+        env.update(ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY=wrong)
+        failed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert failed.returncode == 1
+    assert "run 1 failed (llm_error): auth: model API answered 401" in failed.stdout
+    assert "\n  2  " not in failed.stdout
+    assert (
+        failed.stderr.strip()
+        .splitlines()[-1]
+        .startswith("rote: demo failed: run 1 failed (llm_error): auth:")
+    )
+    assert "Traceback" not in failed.stderr
+    assert key not in failed.stdout + failed.stderr and wrong not in failed.stdout + failed.stderr
     assert wait_gone(marker) == []
 
 
