@@ -181,8 +181,10 @@ def _row(number: int, layout: str, event: RunEvent, large: str, small: str) -> R
 
 
 def _first_line(event: RunEvent, limit: int = 300) -> str:
-    lines = (event.error or "no error given").strip().splitlines() or ["no error given"]
-    return lines[0] if len(lines[0]) <= limit else lines[0][: limit - 3] + "..."
+    """The first line of a failed run's error, cut to `limit` (runs.get has it all)."""
+    lines = (event.error or "").strip().splitlines()
+    line = lines[0] if lines else "no error given"
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 HEADER = (
@@ -243,7 +245,7 @@ async def run_demo(
                 out(f"         {why}")
                 if not report.versions:
                     raise DemoStopped(f"{why}; the runs after it need the executor it compiles")
-            if event.status == "completed" and event.source == "full_llm":
+            elif event.source == "full_llm":
                 version = len(report.versions) + 1
                 compiled = await _compiled(bus, version, 60)
                 if compiled is None:
