@@ -11,6 +11,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 from playwright.async_api import Error as PlaywrightError
@@ -84,6 +85,28 @@ def _first_line(exc: PlaywrightError) -> str:
     text = (exc.message or str(exc)).strip()
     # Masked before the cut (cut_text): half a secret no longer looks like one.
     return cut_text(text.splitlines()[0], MAX_ERROR_LINE_CHARS) if text else type(exc).__name__
+
+
+def _same_url(shown: str, asked: str) -> bool:
+    """Whether the page shows the URL a navigation asked for, however Chromium spells
+    it (host lowercased, an empty path as "/"); the fragment does not count."""
+
+    def parts(url: str) -> tuple[object, ...]:
+        u = urlsplit(url)
+        return (
+            u.scheme.lower(),
+            u.username,
+            u.password,
+            u.hostname,
+            u.port,
+            u.path or "/",
+            u.query,
+        )
+
+    try:
+        return parts(shown) == parts(asked)
+    except ValueError:  # a port out of range: not a page anyone is on
+        return False
 
 
 def _quoted(url: str) -> str:
@@ -294,14 +317,18 @@ async def navigate(
                 metadata=ToolMetadata(url=page.url),
             ) from None
         except PlaywrightError as exc:
-            # A navigation the page started itself (a redirect by script, the error
-            # page of a previous failure) got in the way: once more.
-            if attempt == 0 and "interrupted by another navigation" in _first_line(exc):
-                await _settle(page, budget, limits)
-                continue
-            # Let the error page finish loading, so the next call starts from a page
-            # at rest instead of being interrupted by it.
+            # Let whatever loads now (the error page, another navigation) finish, so
+            # the next call starts from a page at rest instead of being interrupted.
             await _settle(page, budget, limits)
+            if "interrupted by another navigation" in _first_line(exc):
+                # By one to this same URL (a request from before that Chromium let go
+                # on): the page is where it was asked to be.
+                if _same_url(page.url, args.url):
+                    break
+                # By one the page started itself (a redirect by script, the error page
+                # of a previous failure): once more.
+                if attempt == 0:
+                    continue
             raise ToolFailure(
                 "navigation_failed",
                 f"cannot open {_quoted(args.url)}: {_first_line(exc)}",

@@ -8,14 +8,16 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import suppress
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import anyio
 import pytest
 from playwright.async_api import Error as PlaywrightError
+from playwright.async_api import Page
 
 from contracts.tools import ToolResult
 from services.tools.browser import Session
@@ -334,6 +336,50 @@ async def test_a_crashed_page_is_reported_then_replaced(browser: Browser, site: 
     again = await browser("browser_navigate", url=f"{site}/a")
     assert again.ok, again.error
     assert (await browser("browser_read_page")).output == "page a"
+
+
+def _racing(page: Page, interrupters: list[str | None]) -> Callable[..., Awaitable[None]]:
+    """`page.goto` as Chromium sometimes answers it after a failed navigation: each try
+    is reported interrupted by a navigation to the next of `interrupters` (None: to the
+    URL asked for, which is then really loaded: an earlier request for it went on and
+    committed over the call's own). A race no page sets up on purpose, hence injected."""
+    goto = page.goto
+
+    async def racing_goto(url: str, **options: Any) -> None:
+        to = interrupters.pop(0)
+        if to is None:
+            await goto(url, **options)
+        raise PlaywrightError(
+            f'Page.goto: Navigation to "{url}" is interrupted by another navigation'
+            f' to "{to or url}"'
+        )
+
+    return racing_goto
+
+
+async def test_a_navigation_interrupted_by_one_to_the_same_url_has_arrived(
+    browser: Browser, site: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert (await browser("browser_navigate", url=f"{site}/b")).ok
+    page = browser.session.page
+    # The stale error page of a previous failure first, then the URL itself.
+    monkeypatch.setattr(page, "goto", _racing(page, ["chrome-error://chromewebdata/", None]))
+    result = await browser("browser_navigate", url=f"{site}/a")
+    assert result.ok, result.error
+    assert result.output == {"url": f"{site}/a", "status": 200, "title": "A"}
+    assert (await browser("browser_read_page")).output == "page a"
+
+
+async def test_a_navigation_interrupted_twice_elsewhere_fails(
+    browser: Browser, site: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert (await browser("browser_navigate", url=f"{site}/b")).ok
+    page = browser.session.page
+    monkeypatch.setattr(page, "goto", _racing(page, ["chrome-error://chromewebdata/"] * 2))
+    code, message = error_of(await browser("browser_navigate", url=f"{site}/a"))
+    assert code == "navigation_failed"
+    assert "interrupted by another navigation" in message
+    assert (await browser("browser_read_page")).output == "page b"  # still where it was
 
 
 # --- 4, 5. forms -------------------------------------------------------------------------
