@@ -27,6 +27,7 @@ from services.kernel.embedded_nats import free_port
 from services.kernel.replay_read import read_all
 from services.kernel.runtime import open_stack
 from services.kernel.settings import Settings
+from services.tools.bounds import cut_text
 
 TASK_ID = "demo-news"
 RUNS = 5
@@ -183,8 +184,7 @@ def _row(number: int, layout: str, event: RunEvent, large: str, small: str) -> R
 def _first_line(event: RunEvent, limit: int = 300) -> str:
     """The first line of a failed run's error, cut to `limit` (runs.get has it all)."""
     lines = (event.error or "").strip().splitlines()
-    line = lines[0] if lines else "no error given"
-    return line if len(line) <= limit else line[: limit - 3] + "..."
+    return cut_text(lines[0], limit) if lines else "no error given"
 
 
 HEADER = (
