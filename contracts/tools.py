@@ -69,6 +69,10 @@ class ToolResult(Reply, kw_only=True):
 
 class CloseSession(Command, kw_only=True):
     run_id: SubjectToken
+    # The delivery of the run that is done with its session. A later delivery's session
+    # is left open: a runner that lost the run to another must not close the other's
+    # page under it. None closes the run's session whichever delivery opened it.
+    attempt: Annotated[int, msgspec.Meta(ge=1)] | None = None
 
 
 class SessionClosed(Reply, kw_only=True):

@@ -390,11 +390,19 @@ def _pointer_text(pointer: Pointer, sources: Sequence[Source]) -> str:
     return references.stringify(references.lookup(source.output, pointer.path))
 
 
+def _reads_as_itself(text: str, kind: urlparts.PartKind) -> bool:
+    """A value holding escapes ("item%201", an href) went into the URL already encoded:
+    encoding it on replay would send another address ("item%25201")."""
+    decoded = urlparts.decode(text, kind)
+    return decoded is not None and decoded[0] == text
+
+
 def url_template(
     value: str, sources: Sequence[Source], ctx: Context, template: Template | None
 ) -> Template | None:
     """`find_template` for a URL. A reference inside one path segment or query part is
-    encoded on replay as the part needs (today's "AT&T #1" must not end the query); and
+    encoded on replay as the part needs (today's "AT&T #1" must not end the query),
+    unless the run's value went in already encoded (an href: `_reads_as_itself`); and
     where the run wrote a value encoded ("q=Acme%20Widget" or "q=Acme+Widget"), which
     plain matching cannot see, the parts' decoded text is matched instead and the
     reference encoded the same way."""
@@ -403,10 +411,11 @@ def url_template(
         rewrite: dict[int, Pointer] = {}
         at = 0
         for i, part in enumerate(template.parts):
-            size = len(part) if isinstance(part, str) else len(_pointer_text(part, sources))
+            text = part if isinstance(part, str) else _pointer_text(part, sources)
+            size = len(text)
             if isinstance(part, Pointer):
                 inside = [p for p in found if p.start <= at and at + size <= p.end]
-                if inside:
+                if inside and _reads_as_itself(text, inside[0].kind):
                     raw = value[inside[0].start : inside[0].end]
                     encoding = urlparts.encoding_of(raw, inside[0].kind)
                     rewrite[i] = replace(part, encoding=encoding)

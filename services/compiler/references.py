@@ -268,16 +268,27 @@ def render_command(
     one argument it was in the recorded run, instead of splitting into words of its own
     (the tools service splits the line the same way and runs no shell). A line that
     cannot be split, or holds an escaped reference (which splitting would unescape), is
-    rendered as text."""
-    if not find(template):
-        return template  # as recorded, byte for byte
-    if "\\{{" in template:
+    rendered as text; so is a line that is one reference alone: its value is a whole
+    command line (one the small model writes again), not one argument of one."""
+    if not find(template) or exact(template) or "\\{{" in template:
         return render_text(template, outputs, require_values=require_values)
     try:
         words = shlex.split(template)
     except ValueError:
         return render_text(template, outputs, require_values=require_values)
     return shlex.join(render_text(w, outputs, require_values=require_values) for w in words)
+
+
+def render_input(
+    tool: str, template: Mapping[str, Any], outputs: Mapping[int, Any], *, require_values: bool
+) -> dict[str, Any]:
+    """A tool step's input as the replay sends it: every reference filled, and
+    shell_exec's command word by word (render_command)."""
+    rendered: dict[str, Any] = render(dict(template), outputs, require_values=require_values)
+    command = template.get("command")
+    if tool == "shell_exec" and isinstance(command, str):
+        rendered["command"] = render_command(command, outputs, require_values=require_values)
+    return rendered
 
 
 def escape(text: str, *, before_reference: bool = False) -> str:

@@ -43,8 +43,9 @@ class Ports:
     publish_text: Callable[[TextEvent], Awaitable[None]]
     # The executor to replay for a task (None: the compiler has none, or cannot say).
     active_executor: Callable[[str], Awaitable[ActiveExecutor | None]]
-    # Close a run's browser session (wherever it lives).
-    close_session: Callable[[str], Awaitable[None]]
+    # Close a run's browser session (wherever it lives), as opened by this delivery
+    # (run_id, attempt) or an earlier one.
+    close_session: Callable[[str, int], Awaitable[None]]
     # The largest request, in bytes, `complete` can carry (the bus's max payload; NATS
     # defaults to 1 MB): the agent loop fits its conversation under it.
     max_payload: int = DEFAULT_MAX_PAYLOAD

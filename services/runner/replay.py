@@ -104,15 +104,6 @@ def _refused(code: str) -> bool:
     return status_for(code) in (400, 401, 403)
 
 
-def _rendered_input(step: ToolStep, outputs: dict[int, Any]) -> dict[str, Any]:
-    rendered: dict[str, Any] = references.render(step.input, outputs, require_values=True)
-    command = step.input.get("command")
-    if step.tool == "shell_exec" and isinstance(command, str):
-        # Word by word: a value filled into a command stays the one argument it was.
-        rendered["command"] = references.render_command(command, outputs, require_values=True)
-    return rendered
-
-
 class Replayer:
     def __init__(
         self,
@@ -217,7 +208,9 @@ class Replayer:
         if isinstance(step, ToolStep):
             # Every value filled in must be there: the compiler referred to values the
             # original run had, and a blank one today is a changed page, not an input.
-            tool_input = _rendered_input(step, self.outputs)
+            tool_input = references.render_input(
+                step.tool, step.input, self.outputs, require_values=True
+            )
             output, metadata = await self._tool(step.index, step.tool, tool_input)
             reason = check_all(step.expect, output, metadata, self.outputs)
             if reason is not None:

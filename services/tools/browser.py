@@ -556,7 +556,13 @@ class BrowserPool:
         while len(self._lost) > MAX_LOST_REMEMBERED:
             del self._lost[next(iter(self._lost))]
 
-    async def close_session(self, run_id: str) -> bool:
+    async def close_session(self, run_id: str, *, attempt: int | None = None) -> bool:
+        """Close the run's session; with `attempt`, only one that delivery or an earlier
+        one opened (a later delivery took the run over and browses on)."""
+        session = self._sessions.get(run_id)
+        if attempt is not None and session is not None and session.attempt > attempt:
+            log.info("session_kept", run_id=run_id, attempt=session.attempt, asked=attempt)
+            return False
         self._lost.pop(run_id, None)  # the run is done with its page
         session = self._sessions.pop(run_id, None)
         if session is None:

@@ -296,7 +296,7 @@ async def serve(
             return result
 
         async def close_session(req: CloseSession) -> SessionClosed:
-            closed = await browsers.close_session(req.run_id)
+            closed = await browsers.close_session(req.run_id, attempt=req.attempt)
             return SessionClosed(run_id=req.run_id, closed=closed)
 
         service = await start_service(

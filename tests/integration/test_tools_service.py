@@ -232,6 +232,7 @@ class Tools:
         timeout_s: float = 15.0,
         step: int | None = None,
         call_id: str | None = None,
+        attempt: int = 1,
     ) -> ToolResult:
         request = ExecTool(
             run_id=run_id,
@@ -242,6 +243,7 @@ class Tools:
             timeout_s=timeout_s,
             step=step,
             call_id=call_id,
+            attempt=attempt,
         )
         return await self.bus.request(s.TOOLS_EXEC, request, ToolResult, timeout=timeout_s + 15)
 
@@ -510,6 +512,27 @@ async def test_close_session_forgets_the_run(tools: Tools, site: str) -> None:
     await tools.call("browser_navigate", {"url": site + "/cookies"}, run_id="run-c")
     cookie = await tools.call("browser_extract", {"selector": "#cookie"}, run_id="run-c")
     assert cookie.output == ["none"]
+
+
+async def test_a_runner_that_lost_the_run_does_not_close_the_next_deliverys_session(
+    tools: Tools, site: str
+) -> None:
+    """Delivery 1's runner stalled and delivery 2 took the run over (on another runner):
+    delivery 1 closing its session at the end must not close delivery 2's page under it."""
+    await tools.call(
+        "browser_navigate", {"url": f"{site}/setcookie?who=dave"}, run_id="run-d", attempt=2
+    )
+    late = await tools.bus.request(
+        s.TOOLS_CLOSE_SESSION, CloseSession(run_id="run-d", attempt=1), SessionClosed
+    )
+    assert late.closed is False
+    await tools.call("browser_navigate", {"url": site + "/cookies"}, run_id="run-d", attempt=2)
+    cookie = await tools.call("browser_extract", {"selector": "#cookie"}, run_id="run-d", attempt=2)
+    assert cookie.output == ["who=dave"]  # the same session, still browsing
+    own = await tools.bus.request(
+        s.TOOLS_CLOSE_SESSION, CloseSession(run_id="run-d", attempt=2), SessionClosed
+    )
+    assert own.closed is True
 
 
 # --- failures and refusals -------------------------------------------------------------

@@ -104,7 +104,7 @@ def scope_of(
     async def no_executor(task_id: str) -> None:
         return None
 
-    async def close_session(run_id: str) -> None:
+    async def close_session(run_id: str, attempt: int) -> None:
         pass
 
     extra = {} if max_payload is None else {"max_payload": max_payload}

@@ -298,6 +298,46 @@ def test_a_link_that_spans_path_segments_is_not_encoded() -> None:
     }
 
 
+def test_an_href_the_run_followed_as_written_is_not_encoded_again() -> None:
+    """A link that is already a URL's text ("item%201") went into the address as it
+    was: encoded on replay it would be another page ("item%25201")."""
+    executor = _compile(
+        f"Open {LIST_URL}, open the first item and report its title",
+        [
+            _nav(0, LIST_URL, "Items"),
+            _step(
+                1,
+                "browser_extract",
+                {"selector": "a", "fields": {"href": "@href", "name": "a"}},
+                [
+                    {"href": "item%201", "name": "First thing"},
+                    {"href": "item%202", "name": "Thing 2"},
+                ],
+            ),
+            _nav(2, "http://site.test/items/item%201", "Item"),
+            _step(3, "browser_extract", {"selector": "h1"}, ["The first item"]),
+        ],
+        "The first item",
+    )
+    assert _tool_inputs(executor, "browser_navigate")[1] == {
+        "url": "http://site.test/items/{{step_1[0].href}}"
+    }
+
+    def tools(request: ExecTool) -> Any:
+        match request.tool:
+            case "browser_navigate":
+                return {"url": request.input["url"], "status": 200, "title": "Items"}
+            case _ if request.input["selector"] == "a":
+                return [{"href": "item%203", "name": "Third thing"}]
+            case _:
+                return ["The third item"]
+
+    replayed, calls = _replay(executor, tools)
+    assert replayed.ok, replayed.reason
+    opened = [inp["url"] for tool, inp in calls if tool == "browser_navigate"]
+    assert opened == [LIST_URL, "http://site.test/items/item%203"]
+
+
 # --- 4. a name copied out of a longer text ---------------------------------------------
 
 SHELL = ["shell_exec"]
@@ -330,6 +370,19 @@ def test_a_file_name_taken_from_a_listing_is_decided_again() -> None:
     pick = executor.steps[1]
     assert isinstance(pick, LlmStep) and "{{step_0}}" in pick.prompt
     assert _tool_inputs(executor, "shell_exec")[1] == {"command": "{{step_1}}"}
+
+    # On replay the small model's line is the whole command, sent as its words (quoted
+    # as one word, the tools service would look for a program named "tar tzf …").
+    def tools(request: ExecTool) -> Any:
+        listing = "backup-2026-01-03.tar.gz\nbackup-2026-01-02.tar.gz\n"
+        stdout = listing if request.input["command"] == "ls -1t /backups" else "a\nb\n"
+        return {"stdout": stdout, "stderr": "", "exit_code": 0}
+
+    today = "tar tzf /backups/backup-2026-01-03.tar.gz"
+    replayed, calls = _replay(executor, tools, llm=lambda _: today)
+    commands = [inp["command"] for tool, inp in calls if tool == "shell_exec"]
+    assert commands == ["ls -1t /backups", today], replayed.reason
+    assert shlex.split(commands[1]) == ["tar", "tzf", "/backups/backup-2026-01-03.tar.gz"]
 
 
 def test_a_link_read_in_a_page_text_is_decided_again() -> None:
@@ -413,3 +466,31 @@ def test_a_headline_filled_into_a_command_stays_one_argument_on_replay() -> None
     assert replayed.ok, replayed.reason
     command = next(inp["command"] for tool, inp in calls if tool == "shell_exec")
     assert shlex.split(command) == ["log-title", headline, "--to", "news.log"]
+
+
+def test_a_command_that_only_looks_like_a_template_is_sent_as_recorded() -> None:
+    """`{{step_1}}` typed in a command is text: the executor stores it escaped, and the
+    replay sends it without the escape (a stray backslash would reach the program)."""
+    command = "echo {{step_1}} > /tmp/marker"
+    executor = _compile(
+        "Open http://site.test/news, note the top headline and write the marker file.",
+        [
+            _nav(0, "http://site.test/news", "Gazette"),
+            _step(1, "browser_extract", {"selector": "h2"}, ["Council approves bridge"]),
+            _shell(2, command),
+        ],
+        "Top headline: Council approves bridge; marker written.",
+        allowed_tools=["browser_navigate", "browser_extract", "shell_exec"],
+    )
+    assert _tool_inputs(executor, "shell_exec") == [{"command": "echo \\{{step_1}} > /tmp/marker"}]
+
+    def tools(request: ExecTool) -> Any:
+        if request.tool == "browser_navigate":
+            return {"url": request.input["url"], "status": 200, "title": "Gazette"}
+        if request.tool == "browser_extract":
+            return ["Rates go up"]
+        return {"stdout": "", "stderr": "", "exit_code": 0}
+
+    replayed, calls = _replay(executor, tools)
+    assert replayed.ok, replayed.reason
+    assert [inp["command"] for tool, inp in calls if tool == "shell_exec"] == [command]
