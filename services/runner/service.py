@@ -296,7 +296,7 @@ def bus_ports(bus: Bus, executors: ExecutorCache | None = None) -> Ports:
             tools_of_run[run_id] = result.served_by
         return result
 
-    async def close_session(run_id: str) -> None:
+    async def close_session(run_id: str, attempt: int) -> None:
         pinned = tools_of_run.pop(run_id, None)
         lost.discard(run_id)  # whatever comes next starts from a fresh session anyway
         if run_id not in browsing:
@@ -304,7 +304,8 @@ def bus_ports(bus: Bus, executors: ExecutorCache | None = None) -> Ports:
         browsing.discard(run_id)
         subject = s.tools_close_session_on(pinned) if pinned else s.TOOLS_CLOSE_SESSION
         try:
-            await bus.request(subject, CloseSession(run_id=run_id), SessionClosed, timeout=10)
+            closing = CloseSession(run_id=run_id, attempt=attempt)
+            await bus.request(subject, closing, SessionClosed, timeout=10)
         except RemoteError as exc:
             log.warning("close_session_failed", error=exc.message)
 
@@ -702,7 +703,7 @@ class Runner:
             # context must not outlive it: the next attempt starts from a clean one.
             with anyio.CancelScope(shield=True):
                 try:
-                    await self.close_session(request.run_id)
+                    await self.close_session(request.run_id, attempt)
                 except Exception as exc:
                     log.warning("close_session_failed", error=str(exc))
                 # Its record so far, and what broke it: a later attempt writes over it;
@@ -713,7 +714,8 @@ class Runner:
                     transcript.note(f"attempt {attempt} was stopped with its runner")
                 with anyio.move_on_after(TRANSCRIPT_SAVE_S):
                     try:
-                        await self.store.save_transcript(transcript.encoded(), request.run_id)
+                        if claim is None or await self._record_is_ours(claim, request.run_id):
+                            await self.store.save_transcript(transcript.encoded(), request.run_id)
                     except Exception as exc:
                         log.warning("transcript_save_failed", error=str(exc))
             raise
@@ -733,13 +735,21 @@ class Runner:
         cost = ledger.cost_usd
         saved = attempt_.full_run_cost_usd - cost if replayed else 0.0  # not floored: see RunEvent
         with anyio.CancelScope(shield=True):
-            await self.close_session(request.run_id)
+            await self.close_session(request.run_id, attempt)
             if outcome.error:
                 transcript.note(outcome.error, reason=outcome.reason)
-            try:
-                await self.store.save_transcript(transcript.encoded(), request.run_id)
-            except Exception as exc:  # the run's outcome matters more than its record
-                log.warning("transcript_save_failed", error=str(exc))
+            # One terminal event per run: completed and failed share a Nats-Msg-Id. That
+            # dedupes only within the stream's window, and a run that outlived its
+            # deadline may meanwhile have been declared abandoned by the scheduler.
+            late = (utc_now() - request.requested_at).total_seconds() > spec.deadline_s
+            earlier = await self.store.finished(request.run_id) if late else None
+            # A runner that took the run over writes its record and its ending.
+            taken_over = claim is not None and not await self._ending_is_ours(claim, request)
+            if not taken_over:
+                try:
+                    await self.store.save_transcript(transcript.encoded(), request.run_id)
+                except Exception as exc:  # the run's outcome matters more than its record
+                    log.warning("transcript_save_failed", error=str(exc))
             finished = RunEvent(
                 task_id=request.task_id,
                 run_id=request.run_id,
@@ -762,16 +772,9 @@ class Runner:
                 origin=request.origin,
                 attempt=attempt,
             )
-            # One terminal event per run: completed and failed share a Nats-Msg-Id. That
-            # dedupes only within the stream's window, and a run that outlived its
-            # deadline may meanwhile have been declared abandoned by the scheduler.
-            late = (utc_now() - request.requested_at).total_seconds() > spec.deadline_s
-            earlier = await self.store.finished(request.run_id) if late else None
             if earlier is not None:
                 log.warning("run_outcome_dropped", already=earlier.reason or earlier.status)
-            elif claim is not None and not await self._still_ours(claim):
-                # The claim expired unnoticed (NATS away) and another runner took the
-                # run over: that one publishes the run's ending.
+            elif taken_over:
                 log.warning("run_outcome_dropped", already="claimed by another runner")
             else:
                 await self.publish(finished, msg_id=f"{request.run_id}:finished")
@@ -786,12 +789,27 @@ class Runner:
         )
         return finished
 
-    async def _still_ours(self, claim: Lease) -> bool:
+    async def _ending_is_ours(self, claim: Lease, request: RunRequest) -> bool:
+        """Whether this runner may end the run. A claim that expired unnoticed (NATS
+        away) is taken back when no other runner holds it and none ended the run
+        meanwhile; held by another, the run is theirs to end."""
         try:
-            return await claim.confirm()
+            if await claim.confirm():
+                return True
+            if not await claim.try_acquire():
+                return False
+            log.info("run_claim_taken_back")
+            return await self.store.finished(request.run_id) is None
         except Exception as exc:  # unknown: the publish that follows needs NATS anyway
             log.warning("run_claim_unconfirmed", error=str(exc))
             return True
+
+    async def _record_is_ours(self, claim: Lease, run_id: str) -> bool:
+        """Whether a broken attempt's record may stand as the run's transcript: not once
+        another runner holds the run, or has ended it (its record is the run's)."""
+        if await claim.current_holder() not in (None, claim.holder):
+            return False
+        return await self.store.finished(run_id) is None
 
     async def _path_a(
         self, scope: RunScope, request: RunRequest, ledger: Ledger, state: _Attempt
@@ -864,7 +882,7 @@ class Runner:
         )
         # Path B gets a fresh browser session: whatever state the broken replay left
         # behind (a half-filled form, a wrong page) must not steer the full run.
-        await self.close_session(request.run_id)
+        await self.close_session(request.run_id, scope.attempt)
 
     async def _fell_back_before(
         self, scope: RunScope, request: RunRequest, state: _Attempt
@@ -891,8 +909,8 @@ class Runner:
         )
         return True
 
-    async def close_session(self, run_id: str) -> None:
-        await self.ports.close_session(run_id)
+    async def close_session(self, run_id: str, attempt: int) -> None:
+        await self.ports.close_session(run_id, attempt)
 
     # --- endpoints ---------------------------------------------------------------------
 

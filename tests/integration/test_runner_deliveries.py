@@ -28,7 +28,14 @@ from contracts.executors import (
     ResultStep,
     ToolStep,
 )
-from contracts.llm import CompleteReply, TextBlock, Usage, UsageEvent
+from contracts.llm import (
+    CompleteReply,
+    TextBlock,
+    ToolDefinition,
+    ToolUseBlock,
+    Usage,
+    UsageEvent,
+)
 from contracts.runs import (
     RunEvent,
     RunRef,
@@ -39,7 +46,7 @@ from contracts.runs import (
     Transcript,
 )
 from contracts.tasks import TaskSpec
-from contracts.tools import ExecTool, ToolList, ToolMetadata, ToolResult
+from contracts.tools import ExecTool, SessionClosed, ToolList, ToolMetadata, ToolResult
 from services.compiler.outcomes import full_run_cost, replay_report
 from services.kernel.bus import Bus, routed
 from services.kernel.codec import decode, encode
@@ -581,6 +588,60 @@ async def test_a_claim_lost_on_the_last_delivery_with_no_one_holding_it_ends_the
     assert "lease" in (done.error or "")
     await work_queue_settled(bus)
     assert seen.count("failed") == 1 and "completed" not in seen.published
+
+
+async def test_a_claim_that_expired_unnoticed_at_the_end_is_taken_back_and_the_run_ends(
+    runner_bus: Bus,
+) -> None:
+    """The run's claim expires while its runner closes the browser session (NATS slow,
+    the key gone), and no other runner took the run: the runner takes the claim back
+    and publishes the ending. Dropping it would ack the request with the run `running`
+    for good."""
+    bus, run_id = runner_bus, "claim-expired-at-end"
+    leases = await bus.js.key_value(s.BUCKET_LEASES)
+    replies = iter(
+        [
+            CompleteReply(
+                id="m1", model="claude-sonnet-5-5", stop_reason="tool_use",
+                content=[ToolUseBlock(id="tu1", name="browser_read_page", input={})],
+                usage=Usage(input_tokens=100, output_tokens=10), cost_usd=0.001,
+            ),
+            answer("Top story: rain", tokens_in=120, cost_usd=0.001),
+        ]
+    )  # fmt: skip
+    page = ToolDefinition(name="browser_read_page", description="Read", input_schema={})
+
+    async def complete(msg: Msg) -> None:
+        await msg.respond(encode(next(replies)))
+
+    async def tools_list(msg: Msg) -> None:
+        await msg.respond(encode(ToolList(tools=[page])))
+
+    async def tools_exec(msg: Msg) -> None:
+        await msg.respond(encode(ToolResult(ok=True, output="Rain today", duration_ms=1)))
+
+    async def close_session(msg: Msg) -> None:
+        await leases.delete(run_key(run_id))  # the key expired...
+        await anyio.sleep(KV_TTL_S[s.BUCKET_LEASES] / 2 + 0.5)  # ...long after a renewal
+        await msg.respond(encode(SessionClosed(run_id=run_id, closed=True)))
+
+    for subject, handler in [
+        (s.LLM_COMPLETE, complete),
+        (s.TOOLS_LIST, tools_list),
+        (s.TOOLS_EXEC, tools_exec),
+        (s.TOOLS_CLOSE_SESSION, close_session),
+    ]:
+        await bus.nc.subscribe(subject, cb=handler)
+    seen = await watch(bus, run_id)
+    await start(
+        bus, run_id, TaskSpec(name="claimed", prompt="p", allowed_tools=["browser_read_page"])
+    )
+    done = await finished(bus, run_id, timeout=40)
+    assert (done.status, done.result, done.attempt) == ("completed", "Top story: rain", 1)
+    await work_queue_settled(bus)
+    assert seen.published == ["requested", "started", "completed"]
+    # Let go once the run ended: a later delivery would find it finished, not held.
+    assert await (await other_runners_claim(bus, run_id)).current_holder() == "other-runner"
 
 
 async def test_a_terminal_event_hidden_behind_a_later_start_is_still_found(
