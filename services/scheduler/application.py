@@ -184,6 +184,12 @@ class Catalog:
                     return task.task_id
             return None
 
+    def run_finished(self, task_id: str, run_id: str) -> bool:
+        """Whether the ledger holds this run of the task as ended (completed or failed)."""
+        with self._lock:
+            view = self.ledger.get(task_id, run_id)
+            return view is not None and view.status in ("completed", "failed")
+
     def snapshot(self) -> list[Task]:
         with self._lock:
             return list(self.tasks.values())
@@ -327,10 +333,12 @@ class Tasks(Application[UUID]):
         slot: datetime | None = None,
         *,
         queued: bool = False,
+        due_under: tuple[datetime, Trigger] | None = None,
     ) -> bool:
         """Whether the run went out (Task.dispatch_run says when it may not)."""
         return self._command(
-            task_id, lambda t: t.dispatch_run(run_id, origin, at, slot, queued=queued)
+            task_id,
+            lambda t: t.dispatch_run(run_id, origin, at, slot, queued=queued, due_under=due_under),
         )[1]
 
     def skip(
@@ -344,11 +352,21 @@ class Tasks(Application[UUID]):
         budget_from: datetime | None = None,
         *,
         queued: bool = False,
+        due_under: tuple[datetime, Trigger] | None = None,
     ) -> bool:
         """Whether the skip was recorded (Task.skip_run says when it is not)."""
         return self._command(
             task_id,
-            lambda t: t.skip_run(reason, origin, at, run_id, slot, budget_from, queued=queued),
+            lambda t: t.skip_run(
+                reason,
+                origin,
+                at,
+                run_id,
+                slot,
+                budget_from,
+                queued=queued,
+                due_under=due_under,
+            ),
         )[1]
 
     def start(self, task_id: str, run_id: str, at: datetime, attempt: int = 1) -> bool:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 
 from contracts.runs import RunOrigin
+from contracts.tasks import Trigger
 from services.scheduler.budget import over_budget, skip_reason
 
 
@@ -24,6 +25,9 @@ class Candidate:
     origin: RunOrigin
     run_id: str | None = None  # set for runs someone asked for (they already have an id)
     slot: datetime | None = None  # the schedule slot a scheduled run uses up
+    # The trigger a scheduled run fell due under (Task.trigger_in_force): due under one
+    # changed since (an update beside the tick), it does not go out under the new one.
+    due_under: tuple[datetime, Trigger] | None = None
 
 
 @dataclass(frozen=True)

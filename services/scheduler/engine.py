@@ -222,6 +222,11 @@ class Scheduler:
                     f"run_id {run_id!r} is already a run of task {owner!r}; choose another run_id",
                     field="run_id",
                 )
+            if self.app.catalog.run_finished(command.task_id, run_id):
+                # Asked again long after (a producer retrying): the run happened once.
+                # Sent again, the runner would only find it finished, and the task would
+                # wait for an ending until the run is declared abandoned.
+                return RunAccepted(task_id=command.task_id, run_id=run_id, queued=False)
             _, (run_id, queued) = await _in_thread(
                 self.app.request_run, command.task_id, run_id, "manual", now, key
             )
@@ -383,7 +388,11 @@ class Scheduler:
             if isinstance(trigger, ConditionTrigger):
                 held = self._held(task)
                 if held is not None:
-                    found.append(Candidate(task.task_id, held, "condition"))
+                    found.append(
+                        Candidate(
+                            task.task_id, held, "condition", due_under=task.trigger_in_force()
+                        )
+                    )
                 continue
             state = task.trigger_state()
             try:
@@ -391,7 +400,11 @@ class Scheduler:
                 if due is not None and due <= now:
                     missed, slot = passed_slots(trigger, state, now)
                     origin = recovery.scheduled_origin(missed)
-                    found.append(Candidate(task.task_id, due, origin, slot=slot))
+                    found.append(
+                        Candidate(
+                            task.task_id, due, origin, slot=slot, due_under=task.trigger_in_force()
+                        )
+                    )
             except TriggerError as exc:
                 # One task's schedule must not stop every other task's.
                 broken.append((task.task_id, exc.message))
@@ -456,6 +469,7 @@ class Scheduler:
                 candidate.slot,
                 next_utc_day(now),
                 queued=candidate.run_id is not None,
+                due_under=candidate.due_under,
             )
             if not skipped:
                 log.info("run_not_skipped", origin=candidate.origin, reason="task changed")
@@ -478,6 +492,7 @@ class Scheduler:
                 now,
                 candidate.slot,
                 queued=candidate.run_id is not None,
+                due_under=candidate.due_under,
             )
             self.fired.pop(candidate.task_id, None)
             if sent:

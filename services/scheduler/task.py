@@ -20,6 +20,7 @@ from contracts.tasks import (
     ConditionTrigger,
     OnceTrigger,
     TaskSpec,
+    Trigger,
     UpdateTask,
 )
 from services.kernel.errors import ServiceError
@@ -264,16 +265,26 @@ class Task(Aggregate):
     def _run_requested(self, run_id: str, origin: str, at: datetime) -> None:
         self.pending = {"run_id": run_id, "origin": origin, "at": at}
 
-    def _still_due(self, run_id: str | None, queued: bool) -> bool:
+    def trigger_in_force(self) -> tuple[datetime, Trigger]:
+        """The trigger as it is now, and since when: what a due run fell due under."""
+        return self.trigger_set_at, self.spec.trigger
+
+    def _still_due(
+        self, run_id: str | None, queued: bool, due_under: tuple[datetime, Trigger] | None = None
+    ) -> bool:
         """Whether a run the caller chose from an earlier look at the task is still
-        this task's to send or skip: a pause or delete may have come in between."""
+        this task's to send or skip: a pause, a delete or a new trigger (`due_under`:
+        the one the run fell due under) may have come in between."""
         if self.deleted:
             return False
         if queued:
             # Skipped meanwhile (a pause skips it): it must not go out after its skip.
             # Still queued, it goes even while paused: asking was an operator's choice.
             return self.pending is not None and self.pending["run_id"] == run_id
-        return self.status == "active"
+        # Due under the old trigger, it would use up the new one (a `once` set for next
+        # week counted as fired today); the next tick asks the new trigger.
+        changed = due_under is not None and due_under != self.trigger_in_force()
+        return self.status == "active" and not changed
 
     def dispatch_run(
         self,
@@ -283,12 +294,14 @@ class Task(Aggregate):
         slot: datetime | None = None,
         *,
         queued: bool = False,
+        due_under: tuple[datetime, Trigger] | None = None,
     ) -> bool:
         """Send a run out; `slot`: the schedule slot it uses up (see TriggerState);
         `queued`: the run is the one request_run queued. False (nothing recorded) when
         one is already in flight, or the run may no longer go: the caller chose it from
-        an earlier look at the task, and a pause or delete may have come in between."""
-        if self.in_flight is not None or not self._still_due(run_id, queued):
+        an earlier look at the task, and a pause, a delete or a new trigger may have
+        come in between."""
+        if self.in_flight is not None or not self._still_due(run_id, queued, due_under):
             return False
         self._run_dispatched(run_id=run_id, origin=origin, spec=self.spec, at=at, slot=slot)
         return True
@@ -433,16 +446,18 @@ class Task(Aggregate):
         budget_from: datetime | None = None,
         *,
         queued: bool = False,
+        due_under: tuple[datetime, Trigger] | None = None,
     ) -> bool:
         """A due run that will not go out (over budget, task paused). It consumes its
         schedule slot (`slot`, as in dispatch_run), or the pending request it came from
         (`queued`). False (nothing recorded) when, as for dispatch_run, the caller's
-        earlier look is stale: the queued run is gone, or the task no longer active.
+        earlier look is stale: the queued run is gone, the task no longer active, or its
+        trigger changed.
         Over budget (`budget_from`: when the budget allows runs again) a `once` is not
         used up but kept until then, and a condition is not checked again until then
         (nothing could go out before: one skip, not one per check) nor does its cooldown
         start: only a run that went out waits one out."""
-        if not self._still_due(run_id, queued):
+        if not self._still_due(run_id, queued, due_under):
             return False
         deferred_to = None
         if budget_from is not None and origin in SCHEDULED_ORIGINS:

@@ -5,7 +5,7 @@ operator said last wins: a paused or changed task sends out nothing decided befo
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -17,6 +17,7 @@ from contracts.tasks import (
     CreateTask,
     IntervalTrigger,
     ManualTrigger,
+    OnceTrigger,
     RunTask,
     TaskRef,
     UpdateTask,
@@ -224,3 +225,58 @@ async def test_a_pause_between_the_tick_and_an_over_budget_skip_records_one_skip
     else:
         assert reasons == []
     assert dispatched(app) == 0
+
+
+@pytest.mark.parametrize("act", ["dispatch", "skip"])
+async def test_an_update_of_the_trigger_between_the_tick_and_acting_waits_for_the_new_one(
+    app: Tasks, clock: ManualClock, monkeypatch: pytest.MonkeyPatch, act: str
+) -> None:
+    """The tick found the interval due; the operator moves the task to a `once` next
+    week before the run goes out (or, over budget, is skipped). Sent under the new
+    trigger, the run would use it up: the once would count as fired today and never run."""
+    budget = 0.0 if act == "skip" else None
+    engine = Scheduler(app, clock, SchedulerConfig(compile_wait_s=0, daily_budget_usd=budget))
+    await engine.create(spec("poll", trigger=IntervalTrigger(every_s=60)))
+    next_week = clock.now() + timedelta(days=7)
+    acting = getattr(app, act)
+
+    def updated_first(task_id: str, *args: Any, **kwargs: Any) -> bool:
+        # An endpoint's update lands here, at the very time the task was created.
+        app.update(UpdateTask(task_id=task_id, trigger=OnceTrigger(at=next_week)), clock.now())
+        return acting(task_id, *args, **kwargs)
+
+    monkeypatch.setattr(app, act, updated_first)
+    report = await engine.tick()
+    monkeypatch.setattr(app, act, acting)
+    assert (report.dispatched, skipped(app), dispatched(app)) == ([], [], 0)
+    assert (await engine.tick()).dispatched == []  # the new trigger is not due yet
+
+    clock.set(next_week + timedelta(minutes=1))
+    engine.config = SchedulerConfig(compile_wait_s=0)  # the budget allows runs again
+    assert [task for task, _ in (await engine.tick()).dispatched] == ["poll"]
+
+
+async def test_a_run_id_asked_for_again_long_after_its_run_ended_does_not_run_again(
+    app: Tasks, clock: ManualClock
+) -> None:
+    """A producer retries its old request (same run_id) after the task has had many
+    other runs: the run happened once. Sent again, the runner would only find it ended
+    and the task would hold its slot until the run was declared abandoned."""
+    engine = Scheduler(app, clock, SchedulerConfig(compile_wait_s=0))
+    await engine.create(spec("report", trigger=ManualTrigger()))
+    await engine.run(RunTask(task_id="report", run_id="nightly-0106"))
+    await engine.tick()
+    clock.advance(5)
+    await engine.on_run_event(finished("report", "nightly-0106", clock.now()))
+    for _ in range(40):  # more than the task remembers itself
+        later = await engine.run(RunTask(task_id="report"))
+        await engine.tick()
+        clock.advance(5)
+        await engine.on_run_event(finished("report", later.run_id, clock.now()))
+
+    again = await engine.run(RunTask(task_id="report", run_id="nightly-0106"))
+    assert (again.run_id, again.queued) == ("nightly-0106", False)
+    assert (await engine.tick()).dispatched == []
+    assert events_of(app, "nightly-0106") == ["RunRequested", "RunDispatched", "RunFinished"]
+    view = await engine.get(TaskRef(task_id="report"))
+    assert view.run_in_flight is None
