@@ -12,8 +12,9 @@ Within a word, wildcards never lead out of the directory the pattern names: the 
 and the pattern are compared path component by component (split at `/`), as a shell
 glob does. `*`, `?` and `[...]` match within one component (never a `/`); a component
 that is exactly `**` matches any number of non-empty components (`/opt/scripts/**`
-admits any file below /opt/scripts); and a `..` component is matched only by a `..`
-written in the pattern, never by a wildcard. So `cat /data/*` admits
+admits any file below /opt/scripts); a `..` component is matched only by a `..`
+written in the pattern, never by a wildcard; and no wildcard matches an empty
+component (a relative `*/*` never admits the absolute `/etc`). So `cat /data/*` admits
 `cat /data/a.log`, but neither `cat /data/../etc/passwd` nor `cat /data/a/b`.
 """
 
@@ -90,6 +91,10 @@ def _word_matches(arg: str, word: str) -> bool:
                 ok[j] = ok[j + 1] or (part not in ("", "..") and prev[j])
             elif part == ".." and pat != "..":
                 ok[j] = False  # a wildcard never climbs out
+            elif part == "" and pat != "" and len(parts) > 1:
+                # Nor matches the empty component before a leading `/` (`*/*` is no
+                # licence for `/etc`) or of a `//` (`/srv//x` is `/srv/x`).
+                ok[j] = False
             else:
                 ok[j] = fnmatchcase(part, pat) and prev[j + 1]
     return ok[0]

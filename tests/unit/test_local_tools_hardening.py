@@ -42,6 +42,11 @@ from tests.orphan_call import alive
         ("cat /etc/passwd x", "cat ** x"),  # a whole-word `**` is not an absolute path
         ("df /", "df *"),
         ("tail --file=/etc/shadow", "tail --file=*"),
+        # A wildcard never matches an empty component: a relative pattern admits no
+        # absolute path, and `//` does not stand for a directory the pattern names.
+        ("cat /etc/passwd", "cat */*/*"),
+        ("ls /etc", "ls */*"),
+        ("cat /srv//config.yml", "cat /srv/*/config.yml"),
     ],
 )
 def test_a_wildcard_never_leads_out_of_the_directory_the_pattern_names(
@@ -65,6 +70,8 @@ def test_a_wildcard_never_leads_out_of_the_directory_the_pattern_names(
         ("df -h", "df *"),
         ("df -h", "df -h"),
         ("tail --file=app.log", "tail --file=*"),
+        ("cat logs/app/x.log", "cat */*/*"),
+        ("echo ''", "echo *"),  # an empty argument is no path
         ("ls a/b c", "ls ** c"),
         # A last `**` still admits any further words, paths included.
         ("echo /etc/passwd ../x", "echo **"),
