@@ -14,7 +14,7 @@ import os
 import re
 from collections.abc import Mapping
 from typing import Any, TypeVar
-from urllib.parse import unquote
+from urllib.parse import quote, quote_plus, unquote
 
 import msgspec
 
@@ -206,12 +206,15 @@ def _short_secrets() -> re.Pattern[str] | None:
 def quoted_forms(value: str) -> set[str]:
     """`value` as error messages quote it: trimmed of surrounding whitespace, and with
     control characters escaped (repr of str or bytes, JSON): an HTTP library refusing a
-    header shows the key as `b'Bearer abc\\r'`, where the raw value does not occur."""
+    header shows the key as `b'Bearer abc\\r'`, where the raw value does not occur. And
+    as a URL carries it: a form sent by GET puts a password in the page's address
+    percent-encoded ("Tr0ub4dor%263+horse")."""
     forms = {value, value.strip(), repr(value)[1:-1]}
     forms.add(value.encode("unicode_escape").decode("ascii"))
     forms.add(repr(value.encode("utf-8", "backslashreplace"))[2:-1])
     forms.add(json.dumps(value)[1:-1])
     forms.add(json.dumps(value, ensure_ascii=False)[1:-1])
+    forms |= {quote(value, safe=""), quote(value), quote_plus(value)}
     return {form for form in forms if form}
 
 

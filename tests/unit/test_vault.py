@@ -37,6 +37,18 @@ def test_filling_checks_the_origin_then_registers_the_value_for_masking() -> Non
     assert "this page is 'about:blank'" in refused.value.message
 
 
+@pytest.mark.parametrize("query", [False, True], ids=["reply", "events"])
+def test_a_secret_a_get_form_put_in_the_address_is_masked_there(query: bool) -> None:
+    """A login form without method=post submits by GET: the typed password comes back
+    percent-encoded in the page's URL, which the reply, the events and the trace carry
+    (`pw=` is no credential-named parameter the query masking would know)."""
+    vault = Vault.of([("shop", "https://shop.test")], env={"ROTE_SECRET_SHOP": "Tr0ub4dor&3 horse"})
+    assert vault.fill("{{secret:shop}}", "https://shop.test/login") == "Tr0ub4dor&3 horse"
+    for written in ("Tr0ub4dor%263+horse", "Tr0ub4dor%263%20horse"):
+        url = f"https://shop.test/login?user=al&pw={written}"
+        assert redact(url, query=query) == f"https://shop.test/login?user=al&pw={MASK}"
+
+
 def test_a_field_getting_a_secret_is_checked_against_every_origin_of_it() -> None:
     pairs = [("shop", "https://shop.test"), ("shop", "https://login.shop.test")]
     vault = Vault.of(pairs, env={})
