@@ -582,15 +582,23 @@ class BrowserPool:
     async def reap_idle(self, now: float | None = None) -> list[str]:
         """Close sessions with no call for idle_timeout_s (and none in flight)."""
         now = time.monotonic() if now is None else now
-        idle = [
-            run_id
-            for run_id, s in self._sessions.items()
-            if s.in_flight == 0 and now - s.last_used > self.config.idle_timeout_s
-        ]
-        for run_id in idle:
+
+        def idle(session: Session | None) -> bool:
+            return (
+                session is not None
+                and session.in_flight == 0
+                and now - session.last_used > self.config.idle_timeout_s
+            )
+
+        reaped = []
+        for run_id in [run_id for run_id, s in self._sessions.items() if idle(s)]:
+            # Asked again: while an earlier one closed, a call may have come for this run.
+            if not idle(self._sessions.get(run_id)):
+                continue
             log.info("session_reaped", run_id=run_id)
             await self.close_session(run_id)
-        return idle
+            reaped.append(run_id)
+        return reaped
 
     # --- introspection (tests, benchmarks, status) ---------------------------------------
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -152,6 +153,28 @@ async def test_idle_sessions_are_reaped_but_busy_ones_are_not() -> None:
         assert set(pool.sessions) == {"run-busy", "run-fresh"}
         assert idle.page.is_closed()
         busy.in_flight = 0
+
+
+async def test_a_call_arriving_while_the_reaper_closes_another_run_keeps_its_session() -> None:
+    """Runs a and b went idle together; while the reaper closes a's context, a call
+    for b arrives. b's context must not be closed under that call."""
+    async with BrowserPool(BrowserConfig(pool_size=0, idle_timeout_s=60)) as pool:
+        await pool.acquire("run-a")
+        b = await pool.acquire("run-b")
+        close_context = pool._close_context
+        arrived: list[object] = []
+
+        async def closing(context: Any) -> None:
+            if not arrived:  # the first close is under way: b's call comes in
+                arrived.append(await pool.acquire("run-b"))
+                b.in_flight += 1  # as the toolbox counts a call it runs
+            await close_context(context)
+
+        pool._close_context = closing  # type: ignore[method-assign]
+        assert await pool.reap_idle(now=time.monotonic() + 120) == ["run-a"]
+        assert arrived == [b] and not b.page.is_closed()
+        assert list(pool.sessions) == ["run-b"]
+        b.in_flight -= 1
 
 
 async def test_close_session() -> None:
