@@ -14,7 +14,7 @@ import structlog
 
 from contracts.base import Command, Reply
 from services.kernel.bus import Bus, routed
-from services.kernel.endpoints import Endpoint, start_service, stop_service
+from services.kernel.endpoints import Endpoint, error_reply, start_service, stop_service
 from services.kernel.errors import RemoteError, ServiceError
 
 pytestmark = pytest.mark.anyio
@@ -227,3 +227,46 @@ async def test_micro_stats_count_error_replies_and_the_time_spent(
     # The handler's 0.3 s, not the hand-off to a worker.
     assert slow_stats["processing_time"] >= 300_000_000
     assert slow_stats["average_processing_time"] >= 150_000_000
+
+
+async def test_an_error_echoing_a_huge_request_is_bounded_and_the_service_lives_on(
+    bus: Bus,
+) -> None:
+    """An unknown field half a megabyte long: its name, echoed twice (message and
+    field), would make an error over the max payload once the ADR-32 headers are
+    counted, and the server would close the service's connection for good."""
+    name = "x" * ((bus.nc.max_payload - 300) // 2)
+    async with serving(bus, "rote-test", endpoints=[Endpoint("echo", "t.echo", Echo, echo)]):
+        headers, body = await _raw(bus, "t.echo", b'{"text":"a","%s":1}' % name.encode())
+        assert headers["Nats-Service-Error-Code"] == "400"
+        assert body["error"]["code"] == "invalid_request"
+        assert len(body["error"]["message"]) <= 2000 and body["error"]["message"].endswith("…")
+        assert body["error"]["field"].startswith("xxx") and len(body["error"]["field"]) <= 200
+        assert await bus.request("t.echo", Echo(text="ok"), Echoed) == Echoed(text="ok")
+
+
+async def test_an_error_reply_that_fits_only_without_its_headers_is_too_large(bus: Bus) -> None:
+    """nats-py checks the payload alone, the server payload and headers: an error body
+    just under the limit must become a too_large error, not a closed connection."""
+    limit = bus.nc.max_payload
+
+    def refusal(pad: int) -> ServiceError:
+        return ServiceError("conflict", "no", details={"pad": "p" * pad})
+
+    overhead = len(error_reply(refusal(0))[0])
+    pad = limit - overhead - 10  # the body alone fits, by 10 bytes
+
+    async def refuse_at_length(req: Echo) -> Echoed:
+        raise refusal(pad)
+
+    async with serving(
+        bus,
+        "rote-test",
+        endpoints=[
+            Endpoint("big", "t.big", Echo, refuse_at_length),
+            Endpoint("echo", "t.echo", Echo, echo),
+        ],
+    ):
+        headers, body = await _raw(bus, "t.big", b'{"text":"a"}')
+        assert (headers["Nats-Service-Error-Code"], body["error"]["code"]) == ("413", "too_large")
+        assert await bus.request("t.echo", Echo(text="ok"), Echoed) == Echoed(text="ok")
