@@ -215,12 +215,12 @@ class Settings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
-        log_format = env.get("ROTE_LOG_FORMAT", "auto").lower()
+        log_format = (env.get("ROTE_LOG_FORMAT") or "auto").strip().lower() or "auto"
         if log_format not in ("auto", "json", "console"):
             raise SettingsError(
                 f"ROTE_LOG_FORMAT must be auto, json or console, got {log_format!r}"
             )
-        log_level = env.get("ROTE_LOG_LEVEL", "info").lower() or "info"
+        log_level = (env.get("ROTE_LOG_LEVEL") or "info").strip().lower() or "info"
         if log_level not in LOG_LEVELS:
             raise SettingsError(
                 f"ROTE_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}"

@@ -75,6 +75,14 @@ def test_out_of_range_values_are_refused_naming_the_variable(name: str, value: s
         Settings.from_env({name: value})
 
 
+@pytest.mark.parametrize("value", ["", " "])
+def test_log_settings_left_empty_in_an_env_file_take_their_defaults(value: str) -> None:
+    """`ROTE_LOG_FORMAT=` in a compose or env file means unset, as for every other."""
+    settings = Settings.from_env({"ROTE_LOG_FORMAT": value, "ROTE_LOG_LEVEL": value})
+    assert (settings.log_format, settings.log_level) == ("auto", "info")
+    assert Settings.from_env({"ROTE_LOG_FORMAT": " JSON "}).log_format == "json"
+
+
 def test_a_duration_too_long_names_its_bound() -> None:
     with pytest.raises(SettingsError) as refused:
         Settings.from_env({"ROTE_RUNNER_ACK_WAIT_S": "1e10"})
