@@ -18,7 +18,7 @@ import anyio
 import msgspec
 import nats.errors
 from anyio.abc import TaskStatus
-from eventsourcing.persistence import Notification
+from eventsourcing.persistence import Notification, PersistenceError
 from nats.aio.msg import Msg
 
 from contracts import subjects as s
@@ -82,24 +82,39 @@ class SchedulerRelay(EventRelay):
         super().__init__(app, bus, lambda _: None, name=name)
         self._task_ids: dict[uuid.UUID, str] = {}
 
-    async def _task_id(self, aggregate_id: uuid.UUID) -> str:
+    async def _task_id(self, aggregate_id: uuid.UUID) -> str | None:
+        """The task_id of a Task aggregate (None: its events cannot be read). A store
+        briefly away raises: the relay keeps its position and tries this event again,
+        where passing it over would lose a run request for good."""
         task_id = self._task_ids.get(aggregate_id)
         if task_id is None:
-            task: Task = await anyio.to_thread.run_sync(self.app.repository.get, aggregate_id)
+            try:
+                task: Task = await anyio.to_thread.run_sync(self.app.repository.get, aggregate_id)
+            except (PersistenceError, OSError):
+                raise
+            except Exception:
+                log.exception("relay_task_unreadable", aggregate_id=str(aggregate_id))
+                return None
             task_id = self._task_ids[aggregate_id] = task.task_id
         return task_id
 
     async def _publish(self, notification: Notification) -> None:
         try:
             domain_event: Any = self.app.mapper.to_domain_event(notification)
-            if not isinstance(domain_event, Task.Event):
-                return
-            if isinstance(domain_event, Task.Defined):
-                self._task_ids[domain_event.originator_id] = domain_event.task_id
-            task_id = await self._task_id(domain_event.originator_id)
-            messages = messages_for(domain_event, task_id)
         except Exception:
             # An event this code can no longer read must not block every later one.
+            log.exception("relay_convert_failed", notification_id=notification.id)
+            return
+        if not isinstance(domain_event, Task.Event):
+            return
+        if isinstance(domain_event, Task.Defined):
+            self._task_ids[domain_event.originator_id] = domain_event.task_id
+        task_id = await self._task_id(domain_event.originator_id)
+        if task_id is None:
+            return
+        try:
+            messages = messages_for(domain_event, task_id)
+        except Exception:
             log.exception("relay_convert_failed", notification_id=notification.id)
             return
         for message in messages:

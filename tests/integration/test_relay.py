@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -11,14 +12,18 @@ import msgspec
 import pytest
 from eventsourcing.application import Application
 from eventsourcing.domain import Aggregate, event
+from eventsourcing.persistence import OperationalError
 
 from contracts import subjects as s
+from contracts.tasks import CreateTask, IntervalTrigger
 from services.kernel.bus import Bus
 from services.kernel.event_store import application_env
 from services.kernel.lease import Lease
 from services.kernel.relay import EventRelay, Outgoing
 from services.kernel.settings import Settings
 from services.kernel.streams import ensure_streams
+from services.scheduler.application import Tasks
+from services.scheduler.service import SchedulerRelay
 
 pytestmark = pytest.mark.anyio
 
@@ -289,4 +294,57 @@ async def test_a_leased_relay_survives_an_unexpected_error_and_lets_the_lease_go
     assert await _stream_messages(bus) == 2
     (failed,) = [e for e in written_logs if e["event"] == "relay_failed"]
     assert failed["level"] == "error" and "socket error" in failed["error"]
+    app.close()
+
+
+# --- the scheduler's relay: one Task event, several messages --------------------------
+
+
+async def _scheduler_relay_after_restart(bus: Bus, tmp_path: Path) -> tuple[Tasks, SchedulerRelay]:
+    """A task whose events were relayed, then a run dispatched, then a restart: the
+    new relay has not seen the task (its task_id comes from the store)."""
+    await ensure_streams(bus.js)
+    app = Tasks(env=application_env(Settings(data_dir=tmp_path, event_store="sqlite"), "scheduler"))
+    t0 = datetime(2025, 1, 6, 8, 0, tzinfo=UTC)
+    app.create(CreateTask(name="w", prompt="p", trigger=IntervalTrigger(every_s=3600)), t0)
+    await SchedulerRelay(app, bus).publish_pending()
+    assert app.dispatch("w", "run-1", "schedule", t0)
+    return app, SchedulerRelay(app, bus)
+
+
+async def test_the_scheduler_relay_waits_out_a_store_briefly_away(
+    bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store cannot answer when the relay looks up whose task a run request is:
+    the event is tried again, not passed over (its run would never go out)."""
+    app, relay = await _scheduler_relay_after_restart(bus, tmp_path)
+    get, failures = app.repository.get, [OperationalError("database is locked")]
+
+    def flaky_get(*args: Any, **kwargs: Any) -> Any:
+        if failures:
+            raise failures.pop()
+        return get(*args, **kwargs)
+
+    monkeypatch.setattr(app.repository, "get", flaky_get)
+    with pytest.raises(OperationalError):
+        await relay.publish_pending()
+    await relay.publish_pending()  # the store is back: from the same event
+    assert (await bus.js.stream_info(s.STREAM_WORK)).state.messages == 1
+    app.close()
+
+
+async def test_the_scheduler_relay_passes_over_a_task_it_cannot_read(
+    bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task whose events this code can no longer rebuild must not hold back every
+    later event: it is logged and passed over."""
+    app, relay = await _scheduler_relay_after_restart(bus, tmp_path)
+
+    def unreadable(*args: Any, **kwargs: Any) -> Any:
+        raise ValueError("an event this version cannot read")
+
+    monkeypatch.setattr(app.repository, "get", unreadable)
+    assert await relay.publish_pending() >= 1
+    assert relay.position == app.recorder.max_notification_id()
+    assert (await bus.js.stream_info(s.STREAM_WORK)).state.messages == 0
     app.close()
