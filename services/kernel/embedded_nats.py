@@ -20,6 +20,7 @@ import subprocess
 import sys
 import sysconfig
 import time
+import uuid
 from pathlib import Path
 from types import TracebackType
 
@@ -119,7 +120,9 @@ class EmbeddedNats:
         name: str | None = None,
     ) -> None:
         self.store_dir = Path(store_dir)
-        self.name = name  # the server_name its INFO carries
+        # The server_name its INFO carries: how it is told from another server that
+        # took the port between choosing it and binding it.
+        self.name = name or f"rote-embedded-{uuid.uuid4().hex[:12]}"
         self.host = host
         self.requested_port = port
         self.port: int | None = None
@@ -164,7 +167,8 @@ class EmbeddedNats:
             str(self.store_dir),
             "--log",
             str(log_file),
-            *(["--server_name", self.name] if self.name else []),
+            "--server_name",
+            self.name,
         ]
         self.process = subprocess.Popen(
             args,
@@ -189,7 +193,9 @@ class EmbeddedNats:
                     + _why_it_stopped(log_file)
                 )
             info = _server_info(self.host, self.port)
-            if info is not None and info.get("jetstream"):
+            # Another server may answer on the port (ours then fails to bind, and
+            # exits above): only our own counts as ready.
+            if info is not None and info.get("jetstream") and info.get("server_name") == self.name:
                 log.info("embedded_nats_ready", url=self.url, store=str(self.store_dir))
                 return self
             time.sleep(0.02)

@@ -83,6 +83,19 @@ def test_embedded_server_takes_the_default_port_or_a_free_one_when_it_is_taken(
                 assert conn.recv(4096).startswith(b"INFO ")
 
 
+def test_an_embedded_server_beaten_to_its_port_is_not_taken_for_another(
+    tmp_path: Path,
+) -> None:
+    """Another NATS with JetStream took the port between its choice and the bind: ours
+    exits, and start() says so, instead of reporting the other server as ready."""
+    from services.kernel.embedded_nats import EmbeddedNats, EmbeddedNatsError, free_port
+
+    port = free_port()
+    with EmbeddedNats(tmp_path / "other", port=port, name="someone-else"):
+        with pytest.raises(EmbeddedNatsError, match=f"exited with .* on port {port}"):
+            EmbeddedNats(tmp_path / "mine", port=port).start()
+
+
 async def test_only_this_data_dirs_own_embedded_server_is_joined(
     tmp_path: Path, settings: Settings
 ) -> None:
