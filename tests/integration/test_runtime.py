@@ -91,9 +91,11 @@ def test_an_embedded_server_beaten_to_its_port_is_not_taken_for_another(
     from services.kernel.embedded_nats import EmbeddedNats, EmbeddedNatsError, free_port
 
     port = free_port()
-    with EmbeddedNats(tmp_path / "other", port=port, name="someone-else"):
-        with pytest.raises(EmbeddedNatsError, match=f"exited with .* on port {port}"):
-            EmbeddedNats(tmp_path / "mine", port=port).start()
+    with (
+        EmbeddedNats(tmp_path / "other", port=port, name="someone-else"),
+        pytest.raises(EmbeddedNatsError, match=f"exited with .* on port {port}"),
+    ):
+        EmbeddedNats(tmp_path / "mine", port=port).start()
 
 
 async def test_only_this_data_dirs_own_embedded_server_is_joined(
