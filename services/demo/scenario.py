@@ -26,8 +26,8 @@ from services.kernel.codec import decode
 from services.kernel.embedded_nats import free_port
 from services.kernel.replay_read import read_all
 from services.kernel.runtime import open_stack
+from services.kernel.secrets import cut_text
 from services.kernel.settings import Settings
-from services.tools.bounds import cut_text
 
 TASK_ID = "demo-news"
 RUNS = 5

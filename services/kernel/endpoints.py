@@ -30,12 +30,13 @@ import msgspec
 import nats.errors
 import structlog
 from anyio.abc import TaskGroup
+from nats.aio.client import Client
 from nats.micro import add_service
 from nats.micro.request import Request
 from nats.micro.service import EndpointStats, Service
 
 from contracts.errors import ErrorReply
-from services.kernel.bus import Bus, headers_size, routed
+from services.kernel.bus import Bus, check_fits, routed
 from services.kernel.codec import decoder, encode
 from services.kernel.errors import ServiceError, validation_error
 from services.kernel.logs import get_logger
@@ -71,14 +72,12 @@ def error_reply(error: ServiceError) -> tuple[bytes, dict[str, str]]:
 
 
 async def _respond(
-    request: Request, data: bytes, max_payload: int, headers: dict[str, str] | None = None
+    request: Request, data: bytes, nc: Client, headers: dict[str, str] | None = None
 ) -> ServiceError | None:
     """Send the reply; an error replied in its place (too large) is returned."""
     try:
-        if len(data) + (headers_size(headers) if headers else 0) > max_payload:
-            # What nats-py would pass and the server refuse by closing the connection
-            # for good (it counts the headers too): see bus.check_fits.
-            raise nats.errors.MaxPayloadError
+        if headers:  # an error reply: its headers count too (bus.check_fits)
+            check_fits(nc, data, headers)
         await request.respond(data, headers=headers)
     except nats.errors.MaxPayloadError:
         # Too big for one message: the caller gets a structured error, not a timeout.
@@ -88,7 +87,7 @@ async def _respond(
             " (a lower limit, one item at a time)",
         )
         body, error_headers = error_reply(error)
-        await _respond(request, body, max_payload, error_headers)
+        await _respond(request, body, nc, error_headers)
         return error
     except Exception as exc:  # the caller went away, or the connection is closing
         log.warning("reply_failed", subject=request.subject, error=redact(str(exc)))
@@ -105,7 +104,7 @@ def _log_ids(payload: object) -> dict[str, str]:
     return ids
 
 
-async def answer(endpoint: Endpoint, request: Request, max_payload: int) -> ServiceError | None:
+async def answer(endpoint: Endpoint, request: Request, nc: Client) -> ServiceError | None:
     """Decode, handle, encode; every failure becomes a structured error reply, and is
     returned so the endpoint's stats can count it."""
     bound: Mapping[str, Token[Any]] = {}
@@ -129,11 +128,11 @@ async def answer(endpoint: Endpoint, request: Request, max_payload: int) -> Serv
             f"{endpoint.subject} failed ({type(exc).__name__}); see the service log, ref {ref}",
         )
     else:
-        return await _respond(request, data, max_payload)
+        return await _respond(request, data, nc)
     finally:
         structlog.contextvars.reset_contextvars(**bound)
     body, headers = error_reply(error)
-    await _respond(request, body, max_payload, headers)
+    await _respond(request, body, nc, headers)
     return error
 
 
@@ -146,9 +145,9 @@ class _Tally:
     last_error: str = ""
     busy_ns: int = 0
 
-    async def answer(self, endpoint: Endpoint, request: Request, max_payload: int) -> None:
+    async def answer(self, endpoint: Endpoint, request: Request, nc: Client) -> None:
         started = time.perf_counter_ns()
-        error = await answer(endpoint, request, max_payload)
+        error = await answer(endpoint, request, nc)
         self.busy_ns += time.perf_counter_ns() - started
         self.answered += 1
         if error is not None:
@@ -202,7 +201,7 @@ async def start_service(
                 endpoint, request = await queue.get()
             finally:
                 idle -= 1
-            await tallies[endpoint.name].answer(endpoint, request, bus.nc.max_payload)
+            await tallies[endpoint.name].answer(endpoint, request, bus.nc)
 
     if any(e.concurrent for e in endpoints):
         for _ in range(max_in_flight):
@@ -214,7 +213,7 @@ async def start_service(
             # With every worker busy, answer inline: the subscription then waits, which
             # is the backpressure.
             if not endpoint.concurrent or idle <= queue.qsize():
-                await tallies[endpoint.name].answer(endpoint, request, bus.nc.max_payload)
+                await tallies[endpoint.name].answer(endpoint, request, bus.nc)
                 return
             queue.put_nowait((endpoint, request))
 

@@ -9,20 +9,16 @@ from typing import Any
 import msgspec
 
 from contracts.errors import ErrorInfo, status_for
-from services.kernel.secrets import redact
+from services.kernel.secrets import cut_text, redact
 
 _FIELD_AT = re.compile(r"at `\$\.?(?P<path>[^`]*)`")
 _UNKNOWN_FIELD = re.compile(r"unknown field `(?P<name>[^`]+)`")
 _MISSING_FIELD = re.compile(r"missing required field `(?P<name>[^`]+)`")
 
-# An error echoes what it was given (an unknown field's name, a bad value): bounded, so
-# the reply stays small whatever the request held.
+# An error echoes what it was given (an unknown field's name, a bad value, what a tool
+# call was given): bounded, so the reply stays small whatever the request held.
 MAX_MESSAGE_CHARS = 2000
 MAX_FIELD_CHARS = 200
-
-
-def _bounded(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 class ServiceError(Exception):
@@ -49,9 +45,8 @@ class ServiceError(Exception):
     def info(self) -> ErrorInfo:
         return ErrorInfo(
             code=self.code,
-            # Masked before it is cut: a secret cut in two would no longer be found.
-            message=_bounded(redact(self.message), MAX_MESSAGE_CHARS),
-            field=None if self.field is None else _bounded(self.field, MAX_FIELD_CHARS),
+            message=cut_text(redact(self.message), MAX_MESSAGE_CHARS),
+            field=None if self.field is None else cut_text(self.field, MAX_FIELD_CHARS),
             details=self.details,
         )
 

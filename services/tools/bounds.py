@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 
 from contracts.tools import ToolMetadata
-from services.kernel.secrets import redact
+from services.kernel.secrets import cut_text, redact
 
 TRUNCATION_MARK = "\n[... truncated]"
 
@@ -21,9 +21,6 @@ MAX_TITLE_CHARS = 1024
 MAX_URL_CHARS = 8 * 1024
 # A URL quoted in an error message: enough to recognise it.
 MAX_QUOTED_URL_CHARS = 300
-# A tool failure's message (it quotes what the call was given).
-MAX_MESSAGE_CHARS = 2000
-ELLIPSIS = "\u2026"
 
 
 def bound_text(text: str, max_chars: int) -> tuple[str, bool]:
@@ -35,19 +32,6 @@ def bound_text(text: str, max_chars: int) -> tuple[str, bool]:
     if len(text) <= max_chars:
         return text, True
     return text[:max_chars] + TRUNCATION_MARK, True
-
-
-def cut_text(text: str, max_chars: int) -> str:
-    """`text` at most `max_chars` long, ending in an ellipsis when it was cut: for a
-    string read as one piece (a title, a URL, a message), where the mark would not fit.
-    Secrets are masked before a cut: half a password (a URL's, cut inside its userinfo)
-    no longer looks like one to the redaction that runs later."""
-    if len(text) <= max_chars:
-        return text
-    text = redact(text)
-    if len(text) <= max_chars:
-        return text
-    return text[: max_chars - 1] + ELLIPSIS
 
 
 def bound_metadata(metadata: ToolMetadata) -> ToolMetadata:

@@ -20,7 +20,8 @@ from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 from contracts import tools as t
 from contracts.tools import ToolMetadata
-from services.tools.bounds import MAX_QUOTED_URL_CHARS, bound_text, cut_text
+from services.kernel.secrets import cut_text
+from services.tools.bounds import MAX_QUOTED_URL_CHARS, bound_text
 from services.tools.browser import Session
 from services.tools.extraction import (
     EXTRACT_JS,
@@ -94,7 +95,7 @@ def _same_url(shown: str, asked: str) -> bool:
     def parts(url: str) -> tuple[object, ...]:
         u = urlsplit(url)
         return (
-            u.scheme.lower(),
+            u.scheme,
             u.username,
             u.password,
             u.hostname,

@@ -18,10 +18,11 @@ from playwright.async_api import Error as PlaywrightError
 from contracts import tools as t
 from contracts.errors import ErrorInfo
 from contracts.tools import ExecTool, ToolResult
-from services.kernel.errors import ServiceError
+from services.kernel.errors import MAX_MESSAGE_CHARS, ServiceError
+from services.kernel.secrets import cut_text
 from services.kernel.settings import Settings, SettingsError
 from services.tools import local, policy
-from services.tools.bounds import MAX_MESSAGE_CHARS, bound_metadata, bound_value, cut_text
+from services.tools.bounds import bound_metadata, bound_value
 from services.tools.browser import BrowserConfig, BrowserPool, BrowserUnavailable, Session
 from services.tools.browser_tools import (
     BROWSER_TOOLS,
