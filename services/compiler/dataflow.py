@@ -876,7 +876,7 @@ def provenance(
     template = find_template(value, sources, ctx, kind)
     if kind == "url" or (kind == "generic" and urlparts.looks_like_url(value)):
         template = url_template(value, sources, ctx, template)
-    if kind in ("url", "generic"):
+    if kind in ("url", "local", "generic"):
         link = resolved_link(value, sources, ctx, template)
         if link is not None:
             return Provenance(

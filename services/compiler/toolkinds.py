@@ -8,6 +8,8 @@ The kind of a value decides what its provenance may be:
              earlier structured output (a link text picked from an extract)
   data       text typed or written: constant only when the task prompt supplies it;
              derived from page content, or from nowhere (a date, a sum), it needs judgement
+  local      a file path or a command line: like url, but the file system and the shell
+             read it as written, so a reference in it is never URL-encoded
   generic    anything else (unknown tools): like url
 """
 
@@ -17,7 +19,7 @@ from typing import Literal
 
 from services.compiler.references import Path
 
-Kind = Literal["structure", "url", "label", "data", "generic"]
+Kind = Literal["structure", "url", "label", "data", "local", "generic"]
 
 # Tools that only read: a call whose result nothing uses can be dropped.
 READ_TOOLS = frozenset({"browser_extract", "browser_read_page", "file_read"})
@@ -47,9 +49,9 @@ _KINDS: dict[str, dict[str, Kind]] = {
     "browser_fill_form": {"fields": "data"},
     "browser_scroll": {},
     "browser_screenshot": {},
-    "shell_exec": {"command": "generic"},
-    "file_read": {"path": "generic"},
-    "file_write": {"path": "generic", "content": "data"},
+    "shell_exec": {"command": "local"},
+    "file_read": {"path": "local"},
+    "file_write": {"path": "local", "content": "data"},
 }
 
 

@@ -494,3 +494,60 @@ def test_a_command_that_only_looks_like_a_template_is_sent_as_recorded() -> None
     replayed, calls = _replay(executor, tools)
     assert replayed.ok, replayed.reason
     assert [inp["command"] for tool, inp in calls if tool == "shell_exec"] == [command]
+
+
+# --- 6. a file path or a command is not a URL ---------------------------------------------
+
+
+def _report_executor(tool: str, recorded: dict[str, str]) -> Executor:
+    out: Any = (
+        {"content": "sales up"}
+        if tool == "file_read"
+        else {"stdout": "", "stderr": "", "exit_code": 0}
+    )
+    return _compile(
+        "Open http://site.test/reports, take the newest report's name and deal with its file.",
+        [
+            _nav(0, "http://site.test/reports", "Reports"),
+            _step(1, "browser_extract", {"selector": "li.report"}, ["Q3 report", "Q2 report"]),
+            _step(2, tool, recorded, out),
+        ],
+        "Q3 report: sales up" if tool == "file_read" else "Logged Q3 report.",
+        allowed_tools=["browser_navigate", "browser_extract", tool],
+    )
+
+
+@pytest.mark.parametrize(
+    ("tool", "recorded", "expected"),
+    [
+        ("file_read", {"path": "/srv/reports/Q3 report.txt"}, "/srv/reports/Q4 Über ✓.txt"),
+        (
+            "shell_exec",
+            {"command": '/usr/bin/logger "Q3 report"'},
+            "/usr/bin/logger 'Q4 Über ✓'",
+        ),
+    ],
+)
+def test_a_name_filled_into_a_file_path_or_command_is_not_url_encoded(
+    tool: str, recorded: dict[str, str], expected: str
+) -> None:
+    """A path from the root looks like a URL's path, but the file system and the shell
+    take the name as it reads: "Q4%20%C3%9Cber" is another file (or argument)."""
+    executor = _report_executor(tool, recorded)
+
+    def tools(request: ExecTool) -> Any:
+        if request.tool == "browser_navigate":
+            return {"url": request.input["url"], "status": 200, "title": "Reports"}
+        if request.tool == "browser_extract":
+            return ["Q4 Über ✓", "Q3 report"]
+        if request.tool == "file_read":
+            return {"content": "sales up"}
+        return {"stdout": "", "stderr": "", "exit_code": 0}
+
+    replayed, calls = _replay(executor, tools)
+    field = next(iter(recorded))
+    sent = next(inp[field] for name, inp in calls if name == tool)
+    if tool == "shell_exec":
+        assert shlex.split(sent) == shlex.split(expected), replayed.reason
+    else:
+        assert sent == expected, replayed.reason
