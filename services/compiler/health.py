@@ -621,7 +621,9 @@ def decide_pin(
         return [Pinned(at=at, version=version, by=by)]
     events = [Pinned(at=at, version=version, by=by)]
     newest = _newest_active(health, exclude=version)
-    keep = {version} | ({newest} if newest is not None else set())
+    # Only a newer version waits for the pin to go; an older active one (the pin being
+    # moved on from) is replaced, or it would be replayed again when this pin goes.
+    keep = {version} | ({newest} if newest is not None and newest > version else set())
     return events + _settle(health, at, keep, f"v{version} pinned")
 
 

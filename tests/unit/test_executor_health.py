@@ -287,6 +287,28 @@ def test_a_pinned_version_that_keeps_failing_is_superseded_and_unpinned() -> Non
     assert state.pinned is None and current is not None and current.version == 2
 
 
+def test_moving_the_pin_to_a_newer_version_retires_the_old_pin() -> None:
+    # Only a version newer than the pin waits for it to go; the old pin, once the
+    # operator moved on from it, is replaced like any older version, and is never
+    # replayed again when the new pin goes.
+    state = h.new("t")
+    compiled(state, "r1")
+    run(state, h.decide_pin(state, version=1, by="ops", at=T0))
+    compiled(state, "r2")  # waits behind the pin
+    events = run(state, h.decide_pin(state, version=2, by="ops", at=T0))
+    assert [type(e) for e in events] == [h.Pinned, h.Superseded]
+    assert [(v.version, v.status) for v in state.versions] == [(1, "superseded"), (2, "active")]
+    assert state.versions[0].status_reason == "v2 pinned"
+    run(state, h.decide_invalidate(state, reason="wrong answers", by="ops", at=T0))
+    assert h.current(state) is None and h.status(state) == "invalidated"
+    # Pinning an older version still lets the newest wait for the pin to go.
+    state = h.new("t")
+    compiled(state, "r1")
+    compiled(state, "r2")
+    run(state, h.decide_pin(state, version=1, by="ops", at=T0))
+    assert [v.status for v in state.versions] == ["active", "active"]
+
+
 def test_pinning_brings_back_a_superseded_version_but_not_an_invalidated_one() -> None:
     state = h.new("t")
     compiled(state, "r1")
