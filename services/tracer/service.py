@@ -36,7 +36,7 @@ log = get_logger("rote.tracer")
 
 # Outputs above this (encoded) go to the blob store; the trace keeps a reference.
 INLINE_OUTPUT_BYTES = 32 * 1024
-# Left free under the connection's max payload for headers (Nats-Msg-Id) and slack.
+# Left free under the largest message allowed for headers (Nats-Msg-Id) and slack.
 PAYLOAD_HEADROOM_BYTES = 16 * 1024
 # What an output costs once stored: `null` plus `"sha256:<64 hex>"`, rounded up. Smaller
 # outputs are cheaper inline.
@@ -141,7 +141,7 @@ class Tracer:
         for i, data in encoded.items():
             if len(data) > INLINE_OUTPUT_BYTES:
                 await self._offload(trace.steps[i], data)
-        limit = self.bus.nc.max_payload - PAYLOAD_HEADROOM_BYTES
+        limit = await self._max_message_bytes() - PAYLOAD_HEADROOM_BYTES
         size = len(encode(TraceCaptured(trace=trace)))
         inline = sorted(
             (
@@ -163,6 +163,15 @@ class Tracer:
         if size > limit:
             raise TraceTooLarge(size, limit)
         return trace
+
+    async def _max_message_bytes(self) -> int:
+        """The largest trace message both the connection and ROTE_TRACES take: a server
+        whose max_payload was raised past the stream's max_msg_size would otherwise see
+        the stream refuse the trace on every delivery."""
+        info = await self.bus.js.stream_info(s.STREAM_TRACES)
+        stream_max = info.config.max_msg_size or -1  # -1: no limit of its own
+        payload_max = self.bus.nc.max_payload
+        return payload_max if stream_max < 0 else min(payload_max, stream_max)
 
     async def _offload(self, step: TraceStep, data: bytes) -> None:
         step.output_ref = await blobs.put(self.bus.js, data)

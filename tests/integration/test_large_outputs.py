@@ -137,3 +137,28 @@ async def test_a_trace_that_cannot_fit_is_rejected_once_with_a_reason(
     # Given up at once: delivered once, never retried, nothing left pending.
     assert (info.num_redelivered, info.num_ack_pending, info.num_pending) == (0, 0, 0)
     assert not [e for e in written_logs if e.get("event") == "handler_failed"]
+
+
+async def test_a_trace_is_fitted_to_the_traces_streams_largest_message(
+    settings: Settings, bus: Bus, written_logs: list[dict[str, Any]]
+) -> None:
+    # An operator raised NATS' max_payload past ROTE_TRACES' max_msg_size (simulated
+    # the other way round, as the relay's test does): the stream would refuse a trace
+    # fitted only to the connection, on every delivery, and the run would get none.
+    calls = news_calls()
+    filler = "Weather, sport and markets in brief. " * 500
+    calls[1:1] = [Call("browser_read_page", {}, filler) for _ in range(20)]
+    max_msg_size = 256 * 1024
+    assert sum(len(msgspec.json.encode(c.output)) for c in calls) > max_msg_size
+    async with tracer(settings, bus):
+        info = await bus.js.stream_info(s.STREAM_TRACES)
+        info.config.max_msg_size = max_msg_size
+        await bus.js.update_stream(info.config)
+        await publish_run(bus, "r-stream", calls, task_id="stream")
+        got, size = await until(lambda: captured(bus, "r-stream"))
+    assert size <= max_msg_size - PAYLOAD_HEADROOM_BYTES
+    assert [step.tool for step in got.steps] == [c.tool for c in calls]
+    stored = [step for step in got.steps if step.output_ref is not None]
+    assert stored and all(step.output is None for step in stored)
+    assert msgspec.json.decode(await blobs.get(bus.js, stored[0].output_ref)) == filler
+    assert not [e for e in written_logs if e.get("event") == "handler_failed"]
