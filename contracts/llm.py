@@ -226,6 +226,9 @@ class PriceFileModel(ModelPrice, forbid_unknown_fields=True):
 
     id: NonEmptyStr
     bands: list[PriceFileBand]
+    # Absent: as the built-in table says for this id (a new price is no new retirement
+    # date); null: the model does not retire.
+    retires_on: date | msgspec.UnsetType | None = msgspec.UNSET  # type: ignore[assignment]
     # None: as the built-in table says for this id (True for a model it does not know).
     accepts_effort: bool | None = None  # type: ignore[assignment]
 

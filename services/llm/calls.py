@@ -23,6 +23,7 @@ ATTEMPT_TIMEOUT_S = 300.0
 # within this. The runner gives up on a call after 300 s (LLM_TIMEOUT_S): retrying past
 # that would bill attempts nobody waits for, and the caller would learn nothing.
 CALL_BUDGET_S = 270.0
+DEFAULT_BASE_URL = "https://api.anthropic.com"
 
 
 class CallFailed(Exception):
@@ -56,7 +57,15 @@ def make_client(env: Mapping[str, str] | None = None) -> anthropic.AsyncAnthropi
     env = os.environ if env is None else env
     # Passed explicitly, so the SDK never reads the untrimmed values from the environment.
     kwargs: dict[str, Any] = {"max_retries": 0, "timeout": ATTEMPT_TIMEOUT_S, **credentials(env)}
-    if "api_key" not in kwargs and "auth_token" not in kwargs and env.get("ANTHROPIC_BASE_URL"):
+    # The SDK takes ANTHROPIC_BASE_URL as it is: blank (`ANTHROPIC_BASE_URL=` in an env
+    # file) it sends every call to the URL "", and with a CRLF file's "\r" it refuses to
+    # start. Blank means unset; an unset one is left to the SDK (its profiles may say).
+    base_url = (env.get("ANTHROPIC_BASE_URL") or "").strip()
+    if base_url:
+        kwargs["base_url"] = base_url
+    elif "ANTHROPIC_BASE_URL" in env:
+        kwargs["base_url"] = DEFAULT_BASE_URL
+    if "api_key" not in kwargs and "auth_token" not in kwargs and base_url:
         # Local Anthropic-compatible servers (rote model serve, Ollama) want no key, but
         # the SDK refuses to send a request without one.
         kwargs["api_key"] = "no-key"

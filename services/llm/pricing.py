@@ -13,7 +13,8 @@ error naming it, and so is an alias whose model has no price.
 
 A model's `accepts_effort` says whether it takes the `effort` parameter: the 4.5 Haiku
 and Sonnet answer 400 to it, so rote leaves it out for them. A file model that does not
-say keeps what the built-in table says for its id (True for an id it does not know).
+say keeps what the built-in table says for its id (True for an id it does not know), and
+so does its `retires_on` (null: it does not retire).
 
 A model may be priced in bands by prompt size (input + cache write + cache read tokens):
 the first band whose `up_to_prompt_tokens` is at least the prompt size applies to the
@@ -236,6 +237,9 @@ def _from_file(entry: PriceFileModel, default: ModelPrice | None) -> ModelPrice:
     accepts_effort = entry.accepts_effort
     if accepts_effort is None:
         accepts_effort = True if default is None else default.accepts_effort
+    retires_on = entry.retires_on
+    if retires_on is msgspec.UNSET:
+        retires_on = None if default is None else default.retires_on
     return ModelPrice(
         id=entry.id,
         bands=[
@@ -249,6 +253,6 @@ def _from_file(entry: PriceFileModel, default: ModelPrice | None) -> ModelPrice:
         cache_write_5m_multiplier=entry.cache_write_5m_multiplier,
         cache_write_1h_multiplier=entry.cache_write_1h_multiplier,
         cache_read_multiplier=entry.cache_read_multiplier,
-        retires_on=entry.retires_on,
+        retires_on=retires_on,
         accepts_effort=accepts_effort,
     )

@@ -217,3 +217,24 @@ def test_the_client_s_credentials_are_secrets_in_every_form(
     make_client({"ANTHROPIC_API_KEY": "abcd\r"})  # a 4-character key from a CRLF env file
     for text in ("invalid x-api-key: 'abcd'", "Illegal header value b'abcd\\r'", "abcd\r"):
         assert "abcd" not in redact(text), text
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        # A blank line in an env file or compose file: the default API, not a URL of "".
+        ("", "https://api.anthropic.com"),
+        (" \r\n", "https://api.anthropic.com"),
+        # From a CRLF env file: the SDK would refuse the "\r" and the service not start.
+        ("http://127.0.0.1:9/\r\n", "http://127.0.0.1:9"),
+    ],
+)
+def test_a_blank_or_untrimmed_base_url_is_read_as_meant(
+    monkeypatch: pytest.MonkeyPatch, raw: str, expected: str
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", raw)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "from-the-env-1234")
+    assert str(make_client().base_url).rstrip("/") == expected
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+    # A blank base URL names no local server: no placeholder key is sent to the real API.
+    assert (make_client().api_key == "no-key") == (expected != "https://api.anthropic.com")

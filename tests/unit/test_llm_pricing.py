@@ -235,3 +235,30 @@ def test_a_price_file_keeps_or_sets_whether_a_model_takes_effort(tmp_path: Path)
     assert not table.accepts_effort("claude-haiku-4-5-20251001")  # as its base model
     assert not table.accepts_effort("old-local-model")
     assert table.accepts_effort("new-local-model")
+
+
+def test_a_new_price_keeps_the_model_s_retirement_date_unless_the_file_says(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "prices.json"
+    band = [{"input_per_mtok": 2.5, "output_per_mtok": 12.0}]
+    path.write_text(
+        json.dumps(
+            {
+                "models": [
+                    # A new price (a discount): Sonnet 4.5 still retires on 2026-11-30.
+                    {"id": "claude-sonnet-4-5", "bands": band},
+                    {"id": "claude-sonnet-4-5-20250929", "bands": band},
+                    {"id": "claude-opus-4-5", "bands": band, "retires_on": "2027-03-01"},
+                    {"id": "claude-haiku-4-5", "bands": band, "retires_on": None},
+                ]
+            }
+        )
+    )
+    table = load_price_table(path)
+    today = date(2026, 11, 25)
+    assert table.models["claude-sonnet-4-5"].retires_on == date(2026, 11, 30)
+    assert table.models["claude-sonnet-4-5-20250929"].retires_on == date(2026, 11, 30)
+    assert table.retirement("claude-sonnet-4-5", today) is not None
+    assert table.models["claude-opus-4-5"].retires_on == date(2027, 3, 1)
+    assert table.models["claude-haiku-4-5"].retires_on is None
