@@ -12,7 +12,8 @@ that cannot be decoded is logged and terminated: a poison message must never blo
 ones behind it or crash the service. Any other exception is logged and redelivered,
 after a delay that doubles with each delivery (so that a dependency away for a while,
 such as an event store restarting, does not use up every delivery in seconds), up to
-the consumer's `max_deliver`; the last failure is logged as the message given up.
+the consumer's `max_deliver`; the last failure (or `Retry`) is logged as the message
+given up.
 
 A consumer (or its stream) deleted while the service runs is logged and repaired: the
 consumer is created again with the same config (its stream too, when it is one of
@@ -161,6 +162,14 @@ def _only(group: BaseExceptionGroup) -> BaseException:
     return exc
 
 
+def _delivery(msg: Msg) -> int:
+    return msg.metadata.num_delivered if msg.metadata else 1
+
+
+def _is_last(delivery: int, max_deliver: int | None) -> bool:
+    return max_deliver is not None and 0 < max_deliver <= delivery
+
+
 async def handle_one(
     msg: Msg,
     type_: type[T],
@@ -194,7 +203,17 @@ async def handle_one(
                 raise _only(group) from None
         except Retry as retry:
             outcome = "nak"
-            log.info("message_retry", consumer=consumer, subject=msg.subject, reason=str(retry))
+            delivery = _delivery(msg)
+            if _is_last(delivery, max_deliver):
+                log.error(
+                    "message_given_up",
+                    consumer=consumer,
+                    subject=msg.subject,
+                    delivery=delivery,
+                    reason=str(retry),
+                )
+            else:
+                log.info("message_retry", consumer=consumer, subject=msg.subject, reason=str(retry))
             await _settle(msg, "nak", consumer, delay=retry.delay_s)
         except Reject as reject:
             outcome = "term"
@@ -204,10 +223,9 @@ async def handle_one(
             await _settle(msg, "term", consumer)
         except Exception:
             outcome = "nak"
-            delivery = msg.metadata.num_delivered if msg.metadata else 1
-            last = max_deliver is not None and 0 < max_deliver <= delivery
+            delivery = _delivery(msg)
             # The last one is not delivered again: said loudly, since it is lost work.
-            event = "message_given_up" if last else "handler_failed"
+            event = "message_given_up" if _is_last(delivery, max_deliver) else "handler_failed"
             log.exception(event, consumer=consumer, subject=msg.subject, delivery=delivery)
             await _settle(msg, "nak", consumer, delay=failure_delay_s(delivery))
         tg.cancel_scope.cancel()

@@ -385,6 +385,37 @@ async def test_a_failing_handler_backs_off_and_its_last_delivery_is_logged_as_gi
     ]
 
 
+async def test_a_message_retried_past_its_last_delivery_is_logged_as_given_up(
+    bus: Bus, written_logs: list[dict[str, Any]]
+) -> None:
+    """A `Retry` (a `completed` event whose `started` never becomes readable) on the
+    last delivery is lost work too: an info-level retry line would hide it."""
+    await ensure_streams(bus.js)
+    deliveries = 0
+    done = anyio.Event()
+
+    async def handler(job: Job, msg: Msg) -> None:
+        nonlocal deliveries
+        deliveries += 1
+        if deliveries == 2:
+            done.set()
+        raise Retry("its started event is not readable yet", delay_s=0.1)
+
+    await bus.js.publish(s.WORK_RUNS, b'{"n": 1}')
+    config = durable_config("test-retried", filter_subjects=[s.WORK_RUNS], max_deliver=2)
+    async with anyio.create_task_group() as tg:
+        await tg.start(job_consumer(bus, config, handler))
+        with anyio.fail_after(10):
+            await done.wait()
+        await anyio.sleep(0.3)
+        tg.cancel_scope.cancel()
+    given_up = [e for e in written_logs if e["event"] == "message_given_up"]
+    assert [(e["consumer"], e["delivery"], e["level"]) for e in given_up] == [
+        ("test-retried", 2, "error")
+    ]
+    assert given_up[0]["reason"] == "its started event is not readable yet"
+
+
 async def test_a_reject_raised_in_the_handlers_own_task_group_still_rejects(bus: Bus) -> None:
     """anyio wraps it in an exception group: read as a failure, the message would come
     back again and again instead of being dropped as the handler said."""
