@@ -52,6 +52,8 @@ UNSERVED_LLM_CODES = {"unavailable", "rate_limited", "overloaded", "upstream"}
 # on a fresh, blank page): the model reads it and navigates again; not fatal.
 SESSION_LOST = "session_lost"
 DEFAULT_TOOL_TIMEOUT_S = 60.0
+# The longest one tool call may take (ExecTool.timeout_s's bound).
+MAX_TOOL_TIMEOUT_S = 600.0
 # Output room for one model turn. The current models think before they act and the
 # thinking counts against max_tokens, so the request's default (4096) cuts a hard turn
 # off. Not more: the turn is not streamed, and must arrive within the llm service's
@@ -81,16 +83,35 @@ class AgentOutcome:
     infrastructure: bool = False
 
 
+def tool_error_text(result: ToolResult) -> str:
+    """A failed call's error: what stuck detection compares."""
+    err = result.error
+    return f"{err.code}: {err.message}" if err else "the tool failed"
+
+
 def tool_result_text(result: ToolResult) -> str:
-    """What the model reads back: the output as text, or the error."""
-    if not result.ok:
-        err = result.error
-        return f"{err.code}: {err.message}" if err else "the tool failed"
+    """What the model reads back: the output as text, or the error followed by what the
+    tool produced before it failed (a timed-out command's output so far: the prompt it
+    waited on is what the model needs to do better)."""
     output = result.output
     text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
     if result.truncated:
         text += "\n[output truncated]"
-    return text
+    if result.ok:
+        return text
+    error = tool_error_text(result)
+    return error if output is None else f"{error}\n{text}"
+
+
+def call_timeout(tool_input: dict[str, Any], default_s: float, limit_s: float) -> float:
+    """The time one call gets: `default_s`, or room for the `timeout` the call asks for
+    (shell_exec's, up to 600 s): the tools service runs a command within about 90% of
+    the call's time (the rest reports its output), so the default alone killed a 300 s
+    command after 54 s, every time. Never more than `limit_s` (the run's time left)."""
+    asked = tool_input.get("timeout")
+    if isinstance(asked, bool) or not isinstance(asked, int | float) or asked <= 0:
+        return min(default_s, limit_s)
+    return min(limit_s, max(default_s, asked / 0.9 + 1.0))
 
 
 def final_text(content: list[ContentBlock]) -> str:
@@ -159,6 +180,7 @@ class AgentLoop:
         *,
         ledger: Ledger,
         tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S,
+        max_tool_timeout_s: float = MAX_TOOL_TIMEOUT_S,
     ) -> None:
         self.spec = scope.spec
         self.ports = scope.ports
@@ -168,6 +190,7 @@ class AgentLoop:
         self.transcript = scope.transcript
         self.ledger = ledger
         self.tool_timeout_s = tool_timeout_s
+        self.max_tool_timeout_s = max_tool_timeout_s
         self.step = 0
         self.iterations = 0
 
@@ -311,7 +334,7 @@ class AgentLoop:
             allowed_tools=self.spec.allowed_tools,
             tool=use.name,
             input=use.input,
-            timeout_s=self.tool_timeout_s,
+            timeout_s=call_timeout(use.input, self.tool_timeout_s, self.max_tool_timeout_s),
             step=step,
             source="full_llm",
             call_id=f"a{self.attempt}-b{step}",
@@ -326,4 +349,4 @@ class AgentLoop:
             return block, error, exc.code in FATAL_TOOL_CODES
         text = tool_result_text(result)
         block = ToolResultBlock(tool_use_id=use.id, content=text, is_error=not result.ok)
-        return block, (None if result.ok else text), False
+        return block, (None if result.ok else tool_error_text(result)), False

@@ -24,7 +24,13 @@ from services.compiler.expectations import check_all, condition_holds
 from services.compiler.toolkinds import acts, safe_to_retry
 from services.runner import quality
 from services.runner.accounting import Ledger
-from services.runner.agent_loop import SESSION_LOST, answer_problem, final_text
+from services.runner.agent_loop import (
+    MAX_TOOL_TIMEOUT_S,
+    SESSION_LOST,
+    answer_problem,
+    call_timeout,
+    final_text,
+)
 from services.runner.ports import PortError, RunScope
 
 # Room for a small-model step's reply; current models spend their thinking out of it.
@@ -113,6 +119,7 @@ class Replayer:
         retries: int = 1,
         backoff_s: float = 1.0,
         tool_timeout_s: float = 30.0,
+        max_tool_timeout_s: float = MAX_TOOL_TIMEOUT_S,
     ) -> None:
         self.executor = executor
         self.spec = scope.spec
@@ -125,6 +132,7 @@ class Replayer:
         self.retries = max(0, retries)
         self.backoff_s = max(0.0, backoff_s)
         self.tool_timeout_s = tool_timeout_s
+        self.max_tool_timeout_s = max_tool_timeout_s
         self.ledger = Ledger()
         self.outputs: dict[int, Any] = {}
         # Where the replay is, for a caller whose deadline cuts it off mid-step.
@@ -269,7 +277,7 @@ class Replayer:
             allowed_tools=self.spec.allowed_tools,
             tool=tool,
             input=tool_input,
-            timeout_s=self.tool_timeout_s,
+            timeout_s=call_timeout(tool_input, self.tool_timeout_s, self.max_tool_timeout_s),
             step=index,
             source="executor",
             call_id=f"a{self.attempt}-x{index}-{time.monotonic_ns() % 1_000_000_000}",

@@ -68,6 +68,7 @@ from services.kernel.streams import DUPLICATE_WINDOW_S, KV_TTL_S
 from services.runner.accounting import Ledger, spent_before
 from services.runner.agent_loop import (
     DEFAULT_TOOL_TIMEOUT_S,
+    MAX_TOOL_TIMEOUT_S,
     SESSION_LOST,
     AgentLoop,
     AgentOutcome,
@@ -697,6 +698,7 @@ class Runner:
                             scope,
                             ledger=ledger,
                             tool_timeout_s=min(DEFAULT_TOOL_TIMEOUT_S, remaining),
+                            max_tool_timeout_s=min(MAX_TOOL_TIMEOUT_S, remaining),
                         ).run()
         except BaseException as broke:
             # Whatever broke the attempt (the message is redelivered), its browser
@@ -840,6 +842,7 @@ class Runner:
             # As long as a full run gives the call: a step that was slow then (a long
             # command, a slow page) must not time out on every replay.
             tool_timeout_s=min(DEFAULT_TOOL_TIMEOUT_S, request.spec.deadline_s),
+            max_tool_timeout_s=min(MAX_TOOL_TIMEOUT_S, request.spec.deadline_s),
         )
         result: ReplayResult = await state.replayer.run()
         ledger.merge(result.ledger)

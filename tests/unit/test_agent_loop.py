@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from contracts.errors import ErrorInfo
 from contracts.llm import (
     CompleteReply,
     CompleteRequest,
@@ -36,6 +37,7 @@ from services.runner.agent_loop import (
 )
 from services.runner.ports import PortError, Ports, RunScope
 from services.runner.transcript import TranscriptRecorder
+from services.tools.browser_tools import inner_timeout
 
 pytestmark = pytest.mark.anyio
 
@@ -300,3 +302,80 @@ async def test_a_model_call_that_cannot_be_served_is_an_infrastructure_failure(
         "llm_error",
         infrastructure,
     )
+
+
+# --- a tool's failure, as the model reads it ----------------------------------------------
+
+
+def command_turn(command_input: dict[str, Any]) -> Callable[[CompleteRequest], CompleteReply]:
+    """A model that runs shell_exec with `command_input` until it has run it three times."""
+
+    def decide(request: CompleteRequest) -> CompleteReply:
+        n = len(request.messages) // 2
+        if n < 3:
+            use = ToolUseBlock(id=f"toolu_{n}", name="shell_exec", input=command_input)
+            return reply([use], "tool_use")
+        return reply([TextBlock(text="Gave up.")], "end_turn")
+
+    return decide
+
+
+def with_exec(scope: RunScope, exec_tool: Callable[[ExecTool], Any]) -> RunScope:
+    return replace(scope, ports=replace(scope.ports, exec_tool=exec_tool))
+
+
+async def test_a_failed_commands_output_so_far_reaches_the_model_and_still_counts_as_stuck() -> (
+    None
+):
+    """A command killed at its timeout returns what it printed (a prompt waiting for an
+    answer): the model needs it to do better next time. The run is still stuck when the
+    same error comes back, whatever the output around it."""
+    calls: list[int] = []
+
+    async def hangs(request: ExecTool) -> ToolResult:
+        calls.append(1)
+        return ToolResult(
+            ok=False,
+            output={"exit_code": -9, "stdout": f"[{len(calls)}] Proceed? [y/N]", "stderr": ""},
+            duration_ms=1,
+            error=ErrorInfo(code="timeout", message="command did not finish within 54s"),
+        )
+
+    model = Model(command_turn({"command": "./deploy.sh"}))
+    outcome = await run(with_exec(scope_of(model), hangs))
+    sent = model.requests[1].messages[2].content  # the first result
+    assert isinstance(sent, list) and isinstance(sent[0], ToolResultBlock)
+    assert sent[0].is_error
+    assert isinstance(sent[0].content, str)
+    assert sent[0].content.startswith("timeout: command did not finish within 54s")
+    assert "Proceed? [y/N]" in sent[0].content
+    assert not outcome.ok and outcome.reason == "stuck"
+    assert outcome.error == (
+        "shell_exec failed 3 times in a row: timeout: command did not finish within 54s"
+    )
+
+
+async def test_a_command_given_its_own_timeout_gets_the_time_for_it() -> None:
+    """shell_exec takes a `timeout` of up to 600 s; the tools service runs the command
+    within the call's own time, so a call given only the default would kill a 300 s
+    command after 54 s, every time."""
+    sent: list[ExecTool] = []
+
+    async def runs(request: ExecTool) -> ToolResult:
+        sent.append(request)
+        return ToolResult(ok=True, output={"exit_code": 0}, duration_ms=1)
+
+    model = Model(command_turn({"command": "make test", "timeout": 300}))
+    outcome = await run(with_exec(scope_of(model), runs))
+    assert outcome.ok
+    assert all(inner_timeout(r.timeout_s) >= 300 for r in sent)
+    assert all(r.timeout_s <= 600 for r in sent)
+    # Never past the run's time left; a call without a timeout of its own keeps the default.
+    scope = with_exec(scope_of(Model(command_turn({"command": "make test", "timeout": 300}))), runs)
+    sent.clear()
+    await AgentLoop(scope, ledger=Ledger(), tool_timeout_s=60, max_tool_timeout_s=100).run()
+    assert {r.timeout_s for r in sent} == {100}
+    scope = with_exec(scope_of(Model(command_turn({"command": "ls"}))), runs)
+    sent.clear()
+    await AgentLoop(scope, ledger=Ledger(), tool_timeout_s=60, max_tool_timeout_s=100).run()
+    assert {r.timeout_s for r in sent} == {60}

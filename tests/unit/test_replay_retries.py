@@ -14,6 +14,7 @@ from contracts.llm import CompleteReply, CompleteRequest
 from contracts.tools import ExecTool, ToolResult
 from services.runner.ports import PortError
 from services.runner.replay import Replayer, ReplayResult, StepFailed
+from services.tools.browser_tools import inner_timeout
 from tests.hand_built_replay import hand_built_executor, offline_scope, small_model_reply
 
 
@@ -378,3 +379,22 @@ def test_an_action_whose_call_may_have_reached_the_tools_service_is_not_done_twi
     result = _replay(steps, exec_tool)
     assert not result.ok and result.failed_step == 0
     assert calls == [tool] * tries
+
+
+def test_a_replayed_command_with_its_own_timeout_gets_the_time_for_it() -> None:
+    """The full run gave a 300 s command its time (agent_loop.call_timeout): its replay
+    must too, or the command is killed after 54 s on every replay."""
+    sent: list[ExecTool] = []
+
+    async def exec_tool(request: ExecTool) -> ToolResult:
+        sent.append(request)
+        return ToolResult(ok=True, output={"exit_code": 0}, duration_ms=1)
+
+    steps = [
+        ToolStep(index=0, tool="shell_exec", input={"command": "make test", "timeout": 300}),
+        ToolStep(index=1, tool="shell_exec", input={"command": "ls"}),
+        ResultStep(index=2, mode="template", template="done", example="done"),
+    ]
+    assert _replay(steps, exec_tool).ok
+    assert inner_timeout(sent[0].timeout_s) >= 300 and sent[0].timeout_s <= 600
+    assert sent[1].timeout_s == 30.0  # the replayer's default
