@@ -185,13 +185,13 @@ def cron_after(expr: str, tz: str, after: datetime) -> datetime:
     local = _utc(after).astimezone(zone(tz))
     wall = local.replace(tzinfo=None)
     try:
-        it = croniter(expr, local)
+        it = croniter(expr, local, day_or=_day_or(expr))
         candidate: datetime = it.get_next(datetime)
         if candidate.replace(tzinfo=None) <= wall:
             # Clocks went back: the candidate is in the repeated hour, at a wall time
             # that already fired. Go on from the second time the clock shows `wall`.
             second = local.replace(fold=1).astimezone(UTC).astimezone(local.tzinfo)
-            candidate = croniter(expr, max(second, local)).get_next(datetime)
+            candidate = croniter(expr, max(second, local), day_or=_day_or(expr)).get_next(datetime)
     except (CroniterError, ValueError, OverflowError) as exc:
         raise _never_fires(expr, exc) from None
     if candidate.replace(tzinfo=None) <= wall:
@@ -206,6 +206,15 @@ def _never_fires(expr: str, exc: Exception) -> TriggerError:
 
 # Longer than any clock change (Lord Howe moves 30 minutes; none has moved 3 hours).
 _CLOCK_CHANGE_MAX = timedelta(hours=3)
+
+
+def _day_or(expr: str) -> bool:
+    """Whether a day matching either day-of-month or day-of-week fires, as crontab has
+    it: only when neither field starts with `*`. croniter counts only a lone `*` as
+    unrestricted, so `0 9 */2 * 1` would fire on every odd day and every Monday rather
+    than on the Mondays that are odd days."""
+    fields = expr.split()
+    return len(fields) != 5 or not (fields[2].startswith("*") or fields[4].startswith("*"))
 
 
 def _hour_is_wildcard(expr: str) -> bool:
@@ -234,7 +243,7 @@ def _offset(when: datetime, tz: ZoneInfo) -> timedelta:
 def _first_instant(expr: str, tz: ZoneInfo, after: datetime, start: datetime) -> datetime:
     """The earliest instant after `after` of the wall times `expr` names from `start`
     on; wall times that do not exist (clocks went forward) are left out."""
-    walls = croniter(expr, start)
+    walls = croniter(expr, start, day_or=_day_or(expr))
     best: datetime | None = None
     while True:
         try:

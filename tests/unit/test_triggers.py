@@ -183,6 +183,33 @@ def test_cron_at_fixed_hours_fires_once_per_wall_time_when_clocks_go_back() -> N
     assert walls[0] == datetime(2024, 11, 4, 1, 0)
 
 
+@pytest.mark.parametrize(
+    ("expr", "days"),
+    [
+        # Both day fields restricted: either one matching fires.
+        ("0 9 13 * 5", ["Fri 07", "Thu 13", "Fri 14", "Fri 21"]),
+        ("0 9 1-31 * 1", ["Sat 01", "Sun 02", "Mon 03", "Tue 04"]),
+        # A day field starting with `*` (`*/2` too) is not restricted: both must match,
+        # as crontab has it (Vixie cron's DOM_STAR/DOW_STAR).
+        ("0 9 */2 * 1", ["Mon 03", "Mon 17", "Mon 31", "Mon 07"]),
+        ("0 9 1 * */2", ["Sat 01", "Tue 01", "Thu 01", "Sun 01"]),
+        ("0 9 */1 * 1", ["Mon 03", "Mon 10", "Mon 17", "Mon 24"]),
+        ("0 9 * * 1", ["Mon 03", "Mon 10", "Mon 17", "Mon 24"]),
+    ],
+)
+def test_cron_day_of_month_and_day_of_week_combine_as_in_crontab(
+    expr: str, days: list[str]
+) -> None:
+    trigger = validate(CronTrigger(expr=expr))
+    when = datetime(2025, 3, 1, tzinfo=UTC)
+    fired = []
+    for _ in range(len(days)):
+        when = next_due(trigger, TriggerState(set_at=when))
+        assert when is not None
+        fired.append(when.strftime("%a %d"))
+    assert fired == days
+
+
 def test_cron_missed_slots_collapse_and_resume_skips_the_paused_ones() -> None:
     hourly = validate(CronTrigger(expr="0 * * * *"))
     state = TriggerState(set_at=T0, last_fired=at(hours=1))
