@@ -216,6 +216,10 @@ class Session:
 
     def adopt(self, page: Page) -> None:
         """A page the run opened (target=_blank, window.open) becomes the current one."""
+        if page is not self.page:
+            # Another page's: one opened by a link has often been answered before it
+            # is adopted, and unknown, the status is read from the page itself.
+            self.last_status = None
         self.page = page
         self.watch(page)
         self._own = [p for p in self._own if p is not page and not p.is_closed()]

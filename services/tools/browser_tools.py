@@ -336,7 +336,11 @@ async def navigate(
                 metadata=ToolMetadata(url=page.url),
             ) from None
     await _settle(page, budget, limits)
-    status = response.status if response is not None else session.last_status
+    # The latest document's: a page that sent itself on by script (location.replace)
+    # is no longer the one goto answered for.
+    status = session.last_status
+    if status is None and response is not None:
+        status = response.status  # the next document not answered yet: still this one
     title = await _title(page)
     return Outcome(
         {"url": page.url, "status": status, "title": title},
@@ -433,13 +437,20 @@ async def _by_text(page: Page, text: str, limits: BrowserLimits) -> Locator:
 
 
 async def _text_in(frame: Frame, text: str) -> Locator | None:
-    """Links or buttons in `frame` whose accessible name is `text`, else those
-    containing it, else any element showing the text; None if nothing shows it."""
-    exact = frame.get_by_role("link", name=text, exact=True).or_(
-        frame.get_by_role("button", name=text, exact=True)
-    )
-    loose = frame.get_by_role("link", name=text).or_(frame.get_by_role("button", name=text))
-    for matches in (exact, loose, frame.get_by_text(text)):
+    """Links or buttons in `frame` whose accessible name is `text`, else is `text` in
+    another case, else contains it; else any element showing the text; None if nothing
+    shows it."""
+
+    def named(name: str | re.Pattern[str], exact: bool | None = None) -> Locator:
+        return frame.get_by_role("link", name=name, exact=exact).or_(
+            frame.get_by_role("button", name=name, exact=exact)
+        )
+
+    # Whole, in any case: read_page shows "SIGN IN" for a button styled in capitals
+    # whose name is "Sign in", and "Sign in with Google" must not win by coming first.
+    words = r"\s+".join(re.escape(word) for word in text.split())
+    whole = re.compile(rf"^\s*{words}\s*$", re.IGNORECASE)
+    for matches in (named(text, exact=True), named(whole), named(text), frame.get_by_text(text)):
         if await matches.count():
             return matches
     return None

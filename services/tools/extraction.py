@@ -53,12 +53,27 @@ EXTRACT_JS = """
   const URL_ATTRS = new Set(["href", "src", "action", "formaction", "poster", "cite", "data"]);
   const NEVER_RENDERED = "head, script, style, template, noscript, datalist, map, "
     + "input[type=hidden]";
+  const contents = (el) => getComputedStyle(el).display === "contents";
+  // Nor has a display:contents element (a grid's row wrapper): it shows where its
+  // parent does, unless it hides itself.
+  const visible = (el) => {
+    let box = el;
+    for (; box && contents(box); box = box.parentElement) {
+      if (getComputedStyle(box).visibility !== "visible") return false;
+    }
+    return !box?.checkVisibility || box.checkVisibility({visibilityProperty: true});
+  };
   const shown = (el) => {
     if (el.closest(NEVER_RENDERED)) return true;
-    const box = el.closest("select") ?? el;  // an option has no box of its own
-    return !box.checkVisibility || box.checkVisibility({visibilityProperty: true});
+    return visible(el.closest("select") ?? el);  // an option has no box of its own
   };
-  const text = (el) => (el.innerText ?? el.textContent ?? "").replace(/\\s+/g, " ").trim();
+  // innerText of a display:contents element would be all its textContent, hidden
+  // parts too: what its shown children show instead.
+  const inner = (el) => !contents(el)
+    ? (el.innerText ?? el.textContent ?? "")
+    : [...el.childNodes].map((n) => n.nodeType === Node.TEXT_NODE ? n.data
+        : n.nodeType === Node.ELEMENT_NODE && visible(n) ? ` ${inner(n)} ` : "").join("");
+  const text = (el) => inner(el).replace(/\\s+/g, " ").trim();
   const attr = (el, name) => {
     const value = el.getAttribute(name);
     if (value === null || !URL_ATTRS.has(name.toLowerCase()) || value.trim() === "") {

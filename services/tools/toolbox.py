@@ -69,7 +69,8 @@ class ToolsConfig:
                 pool_size=settings.tools_pool_size,
                 idle_timeout_s=settings.tools_idle_s,
             ),
-            limits=BrowserLimits(screenshot_dir=data_dir / "blobs"),
+            # Absolute: a screenshot's result names its file for readers elsewhere.
+            limits=BrowserLimits(screenshot_dir=data_dir.absolute() / "blobs"),
         )
 
 

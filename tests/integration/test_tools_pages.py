@@ -80,6 +80,21 @@ root.getElementById("inner").attachShadow({mode: "open"}).innerHTML = "<b>nested
 <div class="row" hidden><span class="price">$1</span></div>
 <select><option>Red</option><option>Green</option></select>
 <input type="hidden" name="token" value="abc">""",
+    # Rows of a CSS grid as `display: contents` wrappers: no box, but all on show.
+    "/grid": """<title>G</title><div style="display:grid; grid-template-columns: 1fr 1fr">
+<div class="row" style="display:contents"><span class="n">Tea</span>
+  <span class="p" style="display:none">$3</span><span class="p">$2</span></div>
+<div class="row" style="display:contents"><span class="n">Milk</span><span class="p">$1</span></div>
+</div>
+<div hidden><div class="row" style="display:contents"><span class="n">Old</span></div></div>""",
+    # A page that moves on by itself, and links into pages that are not there.
+    "/moves": "<title>M</title><script>location.replace('/gone')</script>",
+    "/to-gone": """<title>G</title><a href="/gone">here</a>
+<a href="/gone" target="_blank">new tab</a>""",
+    # Buttons styled in capitals: read_page shows "SIGN IN", the page's name is "Sign in".
+    "/signin": """<title>S</title><style>a, button { text-transform: uppercase }</style>
+<a href="/a?google">Sign in with Google</a>
+<button onclick="location='/a?plain'">Sign in</button>""",
 }
 
 
@@ -93,6 +108,9 @@ class _Handler(QuietHandler):
             body = "<title>Slow</title>finally"
         elif url.path == "/setcookie":
             body, headers = "<title>Set</title>ok", {"Set-Cookie": "who=dora; Path=/"}
+        elif url.path == "/gone":
+            self.send_html("<title>Gone</title>not here", status=404)
+            return
         elif url.path == "/cookies":
             body = f"<title>Cookies</title>{self.headers.get('Cookie') or 'none'}"
         else:
@@ -230,6 +248,38 @@ async def test_a_click_prefers_the_visible_match(browser: Browser, site: str) ->
     assert code == "element_not_actionable" and "matches 2 element(s), 0 visible" in message
 
 
+async def test_click_by_text_prefers_the_whole_name_whatever_its_case(
+    browser: Browser, site: str
+) -> None:
+    await browser("browser_navigate", url=f"{site}/signin")
+    page = await browser("browser_read_page")
+    assert page.output == "SIGN IN WITH GOOGLE SIGN IN", page
+    # As the page shows it, or in other case: the button, not the link containing it.
+    for text in ("SIGN IN", "sign in"):
+        await browser("browser_navigate", url=f"{site}/signin")
+        result = await browser("browser_click", text=text)
+        assert result.ok and result.metadata.url == f"{site}/a?plain", (text, result)
+    await browser("browser_navigate", url=f"{site}/signin")
+    result = await browser("browser_click", text="with google")
+    assert result.ok and result.metadata.url == f"{site}/a?google", result
+
+
+# --- status ------------------------------------------------------------------------------
+
+
+async def test_the_status_is_that_of_the_page_the_call_ends_on(browser: Browser, site: str) -> None:
+    # A page that sends itself on by script: the status of where it went.
+    result = await browser("browser_navigate", url=f"{site}/moves")
+    assert result.ok and result.metadata.url == f"{site}/gone", result
+    assert (result.output["status"], result.metadata.http_status) == (404, 404)
+    # A link followed into a new tab: that tab's page's status, not the old one's.
+    for text in ("here", "new tab"):
+        assert (await browser("browser_navigate", url=f"{site}/to-gone")).ok
+        result = await browser("browser_click", text=text)
+        assert result.ok and result.metadata.url == f"{site}/gone", (text, result)
+        assert result.metadata.http_status == 404, (text, result)
+
+
 # --- extraction --------------------------------------------------------------------------
 
 
@@ -267,6 +317,17 @@ async def test_extract_leaves_out_text_no_one_sees(browser: Browser, site: str) 
     assert classes.output == ["t"]
     token = await browser("browser_extract", selector="[name=token]", attribute="value")
     assert token.output == ["abc"]
+
+
+async def test_extract_reads_rows_that_have_no_box_of_their_own(
+    browser: Browser, site: str
+) -> None:
+    await browser("browser_navigate", url=f"{site}/grid")
+    rows = await browser("browser_extract", selector=".row", fields={"name": ".n", "price": ".p"})
+    assert rows.output == [{"name": "Tea", "price": "$2"}, {"name": "Milk", "price": "$1"}]
+    assert rows.metadata.item_count == 2
+    # Their own text: what they show, not the hidden price.
+    assert (await browser("browser_extract", selector=".row")).output == ["Tea $2", "Milk $1"]
 
 
 async def test_a_run_that_keeps_opening_tabs_keeps_only_the_newest(

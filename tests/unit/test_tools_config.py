@@ -3,6 +3,8 @@ what the browser pool and the local tools get, and a bad value is refused up fro
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from services.kernel.settings import Settings, SettingsError
@@ -38,3 +40,13 @@ def test_environment_reaches_the_browser_pool_and_the_local_tools() -> None:
 def test_bad_tools_settings_are_refused_naming_the_variable(name: str, value: str) -> None:
     with pytest.raises(SettingsError, match=name):
         Settings.from_env({name: value})
+
+
+def test_screenshots_are_reported_at_an_absolute_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A relative ROTE_DATA_DIR: the path a screenshot's result gives must not depend
+    # on the directory the tools service happened to start in.
+    monkeypatch.chdir(tmp_path)
+    config = ToolsConfig.from_settings(Settings.from_env({"ROTE_DATA_DIR": "data"}))
+    assert config.limits.screenshot_dir == tmp_path / "data" / "blobs"
