@@ -16,6 +16,10 @@ admits any file below /opt/scripts); a `..` component is matched only by a `..`
 written in the pattern, never by a wildcard; and no wildcard matches an empty
 component (a relative `*/*` never admits the absolute `/etc`). So `cat /data/*` admits
 `cat /data/a.log`, but neither `cat /data/../etc/passwd` nor `cat /data/a/b`.
+
+A word starting with `-` (an option) is matched only by a pattern word that starts with
+`-` itself, or by a whole-word `*` (any one word: `df *` admits `df -h`): `python3 *.py`
+does not admit `python3 '-cimport os;...#.py'`, nor `sort *.csv` `--files0-from=x.csv`.
 """
 
 from __future__ import annotations
@@ -75,6 +79,10 @@ def pattern_words(pattern: str) -> tuple[str, ...]:
 def _word_matches(arg: str, word: str) -> bool:
     """`arg` matches the pattern word `word` component by component (module docstring).
     Dynamic programming over components: `**` components cannot blow up the time."""
+    if arg.startswith("-") and not word.startswith("-") and word != "*":
+        # An option may carry a program or a file list glued on (`-cimport os#.py`,
+        # `--files0-from=x.csv`): a wildcard standing for a file name never admits one.
+        return False
     parts, pats = arg.split("/"), word.split("/")
     # ok[j] (for the current i, from the end): parts[i:] matches pats[j:].
     ok = [False] * len(pats) + [True]  # i == len(parts): only trailing `**`s match

@@ -81,6 +81,30 @@ def test_patterns_still_admit_what_they_name(command: str, pattern: str) -> None
     assert check_command(split_command(command), [pattern])
 
 
+@pytest.mark.parametrize(
+    ("command", "pattern"),
+    [
+        # An option with its value glued on, ending the way the file name should: the
+        # program it names, or the files it reads, are the caller's.
+        ("""python3 '-cimport os; os.system("id")#.py'""", "python3 *.py"),
+        ("sort --files0-from=names.csv", "sort *.csv"),
+        ("wc -l --files0-from=names.log", "wc -l *.log"),
+        ("cat -A.log", "cat ?*.log"),
+        ("cat --x/a.csv", "cat **/*.csv"),
+    ],
+)
+def test_a_wildcard_standing_for_a_file_name_never_admits_an_option(
+    command: str, pattern: str
+) -> None:
+    with pytest.raises(ServiceError) as caught:
+        check_command(split_command(command), [pattern])
+    assert caught.value.code == "command_denied"
+    # Options the pattern spells out, or a whole-word `*` (any one word), still pass.
+    assert check_command(split_command("python3 -u run.py"), ["python3 -u *.py"])
+    assert check_command(split_command("head -5 a.log"), ["head -* *.log"])
+    assert check_command(split_command("df -h"), ["df *"])
+
+
 # --- leftovers ---------------------------------------------------------------------------
 
 
