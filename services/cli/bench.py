@@ -101,17 +101,21 @@ def run(args: argparse.Namespace) -> int:
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(document + "\n")
+        report = sys.stdout
     else:
         print(document)
-    print(harness.render_table(sections))
+        # stdout is the JSON alone (`rote bench | jq` works); the person reads stderr.
+        report = sys.stderr
+    print(harness.render_table(sections), file=report)
     within = harness.within_quick_target(duration, args.quick)
     print(
         f"\n{len(sections)} sections in {duration:.1f} s"
         + ("" if within is None else f" (--quick target: under {harness.QUICK_TARGET_S:.0f} s")
         + ("" if within is None else (", met)" if within else ", MISSED)"))
-        + (f"; JSON in {args.output}" if args.output else "")
+        + (f"; JSON in {args.output}" if args.output else ""),
+        file=report,
     )
     missed = [section.name for section in sections if not section.ok]
     if missed:
-        print(f"targets missed in: {', '.join(missed)}")
+        print(f"targets missed in: {', '.join(missed)}", file=report)
     return 1 if (missed and args.check) else 0

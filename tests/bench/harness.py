@@ -8,6 +8,7 @@ read the same numbers.
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import statistics
@@ -118,8 +119,22 @@ def within_quick_target(duration_s: float, quick: bool) -> bool | None:
     return duration_s < QUICK_TARGET_S if quick else None
 
 
+def _strict(value: Any) -> Any:
+    """`value` with every NaN or infinity as None: JSON has no such numbers, and a strict
+    reader (jq, JSON.parse) refuses the whole document for one bare `NaN`."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _strict(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_strict(item) for item in value]
+    return value
+
+
 def to_json(sections: list[Section], duration_s: float, quick: bool) -> str:
-    return json.dumps(
+    """The document; a metric that could not be measured (no replay broke, so no heal
+    rate) has the value null."""
+    document = _strict(
         {
             "machine": machine(),
             "quick": quick,
@@ -128,16 +143,23 @@ def to_json(sections: list[Section], duration_s: float, quick: bool) -> str:
             "duration_ok": within_quick_target(duration_s, quick),
             "ok": all(s.ok for s in sections),
             "sections": {s.name: asdict(s) | {"ok": s.ok} for s in sections},
-        },
-        indent=2,
+        }
     )
+    return json.dumps(document, indent=2, allow_nan=False)
+
+
+def _nan_if_none(value: float | None) -> float:
+    return float("nan") if value is None else value
 
 
 def section_from_json(data: dict[str, Any]) -> Section:
     """A section as to_json wrote it (its derived `ok` is recomputed, not read)."""
     return Section(
         name=data["name"],
-        metrics=[Metric(**metric) for metric in data["metrics"]],
+        metrics=[
+            Metric(**(metric | {"value": _nan_if_none(metric["value"])}))
+            for metric in data["metrics"]
+        ],
         notes=data.get("notes", ""),
         details=data.get("details", {}),
     )

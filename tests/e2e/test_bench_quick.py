@@ -45,3 +45,20 @@ def test_quick_bench_has_every_section(tmp_path: Path) -> None:
     # The table a person reads names every section too.
     for name in SECTIONS:
         assert name in done.stdout
+
+
+def test_without_output_stdout_is_the_json_alone(tmp_path: Path) -> None:
+    """`rote bench | jq`: the table and the summary go to stderr, not into the JSON."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ROTE_", "ANTHROPIC_"))}
+    env["ROTE_DATA_DIR"] = str(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "services.cli", "bench", "--quick", "--only", "executor_health"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    document = json.loads(done.stdout)
+    assert set(document["sections"]) == {"executor_health"}
+    assert "speed-up from snapshots" in done.stderr and "1 sections in" in done.stderr
