@@ -7,13 +7,14 @@ endpoints and consumers, calls `task_status.started()`, and runs until cancelled
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import importlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import anyio
 from anyio.abc import TaskGroup
@@ -21,6 +22,7 @@ from anyio.abc import TaskGroup
 from services.kernel.bus import Bus, ConnectionLost, connect
 from services.kernel.embedded_nats import URL_FILE, EmbeddedNats, _server_info
 from services.kernel.logs import get_logger
+from services.kernel.secrets import redact
 from services.kernel.settings import Settings
 from services.kernel.streams import ensure_streams
 
@@ -37,6 +39,10 @@ SERVICE_MODULES: dict[str, str] = {
     "runner": "services.runner.service",
     "scheduler": "services.scheduler.service",
 }
+
+
+# The first and the longest pause between attempts to provision after a reconnect.
+PROVISION_RETRY_S = (1.0, 30.0)
 
 
 class UnknownServiceError(ValueError):
@@ -78,6 +84,25 @@ def url_file(settings: Settings) -> Path:
     return Path(settings.data_dir) / URL_FILE
 
 
+def lock_embedded(settings: Settings) -> IO[bytes]:
+    """Hold the data dir's embedded NATS for this process (released on close, or when
+    the process dies). Two `rote up` started together both find no running server: the
+    lock keeps the second from running another nats-server on the same JetStream store
+    (and, stopping, deleting the first one's nats.url)."""
+    path = Path(settings.data_dir) / "nats.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = path.open("ab")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        raise AlreadyRunningError(
+            f"rote is already running (or starting) with an embedded NATS in"
+            f" {settings.data_dir}; stop it or use `rote serve`"
+        ) from None
+    return lock
+
+
 def embedded_name(settings: Settings) -> str:
     """The server_name of the embedded NATS of this data dir: after a crash its
     recorded port may be another server's, and only this name tells them apart."""
@@ -109,6 +134,26 @@ async def _stop_when_lost(bus: Bus) -> None:
     )
 
 
+async def _provision_on_reconnect(bus: Bus, replicas: int) -> None:
+    """Provision again whenever the connection comes back. A server restarted without
+    its JetStream store comes back empty: consumers re-create their own streams, but
+    nothing else would re-create the streams only published to, or the buckets (the
+    scheduler's lease bucket: it would stay in standby until rote restarts)."""
+    while True:
+        with bus.until_reconnect():
+            await anyio.sleep_forever()
+        pause = PROVISION_RETRY_S[0]
+        while True:
+            try:
+                await ensure_streams(bus.js, replicas)
+                break
+            except Exception as exc:  # JetStream may take a moment to be ready
+                log.warning("streams_not_provisioned", error=redact(str(exc)), retry_in_s=pause)
+            with bus.until_reconnect():  # or at once when the connection comes back again
+                await anyio.sleep(pause)
+            pause = min(pause * 2, PROVISION_RETRY_S[1])
+
+
 @asynccontextmanager
 async def open_stack(
     settings: Settings,
@@ -124,24 +169,29 @@ async def open_stack(
     url = settings.nats_url
     if url is None and join_running:
         url = running_embedded_url(settings)
+    lock: IO[bytes] | None = None
     if url is None:
         if running_embedded_url(settings):
             raise AlreadyRunningError(
                 f"rote is already running with an embedded NATS in {settings.data_dir}"
                 f" ({url_file(settings).read_text().strip()}); stop it or use `rote serve`"
             )
-        embedded = EmbeddedNats(
-            Path(settings.data_dir) / "nats", port=embedded_port, name=embedded_name(settings)
-        )
-        embedded.spawn()  # on this (the loop's) thread: see EmbeddedNats.spawn
-        await anyio.to_thread.run_sync(embedded.wait_ready)
-        url = embedded.url
-        url_file(settings).write_text(url + "\n")
+        lock = lock_embedded(settings)
     bus: Bus | None = None
     try:
+        if lock is not None:
+            embedded = EmbeddedNats(
+                Path(settings.data_dir) / "nats", port=embedded_port, name=embedded_name(settings)
+            )
+            embedded.spawn()  # on this (the loop's) thread: see EmbeddedNats.spawn
+            await anyio.to_thread.run_sync(embedded.wait_ready)
+            url = embedded.url
+            url_file(settings).write_text(url + "\n")
+        assert url is not None
         bus = await connect(url, name="rote:" + ",".join(names))
         # An embedded server is a single node: it cannot hold more than one replica.
-        await ensure_streams(bus.js, 1 if embedded is not None else settings.stream_replicas)
+        replicas = 1 if embedded is not None else settings.stream_replicas
+        await ensure_streams(bus.js, replicas)
         async with anyio.create_task_group() as tg:
             ctx = ServiceContext(
                 settings=settings,
@@ -152,6 +202,7 @@ async def open_stack(
                 embedded_nats=embedded is not None,
             )
             tg.start_soon(_stop_when_lost, bus)
+            tg.start_soon(_provision_on_reconnect, bus, replicas)
             for name, module in modules:
                 await tg.start(module.serve, ctx)
                 log.info("service_started", service=name)
@@ -163,4 +214,6 @@ async def open_stack(
                 await bus.close()
             if embedded is not None:
                 await anyio.to_thread.run_sync(embedded.stop)
+            if lock is not None:
                 url_file(settings).unlink(missing_ok=True)
+                lock.close()

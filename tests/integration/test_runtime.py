@@ -136,3 +136,76 @@ async def test_a_connection_closed_for_good_stops_the_stack_with_a_clear_error(
     lost = [e for e in leaves if isinstance(e, ConnectionLost)]
     assert lost, stopped.value
     assert "closed for good" in str(lost[0]) and "payload" in str(lost[0]).lower()
+
+
+async def test_two_stacks_starting_at_once_on_one_data_dir_start_one_embedded_server(
+    tmp_path: Path,
+) -> None:
+    """Two `rote up` started together both find no running server: without a lock on
+    the data dir, both would run a nats-server on the one JetStream store, and the first
+    to stop would delete the other's nats.url (`rote status`: nothing running)."""
+    import anyio
+
+    from services.kernel.embedded_nats import free_port
+    from services.kernel.runtime import AlreadyRunningError, running_embedded_url
+
+    settings = Settings(data_dir=tmp_path, event_store="memory", log_format="json")
+    outcomes: list[str] = []
+    refused = anyio.Event()
+
+    async def start() -> None:
+        try:
+            async with open_stack(
+                settings, ["system"], join_running=False, embedded_port=free_port()
+            ) as stack:
+                outcomes.append("started")
+                with anyio.move_on_after(10):
+                    await refused.wait()
+                assert running_embedded_url(settings) == stack.nats_url
+        except AlreadyRunningError:
+            outcomes.append("refused")
+            refused.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(start)
+        tg.start_soon(start)
+    assert sorted(outcomes) == ["refused", "started"]
+
+
+async def test_streams_and_buckets_come_back_after_nats_restarts_without_its_store(
+    tmp_path: Path,
+) -> None:
+    """A NATS restarted without its JetStream store (a container with no volume) comes
+    back empty. Consumers re-create their own streams, but nothing else would: not the
+    streams only published to, nor the buckets (the scheduler's lease among them, so
+    the scheduler would stay in standby until rote itself restarts)."""
+    import anyio
+
+    from contracts import subjects
+    from services.kernel.embedded_nats import EmbeddedNats, free_port
+    from services.kernel.streams import BUCKET_STREAMS, STREAMS
+
+    port = free_port()
+    wanted = {spec.name for spec in STREAMS} | set(BUCKET_STREAMS)
+    first = EmbeddedNats(tmp_path / "store-1", port=port).start()
+    settings = Settings(
+        nats_url=first.url, data_dir=tmp_path / "data", event_store="memory", log_format="json"
+    )
+    try:
+        async with open_stack(settings, ["system"]) as stack:
+            first.stop()
+            second = EmbeddedNats(tmp_path / "store-2", port=port).start()
+            try:
+                have: set[str] = set()
+                with anyio.move_on_after(15):
+                    while not wanted <= have:
+                        await anyio.sleep(0.2)
+                        if stack.bus.nc.is_connected:
+                            with anyio.move_on_after(2):
+                                have = {s.config.name for s in await stack.bus.js.streams_info()}
+                assert wanted <= have, sorted(wanted - have)
+                assert subjects.STREAM_TASKS in have
+            finally:
+                await anyio.to_thread.run_sync(second.stop)
+    finally:
+        first.stop()
