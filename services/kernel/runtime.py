@@ -98,7 +98,7 @@ def lock_embedded(settings: Settings) -> IO[bytes]:
         lock.close()
         raise AlreadyRunningError(
             f"rote is already running (or starting) with an embedded NATS in"
-            f" {settings.data_dir}; stop it or use `rote serve`"
+            f" {settings.data_dir}; stop it, or use `rote serve` once it has started"
         ) from None
     return lock
 
