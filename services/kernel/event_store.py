@@ -18,7 +18,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from eventsourcing.persistence import IntegrityError, InternalError, ProgrammingError
 
 from services.kernel.logs import get_logger
-from services.kernel.settings import Settings
+from services.kernel.settings import Settings, SettingsError
 
 log = get_logger("rote.event_store")
 
@@ -26,6 +26,14 @@ A = TypeVar("A")
 
 # Tries at opening an application while another process creates the same tables.
 OPEN_ATTEMPTS = 6
+# The options a postgresql:// URL takes: the library setting each sets, its default, and
+# the least whole number it may be (None: text).
+URL_OPTIONS: dict[str, tuple[str, str | None, int | None]] = {
+    "connect_timeout": ("POSTGRES_CONNECT_TIMEOUT", "10", 1),
+    "lock_timeout": ("POSTGRES_LOCK_TIMEOUT", "5", 0),
+    "pool_size": ("POSTGRES_POOL_SIZE", "5", 1),
+    "schema": ("POSTGRES_SCHEMA", None, None),
+}
 
 
 def application_env(settings: Settings, app_name: str) -> dict[str, str]:
@@ -51,22 +59,56 @@ def application_env(settings: Settings, app_name: str) -> dict[str, str]:
 
 
 def postgres_env(url: str) -> dict[str, str]:
+    """The library's settings from a postgresql:// URL. An option it does not know is
+    refused, not passed over (`sslmode=require` would quietly connect unencrypted)."""
     parts = urlsplit(url)
-    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+        parsed = False
+    else:
+        # An `@` past the host: the password's `#`, `/` or `?` ended the host part early.
+        parsed = not parts.fragment and "@" not in parts.path + parts.query
+    if not parsed:
+        # Not the parser's message: it quotes what it took for the port, which is then
+        # the start of the password.
+        raise SettingsError(
+            "ROTE_EVENT_STORE: not a usable PostgreSQL URL (USER:PASSWORD@HOST:PORT does "
+            "not parse); percent-encode reserved characters in the password: # as %23, "
+            "/ as %2F, ? as %3F, @ as %40, : as %3A"
+        )
     env = {
         "PERSISTENCE_MODULE": "eventsourcing.postgres",
         "POSTGRES_DBNAME": unquote(parts.path.lstrip("/")) or "rote",
         "POSTGRES_HOST": parts.hostname or "127.0.0.1",
-        "POSTGRES_PORT": str(parts.port or 5432),
+        "POSTGRES_PORT": str(port or 5432),
         "POSTGRES_USER": unquote(parts.username or "postgres"),
         "POSTGRES_PASSWORD": unquote(parts.password or ""),
-        "POSTGRES_CONNECT_TIMEOUT": query.get("connect_timeout", "10"),
-        "POSTGRES_LOCK_TIMEOUT": query.get("lock_timeout", "5"),
-        "POSTGRES_POOL_SIZE": query.get("pool_size", "5"),
     }
-    if "schema" in query:
-        env["POSTGRES_SCHEMA"] = query["schema"]
+    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    for name in query:
+        if name not in URL_OPTIONS:
+            raise SettingsError(
+                f"ROTE_EVENT_STORE: unknown option {name!r} (known: {', '.join(URL_OPTIONS)})"
+            )
+    for name, (key, default, least) in URL_OPTIONS.items():
+        value = query.get(name, default)
+        if value is None:
+            continue
+        if least is not None and not _whole_number(value, least):
+            raise SettingsError(
+                f"ROTE_EVENT_STORE: {name} must be a whole number, {least} or more, got {value!r}"
+            )
+        env[key] = value
     return env
+
+
+def _whole_number(text: str, least: int) -> bool:
+    try:
+        return int(text) >= least
+    except ValueError:
+        return False
 
 
 def open_application(factory: Callable[[], A], name: str) -> A:

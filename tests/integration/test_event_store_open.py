@@ -15,7 +15,7 @@ import pytest
 
 from services.compiler.store import ExecutorStore
 from services.kernel.event_store import application_env, open_application
-from services.kernel.settings import Settings
+from services.kernel.settings import Settings, SettingsError
 from services.scheduler.application import Tasks
 
 STARTS = 4  # processes starting at once
@@ -77,3 +77,40 @@ def test_services_started_together_on_an_empty_schema_all_come_up(
         env = application_env(settings, name)
         failures = _start_together(partial(open_application, partial(app, env=env), name))
         assert failures == []
+
+
+def test_an_event_store_url_option_rote_does_not_know_is_refused() -> None:
+    # Passed over, `sslmode=require` would leave the connection unencrypted, and a
+    # misspelt `poolsize` would leave the pool at its default, both without a word.
+    for option in ("sslmode=require", "poolsize=3"):
+        url = f"postgresql://rote:pw@db.internal:5432/rote?schema=rote&{option}"
+        with pytest.raises(SettingsError) as caught:
+            application_env(Settings(event_store=url), "compiler")
+        name = option.partition("=")[0]
+        assert str(caught.value) == (
+            f"ROTE_EVENT_STORE: unknown option {name!r} "
+            "(known: connect_timeout, lock_timeout, pool_size, schema)"
+        )
+
+
+def test_an_event_store_url_option_that_is_not_a_number_names_the_option() -> None:
+    for option, value in (("pool_size", "five"), ("connect_timeout", "0"), ("lock_timeout", "-1")):
+        url = f"postgresql://rote@db.internal/rote?{option}={value}"
+        with pytest.raises(SettingsError) as caught:
+            application_env(Settings(event_store=url), "compiler")
+        assert str(caught.value).startswith(f"ROTE_EVENT_STORE: {option} must be a whole number")
+        assert repr(value) in str(caught.value)
+
+
+def test_a_password_with_a_reserved_character_is_refused_without_showing_it() -> None:
+    # Unencoded, `#`, `/` or `?` ends the host part early: the password's start was
+    # taken for the port, and the parser's error quoted it (or, all digits, it was
+    # taken for a port on the host named by the user name).
+    for password in ("s3cretpass#1", "s3cretpass/1", "s3cretpass?1", "5432#s3cret"):
+        url = f"postgresql://rote:{password}@db.internal:5432/rote"
+        with pytest.raises(SettingsError) as caught:
+            application_env(Settings(event_store=url), "compiler")
+        message = str(caught.value)
+        assert "s3cret" not in message
+        assert message.startswith("ROTE_EVENT_STORE: not a usable PostgreSQL URL")
+        assert "percent-encode" in message
