@@ -7,8 +7,11 @@ Rules enforced like the 5.5 models: no `thinking: {"type": "disabled"}`, no forc
 assistant prefill (the last message must be the user's), max_tokens of at least 1, and
 every earlier assistant turn with a tool call must come back with its thinking blocks
 intact, all of them and in order (signatures are checked). Like the real API, the 4.5
-Haiku and Sonnet ids answer 400 to `effort`. Token counts are estimates: one token per
-4 characters of JSON.
+Haiku and Sonnet ids answer 400 to `effort`; a user turn's tool_result blocks answer
+the tool_use blocks of the assistant turn just before it and come first in it; and no
+text block may be empty, no message or system prompt be all whitespace, no user turn
+be empty (a tool_result's own content may be). Token counts are estimates: one token
+per 4 characters of JSON.
 """
 
 from __future__ import annotations
@@ -128,6 +131,8 @@ def _check_params(body: dict[str, Any]) -> None:
     system = body.get("system")
     if system is not None and not isinstance(system, str | list):
         raise invalid("system: must be a string or a list of text blocks")
+    if system:
+        _check_text(_blocks(system, "system"), "system")
     tools = body.get("tools")
     if tools is not None:
         if not isinstance(tools, list):
@@ -141,13 +146,23 @@ def _check_params(body: dict[str, Any]) -> None:
 
 def _blocks(content: Any, where: str) -> list[dict[str, Any]]:
     if isinstance(content, str):
-        return [{"type": "text", "text": content}]
+        return [{"type": "text", "text": content}] if content else []
     if not isinstance(content, list):
         raise invalid(f"{where}.content: must be a string or a list of content blocks")
     for index, block in enumerate(content):
         if not isinstance(block, dict) or not isinstance(block.get("type"), str):
             raise invalid(f"{where}.content.{index}: must be a content block with a type")
     return content
+
+
+def _check_text(blocks: list[dict[str, Any]], where: str) -> None:
+    """The API's rules for text blocks: none empty, and not only whitespace when text is
+    all there is (a tool_result's own content is not held to them)."""
+    texts = [block.get("text") for block in blocks if block["type"] == "text"]
+    if any(text == "" for text in texts):
+        raise invalid(f"{where}: text content blocks must be non-empty")
+    if texts and len(texts) == len(blocks) and not any(str(text).strip() for text in texts):
+        raise invalid(f"{where}: text content blocks must contain non-whitespace text")
 
 
 def _check_assistant_turn(key: bytes, blocks: list[dict[str, Any]], where: str) -> None:
@@ -179,7 +194,11 @@ def validate(body: Any, key: bytes) -> None:
         where = f"messages.{index}"
         if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
             raise invalid(f"{where}.role: must be user or assistant")
-        turns.append((message["role"], _blocks(message.get("content"), where)))
+        blocks = _blocks(message.get("content"), where)
+        if message["role"] == "user" and not blocks:
+            raise invalid(f"{where}: user messages must have non-empty content")
+        _check_text(blocks, "messages")
+        turns.append((message["role"], blocks))
     if turns[0][0] != "user":
         raise invalid("messages.0.role: the first message must use the user role")
     if turns[-1][0] == "assistant":
@@ -187,18 +206,15 @@ def validate(body: Any, key: bytes) -> None:
             "This model does not support assistant message prefill. The conversation must "
             "end with a user message."
         )
-    seen_tool_uses: set[str] = set()
     for index, (role, blocks) in enumerate(turns):
         where = f"messages.{index}"
         if role == "assistant":
             _check_assistant_turn(key, blocks, where)
             pending = [str(b.get("id")) for b in blocks if b["type"] == "tool_use"]
-            seen_tool_uses.update(pending)
             if pending:
+                following = turns[index + 1][1]
                 answered = {
-                    str(b.get("tool_use_id"))
-                    for b in turns[index + 1][1]
-                    if b["type"] == "tool_result"
+                    str(b.get("tool_use_id")) for b in following if b["type"] == "tool_result"
                 }
                 missing = [tool_id for tool_id in pending if tool_id not in answered]
                 if turns[index + 1][0] != "user" or missing:
@@ -206,13 +222,26 @@ def validate(body: Any, key: bytes) -> None:
                         f"{where}: tool_use ids were found without tool_result blocks "
                         f"immediately after: {', '.join(missing or pending)}"
                     )
+                leading = next(
+                    (i for i, b in enumerate(following) if b["type"] != "tool_result"),
+                    len(following),
+                )
+                if leading < len(pending):
+                    raise invalid(
+                        f"messages.{index + 1}: Did not find {len(pending)} tool_result "
+                        "block(s) at the beginning of this message. Messages following "
+                        "tool_use blocks must begin with a matching number of tool_result blocks."
+                    )
         else:
+            before = turns[index - 1] if index else ("user", [])
+            calls = {str(b.get("id")) for b in before[1] if b["type"] == "tool_use"}
             for b_index, block in enumerate(blocks):
                 if block["type"] == "tool_result":
-                    if str(block.get("tool_use_id")) not in seen_tool_uses:
+                    if before[0] != "assistant" or str(block.get("tool_use_id")) not in calls:
                         raise invalid(
                             f"{where}.content.{b_index}: unexpected tool_use_id "
-                            f"{block.get('tool_use_id')!r} in tool_result block"
+                            f"{block.get('tool_use_id')!r} in tool_result block: each tool_result "
+                            "block must have a corresponding tool_use block in the previous message"
                         )
                 elif block["type"] in ("thinking", "redacted_thinking", "tool_use"):
                     raise invalid(

@@ -274,3 +274,110 @@ def test_prompt_cache_one_hour_ttl_and_minimum_size() -> None:
     assert small.cache_write_5m == small.cache_read == 0
     no_marker = protocol.PromptCache(min_tokens=0).account(body())
     assert no_marker.input_tokens == protocol.count_input_tokens(body())
+
+
+def _tool_id(turn: dict[str, Any]) -> str:
+    return str(next(b["id"] for b in turn["content"] if b["type"] == "tool_use"))
+
+
+def _result(turn: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "tool_result", "tool_use_id": _tool_id(turn), "content": "ok"}
+
+
+def test_a_tool_result_answers_only_the_turn_just_before_it() -> None:
+    # The API: "Each `tool_result` block must have a corresponding `tool_use` block in the
+    # previous message" -- a result for an older call (resent, or kept by mistake) is a 400.
+    first, second = tool_turn(), tool_turn()
+    prompt = body()["messages"]
+    request = body(
+        messages=[
+            *prompt,
+            first,
+            {"role": "user", "content": [_result(first)]},
+            second,
+            {"role": "user", "content": [_result(second), _result(first)]},
+        ]
+    )
+    assert "unexpected tool_use_id" in rejection(request)
+    after_a_user_turn = body(
+        messages=[
+            *prompt,
+            first,
+            {"role": "user", "content": [_result(first)]},
+            {"role": "user", "content": [_result(first)]},
+        ]
+    )
+    assert "unexpected tool_use_id" in rejection(after_a_user_turn)
+
+
+def test_tool_results_come_first_in_the_turn_after_the_calls() -> None:
+    # The API: "Did not find 1 tool_result block(s) at the beginning of this message".
+    turn = tool_turn()
+    note = {"type": "text", "text": "Here is what the tool said:"}
+    request = body(
+        messages=[*body()["messages"], turn, {"role": "user", "content": [note, _result(turn)]}]
+    )
+    assert "at the beginning of this message" in rejection(request)
+    after = body(
+        messages=[*body()["messages"], turn, {"role": "user", "content": [_result(turn), note]}]
+    )
+    protocol.validate(after, KEY)
+
+
+def _answered(assistant: Any, then: Any = "and now?") -> dict[str, Any]:
+    return body(
+        messages=[
+            *body()["messages"],
+            {"role": "assistant", "content": assistant},
+            {"role": "user", "content": then},
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("request_", "needle"),
+    [
+        (body(messages=[{"role": "user", "content": ""}]), "user messages must have non-empty"),
+        (body(messages=[{"role": "user", "content": []}]), "user messages must have non-empty"),
+        (body(messages=[{"role": "user", "content": "\n"}]), "non-whitespace text"),
+        (
+            body(
+                messages=[
+                    {
+                        "role": "user",
+                        "content": [{"type": "text", "text": ""}, {"type": "text", "text": "x"}],
+                    }
+                ]
+            ),
+            "text content blocks must be non-empty",
+        ),
+        (_answered([{"type": "text", "text": ""}]), "text content blocks must be non-empty"),
+        (_answered([{"type": "text", "text": " "}]), "non-whitespace text"),
+        (
+            body(system=[{"type": "text", "text": ""}]),
+            "system: text content blocks must be non-empty",
+        ),
+        (body(system="  "), "system: text content blocks must contain non-whitespace text"),
+    ],
+)
+def test_empty_text_is_refused_like_the_api_does(request_: dict[str, Any], needle: str) -> None:
+    # What the API answers 400 (it may itself return an empty text block beside a tool
+    # call, but refuses it when the turn comes back).
+    assert needle in rejection(request_)
+
+
+def test_empty_text_the_api_accepts_passes() -> None:
+    protocol.validate(_answered([]), KEY)  # an empty assistant turn (an empty answer)
+    protocol.validate(_answered(""), KEY)
+    protocol.validate(
+        _answered([{"type": "text", "text": " "}, {"type": "text", "text": "ok"}]), KEY
+    )
+    protocol.validate(body(system=""), KEY)
+    user = [{"type": "text", "text": "hi"}, {"type": "text", "text": " "}]
+    protocol.validate(body(messages=[{"role": "user", "content": user}]), KEY)
+    turn = tool_turn()
+    for content in ("", [], [{"type": "text", "text": ""}]):  # empty tool output is fine
+        result = {**_result(turn), "content": content}
+        protocol.validate(
+            body(messages=[*body()["messages"], turn, {"role": "user", "content": [result]}]), KEY
+        )
