@@ -3,7 +3,8 @@ usage back.
 
 Assistant turns go back exactly as they came (thinking blocks with their signatures,
 redacted_thinking blocks), because the current models reject a conversation whose
-earlier thinking was dropped or altered. rote never sends what the 5.5 models refuse:
+earlier thinking was dropped or altered; only an empty text block, which the API
+refuses, is left out. rote never sends what the 5.5 models refuse:
 `thinking: {"type": "disabled"}`, a forced `tool_choice`, sampling parameters
 (temperature, top_p, top_k) or assistant prefill. The contract has no field for the
 first three; prefill is refused here before any call is made. `effort` goes only to
@@ -58,6 +59,17 @@ def check_request(req: CompleteRequest) -> None:
         )
 
 
+def _sendable(message: dict[str, Any]) -> dict[str, Any]:
+    """`message` as the API takes it back. A model sometimes writes an empty text block
+    beside its tool calls, and the API refuses that same block coming back ("text
+    content blocks must be non-empty"): it is left out. Nothing else is touched."""
+    content = message["content"]
+    if message["role"] != "assistant" or not isinstance(content, list):
+        return message
+    kept = [block for block in content if block["type"] != "text" or block["text"].strip()]
+    return message if not kept or len(kept) == len(content) else message | {"content": kept}
+
+
 def api_params(
     req: CompleteRequest, model_id: str, *, accepts_effort: bool = True
 ) -> dict[str, Any]:
@@ -67,7 +79,7 @@ def api_params(
     params: dict[str, Any] = {
         "model": model_id,
         "max_tokens": req.max_tokens,
-        "messages": msgspec.to_builtins(req.messages),
+        "messages": [_sendable(message) for message in msgspec.to_builtins(req.messages)],
     }
     if req.system:
         params["system"] = req.system

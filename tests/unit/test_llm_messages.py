@@ -97,6 +97,26 @@ def test_assistant_turns_are_sent_verbatim() -> None:
     ]
 
 
+def test_an_empty_text_block_beside_tool_calls_is_left_out_of_the_turn_sent_back() -> None:
+    """The model wrote it; the API refuses it coming back ("text content blocks must be
+    non-empty"), which would end every run whose model did so."""
+    calls = ToolUseBlock(id="toolu_1", name="browser_navigate", input={"url": "http://x"})
+    thinking = ThinkingBlock(thinking="", signature="sig-1")
+    req = _request(
+        messages=[
+            Message(role="user", content="go"),
+            Message(role="assistant", content=[thinking, TextBlock(text=""), calls]),
+            Message(role="user", content=[ToolResultBlock(tool_use_id="toolu_1", content="ok")]),
+            Message(role="assistant", content=[TextBlock(text=" \n"), calls]),
+            Message(role="user", content=[ToolResultBlock(tool_use_id="toolu_1", content="ok")]),
+        ]
+    )
+    sent = api_params(req, "claude-sonnet-5-5")["messages"]
+    assert [block["type"] for block in sent[1]["content"]] == ["thinking", "tool_use"]
+    assert [block["type"] for block in sent[3]["content"]] == ["tool_use"]
+    assert sent[1]["content"][0] == {"type": "thinking", "thinking": "", "signature": "sig-1"}
+
+
 def test_prefill_is_refused_before_any_call() -> None:
     req = _request(
         messages=[Message(role="user", content="q"), Message(role="assistant", content="The ")]
