@@ -19,6 +19,8 @@ from tests.local_site import QuietHandler, serve
 pytestmark = [pytest.mark.anyio, pytest.mark.browser]
 
 PASSWORD = "Shop-Login-Pw-4417"
+# A browser encodes a form sent by GET unlike Python's quote_plus (`~` as %7E, `*` kept).
+GET_PASSWORD = "Get~Pw*4417 x"
 LOGIN = """<title>Sign in</title><form method="post" action="/session">
 <input name="user"><input name="password" type="password"><button>Sign in</button></form>"""
 POSTED: list[dict[str, str]] = []
@@ -32,6 +34,12 @@ class _Handler(QuietHandler):
             host = self.path.removeprefix("/framed/")
             port = self.server.server_address[1]
             self.send_html(f'<title>Shop</title><iframe src="http://{host}:{port}/login"></iframe>')
+            return
+        if self.path == "/get-login":  # a form sent by GET: the password ends up in the URL
+            self.send_html(LOGIN.replace('method="post" action="/session"', 'action="/account"'))
+            return
+        if self.path.startswith("/account?"):
+            self.send_html("<title>Account</title><p>Welcome</p>")
             return
         self.send_html(LOGIN)
 
@@ -59,7 +67,8 @@ async def tools(
 ) -> AsyncIterator[Tools]:
     monkeypatch.setenv("ROTE_SECRET_SHOP", PASSWORD)
     monkeypatch.setenv("ROTE_SECRET_UNSET", "")
-    env = {"ROTE_TOOLS_SECRETS": f"shop={shop},unset={shop}"}
+    monkeypatch.setenv("ROTE_SECRET_BYGET", GET_PASSWORD)
+    env = {"ROTE_TOOLS_SECRETS": f"shop={shop},unset={shop},byget={shop}"}
     settings = settings.with_(tools_secrets=Settings.from_env(env).tools_secrets)
     async with running(bus, settings, tmp_path) as service:
         yield service
@@ -93,6 +102,20 @@ async def test_a_page_showing_the_secret_back_shows_it_masked(tools: Tools, shop
     assert (await tools.call("browser_fill_form", form, run_id="run-echo")).ok
     page = await tools.call("browser_read_page", run_id="run-echo")
     assert f"Signed in with {MASK}" in page.output and PASSWORD not in page.output
+
+
+async def test_a_secret_a_get_form_puts_in_the_url_is_masked_there(tools: Tools, shop: str) -> None:
+    run_id = "run-get"
+    await tools.call("browser_navigate", {"url": f"{shop}/get-login"}, run_id=run_id)
+    form = {"fields": {"user": "ada", "password": "{{secret:byget}}"}}
+    signed_in = await tools.call("browser_fill_form", form, run_id=run_id)
+    assert signed_in.ok, signed_in.error
+    masked = f"{shop}/account?user=ada&password={MASK}"
+    assert signed_in.output["url"] == masked and signed_in.metadata.url == masked
+
+    events = await _tool_events(tools.bus, run_id, 4)
+    stored = b"".join(msgspec.json.encode(e) for _, e in events)
+    assert b"Get%7EPw*4417+x" not in stored and b"[redacted]" in stored
 
 
 async def test_a_placeholder_within_other_text_is_typed_as_written(tools: Tools, shop: str) -> None:

@@ -49,6 +49,17 @@ def test_a_secret_a_get_form_put_in_the_address_is_masked_there(query: bool) -> 
         assert redact(url, query=query) == f"https://shop.test/login?user=al&pw={MASK}"
 
 
+def test_a_secret_a_get_form_put_in_the_address_is_masked_as_browsers_encode_it() -> None:
+    """A browser encodes a form unlike Python's quote_plus: `~` as %7E, `*` left as it
+    is (checked with Chromium), so the address such a password comes back in is none
+    of the other forms."""
+    secret = "x~Pw*2024 ok"
+    vault = Vault.of([("shop", "https://shop.test")], env={"ROTE_SECRET_SHOP": secret})
+    assert vault.fill("{{secret:shop}}", "https://shop.test/login") == secret
+    url = "https://shop.test/login?user=al&pw=x%7EPw*2024+ok"
+    assert redact(url) == f"https://shop.test/login?user=al&pw={MASK}"
+
+
 def test_a_field_getting_a_secret_is_checked_against_every_origin_of_it() -> None:
     pairs = [("shop", "https://shop.test"), ("shop", "https://login.shop.test")]
     vault = Vault.of(pairs, env={})
