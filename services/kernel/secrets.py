@@ -209,7 +209,8 @@ def quoted_forms(value: str) -> set[str]:
     header shows the key as `b'Bearer abc\\r'`, where the raw value does not occur. And
     as a URL carries it: a form sent by GET puts a password in the page's address
     percent-encoded ("Tr0ub4dor%263+horse"), as a browser encodes a form: unlike
-    quote_plus, `~` as %7E and `*` as it is."""
+    quote_plus, `~` as %7E and `*` as it is; or as a page script does
+    (encodeURIComponent)."""
     forms = {value, value.strip(), repr(value)[1:-1]}
     forms.add(value.encode("unicode_escape").decode("ascii"))
     forms.add(repr(value.encode("utf-8", "backslashreplace"))[2:-1])
@@ -217,6 +218,7 @@ def quoted_forms(value: str) -> set[str]:
     forms.add(json.dumps(value, ensure_ascii=False)[1:-1])
     forms |= {quote(value, safe=""), quote(value), quote_plus(value)}
     forms.add(quote_plus(value, safe="*").replace("~", "%7E"))
+    forms.add(quote(value, safe="!'()*"))  # a page script's encodeURIComponent
     return {form for form in forms if form}
 
 

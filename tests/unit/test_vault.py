@@ -60,6 +60,16 @@ def test_a_secret_a_get_form_put_in_the_address_is_masked_as_browsers_encode_it(
     assert redact(url) == f"https://shop.test/login?user=al&pw={MASK}"
 
 
+def test_a_secret_a_page_script_put_in_the_address_is_masked_there() -> None:
+    """A script building the address with encodeURIComponent leaves !'()* as they are
+    and writes a space as %20: a form of its own."""
+    secret = "(Pw)!'s ok"
+    vault = Vault.of([("shop", "https://shop.test")], env={"ROTE_SECRET_SHOP": secret})
+    assert vault.fill("{{secret:shop}}", "https://shop.test/login") == secret
+    url = "https://shop.test/login?user=al&pw=(Pw)!'s%20ok"
+    assert redact(url) == f"https://shop.test/login?user=al&pw={MASK}"
+
+
 def test_a_field_getting_a_secret_is_checked_against_every_origin_of_it() -> None:
     pairs = [("shop", "https://shop.test"), ("shop", "https://login.shop.test")]
     vault = Vault.of(pairs, env={})
