@@ -288,7 +288,8 @@ async def connect(
     bus: Bus | None = None
 
     async def on_error(exc: Exception) -> None:
-        error = redact(str(exc))
+        # Some say nothing (a peer that is not NATS hangs up): their kind is the news.
+        error = redact(str(exc)) or type(exc).__name__
         if on_attempt_failed is not None:
             on_attempt_failed(error)
             return

@@ -5,10 +5,13 @@ and an exit code, never a traceback or a password on screen."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -69,6 +72,39 @@ def test_status_gives_up_on_an_unreachable_nats_and_hides_its_password(tmp_path:
         and "Connect call failed" in done.stderr
     )
     assert PASSWORD not in done.stdout + done.stderr
+
+
+def test_status_against_a_peer_that_is_not_nats_says_what_went_wrong(tmp_path: Path) -> None:
+    """A port that takes the connection and never says a word (some other service):
+    the timeout has no text of its own, and "(last error: )" would say nothing."""
+    held: list[socket.socket] = []
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        stop = threading.Event()
+
+        def say_nothing() -> None:
+            server.settimeout(0.2)
+            while not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    held.append(server.accept()[0])
+
+        thread = threading.Thread(target=say_nothing, daemon=True)
+        thread.start()
+        try:
+            done = subprocess.run(
+                _rote("status", "--nats-url", f"nats://127.0.0.1:{port}"),
+                env=_env(tmp_path),
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+        finally:
+            stop.set()
+            thread.join()
+            for conn in held:
+                conn.close()
+    assert done.returncode == 1
+    assert "(last error: " in done.stderr and "(last error: )" not in done.stderr, done.stderr
 
 
 async def _send_malformed(url: str, subject: str) -> None:
