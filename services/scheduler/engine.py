@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import anyio
 import msgspec
 import structlog
+from anyio.abc import TaskGroup
 
 from contracts.runs import ListRuns, RunEvent, RunList, RunOrigin
 from contracts.tasks import (
@@ -128,6 +129,10 @@ class Scheduler:
         # at once for two tasks under one run_id must not both pass the check.
         self._run_lock = anyio.Lock()
         self._wake = anyio.Event()
+        # Condition tasks whose check is out (or waiting for a slot): one per task at a
+        # time, and at most config.max_condition_checks out at once, across rounds.
+        self._checking: set[str] = set()
+        self._check_slots = anyio.CapacityLimiter(self.config.max_condition_checks)
 
     def wake(self) -> None:
         """Tick soon (a slot was freed, a run was asked for)."""
@@ -513,6 +518,7 @@ class Scheduler:
             trigger = task.spec.trigger
             if (
                 not isinstance(trigger, ConditionTrigger)
+                or task.task_id in self._checking
                 or task.status != "active"
                 or task.in_flight is not None
                 or task.pending is not None
@@ -529,29 +535,46 @@ class Scheduler:
         return due
 
     async def check_conditions(self) -> dict[str, bool]:
-        """Evaluate every condition whose check is due (concurrently, bounded); a true
+        """Evaluate every condition whose check is due, and wait for them all; a true
         one is queued for dispatch. Returns task_id -> whether it held."""
+        results: dict[str, bool] = {}
+        async with anyio.create_task_group() as tg:
+            await self.start_condition_checks(tg, results)
+        return results
+
+    async def start_condition_checks(
+        self, task_group: TaskGroup, results: dict[str, bool] | None = None
+    ) -> None:
+        """Start, in `task_group`, the check of every condition that is due and not
+        already out (concurrently, bounded), without waiting for them: a check that
+        hangs (up to the tool's timeout) holds back its own task only. A true one is
+        queued for dispatch; `results` gets task_id -> whether it held."""
         if self.check_condition is None:
-            return {}
+            return
         await _in_thread(self.app.catalog.catch_up)
         now = self.clock.now()
-        results: dict[str, bool] = {}
-        limiter = anyio.CapacityLimiter(self.config.max_condition_checks)
 
         async def one(task: Task, trigger: ConditionTrigger) -> None:
-            async with limiter:
-                results[task.task_id] = await self._check(task, trigger, now)
+            try:
+                async with self._check_slots:
+                    held = await self._check(task, trigger, now)
+            except Exception:  # one task's check must not stop the others'
+                log.exception("condition_check_crashed", task_id=task.task_id)
+                return
+            finally:
+                self._checking.discard(task.task_id)
+            if results is not None:
+                results[task.task_id] = held
+            if held:
+                self.wake()
 
         broken: list[tuple[str, str]] = []
         due = self._checks_due(now, broken)
+        self._checking.update(task.task_id for task, _ in due)
+        for task, trigger in due:
+            task_group.start_soon(one, task, trigger)
         for task_id, error in broken:
             await self._pause_broken(task_id, error, now)
-        async with anyio.create_task_group() as tg:
-            for task, trigger in due:
-                tg.start_soon(one, task, trigger)
-        if any(results.values()):
-            self.wake()
-        return results
 
     async def _check(self, task: Task, trigger: ConditionTrigger, now: datetime) -> bool:
         assert self.check_condition is not None
@@ -614,9 +637,12 @@ class Scheduler:
                 await self._wake.wait()
 
     async def run_condition_checks(self) -> None:
-        while True:
-            try:
-                await self.check_conditions()
-            except Exception:
-                log.exception("condition_checks_failed")
-            await anyio.sleep(self.config.tick_s)
+        # Each round starts the checks that are due and goes on: a check still out at
+        # the next round is not waited for, nor started again.
+        async with anyio.create_task_group() as tg:
+            while True:
+                try:
+                    await self.start_condition_checks(tg)
+                except Exception:
+                    log.exception("condition_checks_failed")
+                await anyio.sleep(self.config.tick_s)

@@ -161,6 +161,79 @@ def _condition(every_s: float, cooldown_s: float) -> ConditionTrigger:
     )
 
 
+async def _until(done: Any, timeout_s: float = 5.0) -> None:
+    """Wait (real time) for the service loop to get somewhere."""
+    with anyio.fail_after(timeout_s):
+        while not done():
+            await anyio.sleep(0.01)
+
+
+async def test_a_hanging_condition_check_holds_back_only_its_own_task(
+    app: Tasks, clock: ManualClock
+) -> None:
+    # A check that hangs (a page that never answers, up to the tool's 30 s timeout)
+    # must not hold back the other conditions' checks, nor be made again while it is out.
+    hang = anyio.Event()
+    calls = {"slow": 0, "fast": 0}
+    page = {"text": "Sold out"}
+
+    async def check(task_id: str, trigger: Any) -> Any:
+        calls[task_id] += 1
+        if task_id == "slow":
+            await hang.wait()
+        return dict(page)
+
+    engine = Scheduler(app, clock, SchedulerConfig(tick_s=0.01), check_condition=check)
+    await engine.create(spec("slow", trigger=_condition(every_s=10, cooldown_s=0)))
+    await engine.create(spec("fast", trigger=_condition(every_s=10, cooldown_s=0)))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(engine.run_condition_checks)
+        await _until(lambda: calls == {"slow": 1, "fast": 1})
+        for n in (2, 3, 4):
+            clock.advance(10)
+            await _until(lambda n=n: calls["fast"] == n)
+        page["text"] = "In stock"
+        clock.advance(10)
+        await _until(lambda: calls["fast"] == 5)
+        with anyio.fail_after(5):
+            while not (report := await engine.tick()).dispatched:
+                await anyio.sleep(0.01)
+        assert [task for task, _ in report.dispatched] == ["fast"]
+        assert calls["slow"] == 1  # due four times over, but its check is still out
+        page["text"] = "Sold out"
+        hang.set()  # back at last: checked again on its own schedule
+        clock.advance(10)
+        await _until(lambda: calls["slow"] == 2)
+        tg.cancel_scope.cancel()
+
+
+async def test_condition_checks_out_at_once_stay_within_the_bound(
+    app: Tasks, clock: ManualClock
+) -> None:
+    release = anyio.Event()
+    calls: list[str] = []
+
+    async def check(task_id: str, trigger: Any) -> Any:
+        calls.append(task_id)
+        await release.wait()
+        return {"text": "Sold out"}
+
+    config = SchedulerConfig(tick_s=0.01, max_condition_checks=2)
+    engine = Scheduler(app, clock, config, check_condition=check)
+    for name in ("a", "b", "c"):
+        await engine.create(spec(name, trigger=_condition(every_s=10, cooldown_s=0)))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(engine.run_condition_checks)
+        await _until(lambda: len(calls) == 2)
+        for _ in range(3):  # rounds go on while both are out; the third waits its turn
+            clock.advance(10)
+            await anyio.sleep(0.05)
+        assert len(calls) == 2
+        release.set()
+        await _until(lambda: set(calls) == {"a", "b", "c"})
+        tg.cancel_scope.cancel()
+
+
 async def test_a_failing_condition_check_is_not_true(app: Tasks, clock: ManualClock) -> None:
     async def broken(task_id: str, trigger: Any) -> Any:
         raise RuntimeError("tools service unavailable")
