@@ -36,10 +36,11 @@ def quality_prompt(task_prompt: str, earlier: str, answer: str) -> str:
 
 # Markup small models dress a verdict in: "**PASS**", "## FAIL", "`PASS`".
 _MARKUP = r"[\s*_`#>\"']*"
-# The verdict word first, after an optional "Verdict:" label: "PASS: …", "PASSED - …",
-# "**Verdict:** FAIL …", "Pass." Then the reason, past the punctuation that leads to it.
+# The verdict word first, after an optional "Verdict" label ("**Verdict:**", a "## Verdict"
+# heading, "Verdict -"): "PASS: …", "PASSED - …", "Pass." Then the reason, past the
+# punctuation that leads to it.
 _VERDICT = re.compile(
-    rf"^{_MARKUP}(?:verdict{_MARKUP}:{_MARKUP})?(PASS|FAIL)(?:ED)?\b"
+    rf"^{_MARKUP}(?:verdict{_MARKUP}[:\-\u2013\u2014]?{_MARKUP})?(PASS|FAIL)(?:ED)?\b"
     r"[\s*_`\"'.!]*[:\-\u2013\u2014]?\s*(.*)$",
     re.I | re.S,
 )
@@ -47,15 +48,18 @@ _VERDICT = re.compile(
 _SHOUTED = re.compile(r"\b(PASS|FAIL)(?:ED)?\b")
 
 
-def parse_verdict(text: str) -> Verdict:
+def parse_verdict(text: str, *, content: str = "") -> Verdict:
     """PASS/FAIL first; anything else cannot vouch for the answer, so it fails. So does
-    a reply that goes on to give the other verdict: it vouches for nothing either."""
+    a reply that goes on to give the other verdict: it vouches for nothing either.
+    `content`: the answers compared; a verdict word they hold themselves (an ops check
+    reports "db: FAIL") is the content the reason describes, not a second verdict."""
     said = text.strip()
     found = _VERDICT.match(said)
     if found is None:
         return Verdict(False, f"unreadable verdict: {said[:120]!r}")
     word = found.group(1).upper()
     reason = found.group(2).strip()
-    if any(other.group(1) != word for other in _SHOUTED.finditer(reason)):
+    quoted = {match.group(1) for match in _SHOUTED.finditer(content)}
+    if any(other.group(1) not in (word, *quoted) for other in _SHOUTED.finditer(reason)):
         return Verdict(False, f"contradictory verdict: {said[:120]!r}")
     return Verdict(word == "PASS", reason or word.lower())

@@ -314,7 +314,7 @@ class Replayer:
         original one in form fails the replay (services/runner/quality.py)."""
         prompt = quality.quality_prompt(self.spec.prompt, step.example, answer)
         said = await self._small_model(step.index, prompt, purpose="quality_check")
-        verdict = quality.parse_verdict(said)
+        verdict = quality.parse_verdict(said, content=f"{step.example}\n{answer}")
         if not verdict.ok:
             raise StepFailed(step.index, f"quality check: {verdict.reason}")
 
