@@ -468,8 +468,11 @@ def decide_trace(
 def _task_changed(version: VersionState, executor: Executor) -> bool:
     """Whether `executor` was compiled for a different task spec than `version` was
     (unknown fingerprints, from executors compiled before they existed, never differ)."""
-    old = version.executor.get("task_fingerprint")
-    return None not in (old, executor.task_fingerprint) and old != executor.task_fingerprint
+    return _fingerprints_differ(version.executor.get("task_fingerprint"), executor.task_fingerprint)
+
+
+def _fingerprints_differ(old: object, new: object) -> bool:
+    return None not in (old, new) and old != new
 
 
 def decide_replay(
@@ -589,8 +592,9 @@ def decide_pin(
     """Pin `version` (None: unpin). Pinning vouches for the version: its idle time
     counts from the pin (last_activity), so a stale or superseded version may be
     pinned back into service, and pinning the pinned one again when it has gone stale
-    renews the pin. It cannot vouch for an executor the runner cannot read: that one
-    is refused, or the pin would be superseded again at the next lookup."""
+    renews the pin. It cannot vouch for an executor the runner cannot read, nor for one
+    compiled for the task before an edit (the runner never replays it): those are
+    refused, or the pin would only be dropped again (at the next lookup or full run)."""
     if not health.versions:
         raise HealthError("not_found", f"task {health.task_id} has no executor")
     if version is None:
@@ -614,6 +618,18 @@ def decide_pin(
             f"v{version} cannot be pinned: its stored executor cannot be decoded ({exc});"
             " a new run compiles a replacement",
         ) from None
+    latest = health.versions[-1]
+    if _fingerprints_differ(
+        state.executor.get("task_fingerprint"), latest.executor.get("task_fingerprint")
+    ):
+        # The runner never replays it for the task as it is now (the newest version's):
+        # the pin would only put aside the current version until a full run unpins it.
+        raise HealthError(
+            "conflict",
+            f"v{version} was compiled for the task before it was edited (its prompt, tools"
+            f" or small model changed; v{latest.version} is compiled for it as it is now):"
+            " runs would not replay it",
+        )
     if health.pinned == version and state.status == "active":
         if stale_reason(health, at, rules) is None:
             return []

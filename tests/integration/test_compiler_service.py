@@ -369,6 +369,27 @@ async def test_operators_invalidate_and_pin(settings: Settings, bus: Bus) -> Non
         assert caught.value.code == "not_found"
 
 
+async def test_a_version_compiled_before_the_task_was_edited_cannot_be_pinned(
+    settings: Settings, bus: Bus
+) -> None:
+    """The runner never replays it for the edited task: the pin is refused, not taken
+    and then dropped by the next full run."""
+    async with compiler(settings, bus):
+        await publish_trace(bus, trace("news_top3", "news", "run-1"))
+        await health_when(bus, "news", lambda h: h.version == 1)
+        edited = trace("news_top3_probe", "news", "run-2")
+        edited.task = msgspec.structs.replace(edited.task, prompt=edited.task.prompt + " Briefly.")
+        await publish_trace(bus, edited)
+        await health_when(bus, "news", lambda h: h.version == 2)
+
+        with pytest.raises(RemoteError) as caught:
+            await call(bus, s.EXECUTORS_PIN, {"task_id": "news", "version": 1}, ExecutorHealth)
+        assert caught.value.code == "conflict" and caught.value.status == 409
+        assert "v1 was compiled for the task before it was edited" in caught.value.message
+        got = await health(bus, "news")
+        assert (got.version, got.pinned_version, got.status) == (2, None, "active")
+
+
 async def test_pin_and_invalidate_replies_agree_with_get(settings: Settings, bus: Bus) -> None:
     """The replies apply the lookup-time rules, as get does: they never call active a
     version the next lookup supersedes."""

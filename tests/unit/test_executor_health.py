@@ -326,6 +326,33 @@ def test_pinning_brings_back_a_superseded_version_but_not_an_invalidated_one() -
     assert caught.value.code == "not_found"
 
 
+def test_a_version_compiled_for_the_task_before_an_edit_cannot_be_pinned() -> None:
+    # The runner never replays it (its task fingerprint is not the task's): pinned, it
+    # would push the current version aside for a version no run replays.
+    state = h.new("t")
+    compiled(state, "r1")
+    edited = msgspec.structs.replace(executor(), task_fingerprint="edited")
+    run(state, h.decide_trace(state, edited, None, "r2", T0))
+    with pytest.raises(h.HealthError) as caught:
+        h.decide_pin(state, version=1, by="ops", at=T0)
+    assert caught.value.code == "conflict"
+    assert "v1 was compiled for the task before it was edited" in caught.value.message
+    assert state.pinned is None  # nothing recorded
+    run(state, h.decide_pin(state, version=2, by="ops", at=T0))  # the task as it is
+    assert state.pinned == 2
+    # A version from before fingerprints (None) can be pinned: nothing says it differs.
+    state = h.new("t")
+    run(
+        state,
+        h.decide_trace(
+            state, msgspec.structs.replace(executor(), task_fingerprint=None), None, "r1", T0
+        ),
+    )
+    run(state, h.decide_trace(state, edited, None, "r2", T0))
+    run(state, h.decide_pin(state, version=1, by="ops", at=T0))
+    assert state.pinned == 1
+
+
 def test_a_version_whose_executor_does_not_decode_cannot_be_pinned() -> None:
     # Pinned, it would be superseded again (and unpinned) at the next lookup.
     state = h.new("t")
