@@ -21,6 +21,7 @@ from services.kernel.codec import encode
 from services.kernel.endpoints import Endpoint, start_service, stop_service
 from services.kernel.errors import ServiceError
 from services.kernel.logs import get_logger
+from services.kernel.replies import KeyReused, Replies
 from services.kernel.runtime import ServiceContext
 from services.kernel.secrets import redact, register_credentials
 from services.llm.calls import CallFailed, ModelCaller, make_client
@@ -33,7 +34,6 @@ from services.llm.messages import (
     usage_from_api,
 )
 from services.llm.pricing import PriceTable, PriceTableError, load_price_table
-from services.llm.replies import KeyReused, Replies
 
 log = get_logger("rote.llm")
 

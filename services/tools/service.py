@@ -3,6 +3,7 @@ started/finished events on JetStream), and closing a run's browser context."""
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Callable
 from functools import partial
@@ -28,9 +29,11 @@ from contracts.tools import (
 )
 from services import __version__
 from services.kernel.bus import Bus
+from services.kernel.codec import encode
 from services.kernel.endpoints import Endpoint, start_service, stop_service
 from services.kernel.errors import ServiceError
 from services.kernel.logs import get_logger
+from services.kernel.replies import KeyReused, Replies
 from services.kernel.runtime import ServiceContext
 from services.kernel.secrets import (
     MASK,
@@ -211,6 +214,14 @@ async def serve(
         events = ToolEvents(ctx.bus, config)
         # This process's name on the bus: a run's later calls come straight here.
         instance = uuid.uuid4().hex[:12]
+        # A call sent again under its call_id (a re-sent `nats req`) gets the first one's
+        # result: its action does not run twice, and its events (de-duplicated by
+        # call_id) would not show a second run anyway. Refusals are not kept: nothing
+        # ran, and asking again decides afresh. The record is this process's: a run's
+        # calls come here once it is pinned (served_by).
+        replies: Replies[ToolResult] = Replies(
+            weigh=lambda outcome: len(encode(outcome)), remember=()
+        )
 
         async def list_tools(req: ListTools) -> ToolList:
             return ToolList(tools=definitions(req.names))
@@ -222,7 +233,20 @@ async def serve(
                 run_id=call.run_id, task_id=call.task_id, tool=call.tool, call_id=call_id
             )
             try:
-                return await run_call(call, call_id)
+                if call.call_id is None:
+                    return await run_call(call, call_id)
+                return await replies.once(
+                    (call.run_id, call_id),
+                    hashlib.blake2b(encode(call), digest_size=16).digest(),
+                    lambda: run_call(call, call_id),
+                    on_repeat=lambda: log.info("tool_call_repeated"),
+                )
+            except KeyReused:
+                raise ServiceError(
+                    "invalid_request",
+                    f"call_id {call_id!r} was already used for a different call",
+                    field="call_id",
+                ) from None
             finally:
                 structlog.contextvars.reset_contextvars(**tokens)
 

@@ -826,6 +826,30 @@ async def test_a_retried_step_is_not_deduplicated(tools: Tools, site: str) -> No
     ]
 
 
+async def test_a_call_sent_again_under_its_call_id_runs_once(tools: Tools) -> None:
+    # The same request again (a `nats req` re-sent when its reply was lost): it gets the
+    # first one's result and does not act a second time (here: write over a file that
+    # changed since), which its de-duplicated events could not show anyway.
+    run_id = "run-resent"
+    write = {"path": "once.txt", "content": "first"}
+    first = await tools.call("file_write", write, run_id=run_id, call_id="a1-b0")
+    assert first.ok
+    (tools.root / "once.txt").write_text("changed since")
+    again = await tools.call("file_write", write, run_id=run_id, call_id="a1-b0")
+    assert again == first
+    assert (tools.root / "once.txt").read_text() == "changed since"
+    assert len(await _tool_events(tools.bus, run_id, 2)) == 2
+    # Another call under a call_id already used is refused, not answered with the first.
+    other = {"path": "once.txt", "content": "other"}
+    err = await tools.refused("file_write", other, run_id=run_id, call_id="a1-b0")
+    assert (err.code, err.info.field) == ("invalid_request", "call_id")
+    assert (tools.root / "once.txt").read_text() == "changed since"
+    # A refusal is not kept: nothing ran, and asked again the call is decided afresh.
+    await tools.refused("file_write", write, run_id=run_id, call_id="a1-b1", allowed=[])
+    allowed = await tools.call("file_write", write, run_id=run_id, call_id="a1-b1")
+    assert allowed.ok and (tools.root / "once.txt").read_text() == "first"
+
+
 async def test_a_call_whose_events_cannot_be_recorded(
     tools: Tools, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,7 +1,7 @@
-"""Each call once: the answer to a model call, kept for a while by its caller's key so
-that the same request sent again (its reply was lost to a NATS reconnect) gets that
-answer instead of a second, billed model call. A repeat of a call still in flight
-waits for it.
+"""Each call once: the answer to a call, kept for a while by its caller's key so that
+the same request sent again (its reply was lost to a NATS reconnect, a `nats req` sent
+twice) gets that answer instead of a second run: a second, billed model call (llm) or
+an action done twice (tools). A repeat of a call still in flight waits for it.
 
 Bounded: finished calls are kept `keep_s`, and the oldest are dropped first beyond
 `max_entries` or `max_bytes`. Calls in flight are never dropped; the service's

@@ -1,4 +1,4 @@
-"""The llm service's record of answered calls: a repeat of a call (same key) gets the
+"""The record of answered calls (llm, tools): a repeat of a call (same key) gets the
 first one's answer, waits for it while it runs, and the record stays bounded."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from services.llm.replies import KeyReused, Replies
+from services.kernel.replies import KeyReused, Replies
 
 pytestmark = pytest.mark.anyio
 
