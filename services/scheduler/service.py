@@ -137,10 +137,12 @@ def condition_checker(bus: Bus) -> Any:
             timeout_s=CONDITION_TIMEOUT_S,
             source="condition",
         )
+        served_by: str | None = None
         try:
             result = await bus.request(
                 s.TOOLS_EXEC, call, ToolResult, timeout=CONDITION_TIMEOUT_S + 5
             )
+            served_by = result.served_by
         except RemoteError as exc:
             # The code says whether the check itself is wrong (the engine pauses the
             # task) or the service could not make it this time (checked again later).
@@ -148,10 +150,13 @@ def condition_checker(bus: Bus) -> Any:
         finally:
             if trigger.tool.startswith("browser_"):
                 with anyio.CancelScope(shield=True):
+                    # To the process holding the session: the shared subject reaches
+                    # any of several, which would leave it to the idle reaper.
+                    subject = (
+                        s.tools_close_session_on(served_by) if served_by else s.TOOLS_CLOSE_SESSION
+                    )
                     try:
-                        await bus.request(
-                            s.TOOLS_CLOSE_SESSION, CloseSession(run_id=check_id), SessionClosed
-                        )
+                        await bus.request(subject, CloseSession(run_id=check_id), SessionClosed)
                     except Exception as exc:  # the idle timeout closes it anyway
                         log.debug("condition_session_close_failed", error=str(exc))
         if not result.ok:

@@ -9,21 +9,24 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import anyio
+import msgspec
 import pytest
 
 from contracts import subjects as s
 from contracts.executors import ExecutorEvent
 from contracts.runs import RunEvent
-from contracts.tasks import TaskEvent, TaskView
-from contracts.tools import ToolEvent
+from contracts.tasks import ConditionTrigger, Contains, TaskEvent, TaskView
+from contracts.tools import SessionClosed, ToolEvent, ToolResult
 from services.kernel.bus import Bus
 from services.kernel.codec import encode
 from services.kernel.runtime import ServiceContext
 from services.kernel.settings import Settings
 from services.kernel.streams import ensure_streams
 from services.scheduler.engine import SchedulerConfig
+from services.scheduler.service import condition_checker
 from services.scheduler.service import serve as serve_scheduler
 from services.tools.service import serve as serve_tools
 from tests.e2e.helpers import stored
@@ -211,3 +214,40 @@ async def test_a_check_that_cannot_reach_the_tools_service_keeps_the_task_active
     # Away now is not wrong for good: it is checked again, as before.
     assert (view.status, view.status_reason) == ("active", None)
     assert view.next_due_at is not None
+
+
+async def test_a_browser_checks_session_is_closed_on_the_process_that_holds_it(
+    bus: Bus,
+) -> None:
+    """With several tools processes, a close sent to the shared subject reaches any of
+    them, mostly one without the session: the context would stay open until the idle
+    reaper, one more per check. The close goes to the process that served the check."""
+    closes: list[str] = []
+
+    async def exec_handler(msg: Any) -> None:
+        await msg.respond(
+            encode(ToolResult(ok=True, output="in stock", duration_ms=1, served_by="p2"))
+        )
+
+    async def close_handler(msg: Any) -> None:
+        closes.append(msg.subject)
+        run_id = msgspec.json.decode(msg.data)["run_id"]
+        await msg.respond(encode(SessionClosed(run_id=run_id, closed=True)))
+
+    subs = [
+        await bus.nc.subscribe(s.TOOLS_EXEC, cb=exec_handler),
+        await bus.nc.subscribe(s.TOOLS_CLOSE_SESSION, cb=close_handler),
+        await bus.nc.subscribe(s.tools_close_session_on("p2"), cb=close_handler),
+    ]
+    try:
+        trigger = ConditionTrigger(
+            tool="browser_read_page",
+            input={},
+            predicate=Contains(text="in stock"),
+            every_s=60,
+        )
+        assert await condition_checker(bus)("t1", trigger) == "in stock"
+    finally:
+        for sub in subs:
+            await sub.unsubscribe()
+    assert closes == [s.tools_close_session_on("p2")]
