@@ -10,6 +10,7 @@ concurrency bounds them.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable
@@ -17,6 +18,10 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 import anyio
+import msgspec
+
+from services.kernel.codec import encode
+from services.kernel.errors import ServiceError
 
 T = TypeVar("T")
 
@@ -93,6 +98,30 @@ class Replies(Generic[T]):
                 raise earlier.error
             return earlier.reply  # type: ignore[return-value]
         return await self._first(key, _Call(fingerprint), call)
+
+    async def by_call_id(
+        self,
+        run_id: str | None,
+        call_id: str | None,
+        request: msgspec.Struct,
+        call: Callable[[], Awaitable[T]],
+        *,
+        on_repeat: Callable[[], None] | None = None,
+    ) -> T:
+        """`once` for an endpoint's request named by its run's `call_id` (None: no
+        record, it runs), told apart by its encoding; a call_id used before for another
+        request is an invalid request naming the field."""
+        if call_id is None:
+            return await call()
+        fingerprint = hashlib.blake2b(encode(request), digest_size=16).digest()
+        try:
+            return await self.once((run_id, call_id), fingerprint, call, on_repeat=on_repeat)
+        except KeyReused:
+            raise ServiceError(
+                "invalid_request",
+                f"call_id {call_id!r} was already used for a different request",
+                field="call_id",
+            ) from None
 
     async def _first(self, key: Hashable, entry: _Call[T], call: Callable[[], Awaitable[T]]) -> T:
         self._running[key] = entry

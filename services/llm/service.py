@@ -3,7 +3,6 @@ priced from the usage the API returned, with a usage event per call the API bill
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 import uuid
@@ -21,7 +20,7 @@ from services.kernel.codec import encode
 from services.kernel.endpoints import Endpoint, start_service, stop_service
 from services.kernel.errors import ServiceError
 from services.kernel.logs import get_logger
-from services.kernel.replies import KeyReused, Replies
+from services.kernel.replies import Replies
 from services.kernel.runtime import ServiceContext
 from services.kernel.secrets import redact, register_credentials
 from services.llm.calls import CallFailed, ModelCaller, make_client
@@ -71,21 +70,13 @@ class LlmService:
 
     async def complete(self, req: CompleteRequest) -> CompleteReply:
         with structlog.contextvars.bound_contextvars(run_id=req.run_id, task_id=req.task_id):
-            if req.call_id is None:
-                return await self._complete(req)
-            try:
-                return await self.replies.once(
-                    (req.run_id, req.call_id),
-                    hashlib.blake2b(encode(req), digest_size=16).digest(),
-                    lambda: self._complete(req),
-                    on_repeat=lambda: log.info("llm_call_repeated", call_id=req.call_id),
-                )
-            except KeyReused:
-                raise ServiceError(
-                    "invalid_request",
-                    f"call_id {req.call_id!r} was already used for a different request",
-                    field="call_id",
-                ) from None
+            return await self.replies.by_call_id(
+                req.run_id,
+                req.call_id,
+                req,
+                lambda: self._complete(req),
+                on_repeat=lambda: log.info("llm_call_repeated", call_id=req.call_id),
+            )
 
     async def _complete(self, req: CompleteRequest) -> CompleteReply:
         try:

@@ -3,7 +3,6 @@ started/finished events on JetStream), and closing a run's browser context."""
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 from collections.abc import Callable
 from functools import partial
@@ -33,7 +32,7 @@ from services.kernel.codec import encode
 from services.kernel.endpoints import Endpoint, start_service, stop_service
 from services.kernel.errors import ServiceError
 from services.kernel.logs import get_logger
-from services.kernel.replies import KeyReused, Replies
+from services.kernel.replies import Replies
 from services.kernel.runtime import ServiceContext
 from services.kernel.secrets import (
     MASK,
@@ -233,20 +232,13 @@ async def serve(
                 run_id=call.run_id, task_id=call.task_id, tool=call.tool, call_id=call_id
             )
             try:
-                if call.call_id is None:
-                    return await run_call(call, call_id)
-                return await replies.once(
-                    (call.run_id, call_id),
-                    hashlib.blake2b(encode(call), digest_size=16).digest(),
+                return await replies.by_call_id(
+                    call.run_id,
+                    call.call_id,
+                    call,
                     lambda: run_call(call, call_id),
                     on_repeat=lambda: log.info("tool_call_repeated"),
                 )
-            except KeyReused:
-                raise ServiceError(
-                    "invalid_request",
-                    f"call_id {call_id!r} was already used for a different call",
-                    field="call_id",
-                ) from None
             finally:
                 structlog.contextvars.reset_contextvars(**tokens)
 
