@@ -41,8 +41,11 @@ RESULT_MAX_TOKENS_CAP = 16_000
 
 def result_max_tokens(example: str) -> int:
     """max_tokens for a result step: a cut-off answer fails the replay, so an answer
-    longer than the original (more items today) must still fit."""
-    return min(RESULT_MAX_TOKENS_CAP, max(LLM_STEP_MAX_TOKENS, len(example)))  # ~4 chars/token
+    longer than the original (more items today) must still fit. Sized by the example's
+    UTF-8 bytes, not its characters: English runs ~4 bytes a token, but Chinese or
+    Japanese ~1 character (3 bytes) a token, which a character count left no room for."""
+    size = len(example.encode())
+    return min(RESULT_MAX_TOKENS_CAP, max(LLM_STEP_MAX_TOKENS, size))
 
 
 @dataclass

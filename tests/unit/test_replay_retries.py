@@ -13,7 +13,7 @@ from contracts.executors import ContainsText, LlmStep, ResultStep, ToolStep, Val
 from contracts.llm import CompleteReply, CompleteRequest
 from contracts.tools import ExecTool, ToolResult
 from services.runner.ports import PortError
-from services.runner.replay import Replayer, ReplayResult, StepFailed
+from services.runner.replay import Replayer, ReplayResult, StepFailed, result_max_tokens
 from services.tools.browser_tools import inner_timeout
 from tests.hand_built_replay import hand_built_executor, offline_scope, small_model_reply
 
@@ -251,6 +251,17 @@ def test_a_result_step_has_room_for_an_answer_longer_than_its_example() -> None:
     result, asked = _small_model_answer("end_turn", "Top stories:\n1. Today's headline")
     assert result.ok and result.answer == "Top stories:\n1. Today's headline"
     assert asked[0] >= 2048 and asked[0] * 4 >= 2 * 6000  # twice the ~6,000-char example
+
+
+def test_a_result_step_in_a_script_of_a_token_a_character_has_room_for_its_answer() -> None:
+    """Japanese or Chinese text is about a token a character, not four characters a
+    token: a 3,000-character digest needs ~3,000 tokens, and an answer as long as its
+    example (or a little longer today) must not be cut off on every replay."""
+    example = "本日の主な見出し:\n" + "\n".join(
+        f"{i}. 東京都議会が新しい予算案を承認しました" for i in range(150)
+    )
+    assert len(example) > 3000
+    assert result_max_tokens(example) >= 2 * len(example)  # twice its ~1 token a character
 
 
 @pytest.mark.parametrize(
