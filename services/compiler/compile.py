@@ -73,6 +73,7 @@ from services.compiler.fingerprint import task_fingerprint
 from services.compiler.references import Path, Ref, escape
 from services.compiler.toolkinds import is_content, is_read, navigates, value_kind
 from services.llm.pricing import PriceTable
+from services.runner.quality import quality_prompt
 
 # An extract on replay must find at least this share of what the first run found, and a
 # page read this share of its lines, up to MIN_ITEMS_CAP (or, for an extract, the items
@@ -82,6 +83,8 @@ from services.llm.pricing import PriceTable
 MIN_ITEMS_FRACTION = 0.5
 MIN_ITEMS_CAP = 5
 MIN_TOOL_STEPS = 2
+# About the size of a quality check's reply ("PASS: " and one short sentence).
+QUALITY_VERDICT = "PASS: the new answer has the same form and kind of content."
 
 StepKind = Literal["tool", "templated", "llm"]
 
@@ -817,6 +820,10 @@ def _stats(
                     templated += 1
                 else:
                     deterministic += 1
+    if task.quality_check:
+        # Every replay also has the small model judge its answer against the original.
+        prompt = quality_prompt(task.prompt, trace.answer, trace.answer)
+        cost += estimate_call(prompt, QUALITY_VERDICT, task.small_model, prices)[1]
     return ExecutorStats(
         total_steps=len(steps),
         deterministic_steps=deterministic,

@@ -131,6 +131,19 @@ def test_news_top3_is_deterministic_with_a_template_answer() -> None:
     assert (executor.task_id, executor.source_run_id) == (trace.task_id, trace.run_id)
 
 
+@pytest.mark.parametrize("name", ["news_top3", "shop_cheapest"])
+def test_the_replay_estimate_counts_the_quality_check_a_task_asks_for(name: str) -> None:
+    """quality_check: every replay also asks the small model to judge its answer, a call
+    as large as the task and both answers: a template-only executor's replays are not
+    free, nor are a small-model executor's only its steps."""
+    trace = load(name)
+    plain = compiled(name).stats.estimated_replay_cost_usd
+    checked = msgspec.structs.replace(trace.task, quality_check=True)
+    result = compile(checked, trace)
+    assert isinstance(result, Executor)
+    assert result.stats.estimated_replay_cost_usd > plain
+
+
 def test_the_answer_follows_fresh_data() -> None:
     trace = load("news_top3")
     executor = compiled("news_top3")
