@@ -302,8 +302,10 @@ class Replayer:
         )
         if not result.ok:
             error = result.error
-            if error is None:
-                raise StepFailed(index, tool)
+            if error is None:  # no code to tell whether it acted: an action is not redone
+                raise StepFailed(
+                    index, f"{tool}: failed without an error", retryable=not acts(tool)
+                )
             reason = f"{tool}: {error.code}: {error.message}"
             if error.code == SESSION_LOST:  # Chromium died under the run: as above
                 raise StepFailed(index, reason, retryable=False, infrastructure=True)

@@ -190,6 +190,20 @@ def test_an_action_that_may_have_acted_before_failing_is_not_done_twice(
     assert calls == ["browser_fill_form"] * tries
 
 
+def test_an_action_failed_without_saying_why_is_not_done_twice() -> None:
+    """A tools service that answers ok=False with no error (another implementation, an
+    older version) may still have acted: without a code the replay cannot know."""
+    calls: list[str] = []
+
+    async def exec_tool(request: ExecTool) -> ToolResult:
+        calls.append(request.tool)
+        return ToolResult(ok=False, duration_ms=3)
+
+    result = _replay_two_tool_steps(exec_tool)
+    assert not result.ok and result.failed_step == 0
+    assert calls == ["browser_fill_form"]
+
+
 def test_a_read_that_missed_its_expectation_is_tried_again() -> None:
     calls: list[str] = []
 
