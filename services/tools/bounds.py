@@ -5,6 +5,7 @@ becomes a small placeholder: the bound always holds."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import msgspec
@@ -23,6 +24,27 @@ MAX_URL_CHARS = 8 * 1024
 MAX_QUOTED_URL_CHARS = 300
 
 
+# A lone UTF-16 surrogate. A JavaScript string may hold one (an emoji a script cut in
+# half with `slice`), and Playwright hands it to Python as it is, but UTF-8 (JSON, NATS)
+# cannot encode it. A whole pair arrives as one character, so any surrogate is lone.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def well_formed(text: str) -> str:
+    """`text` with each lone surrogate replaced by U+FFFD, as a browser encodes it."""
+    return _LONE_SURROGATE.sub("\ufffd", text)
+
+
+def _well_formed_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return well_formed(value)
+    if isinstance(value, list):
+        return [_well_formed_value(item) for item in value]
+    if isinstance(value, dict):
+        return {_well_formed_value(key): _well_formed_value(item) for key, item in value.items()}
+    return value
+
+
 def bound_text(text: str, max_chars: int) -> tuple[str, bool]:
     """`text` cut to `max_chars` plus a mark. Masked before the cut, as in cut_text: a
     secret cut in half would pass the redaction that runs on the output later."""
@@ -36,8 +58,10 @@ def bound_text(text: str, max_chars: int) -> tuple[str, bool]:
 
 def bound_metadata(metadata: ToolMetadata) -> ToolMetadata:
     """The metadata with its page-chosen strings cut (the same object if none was)."""
-    url = None if metadata.url is None else cut_text(metadata.url, MAX_URL_CHARS)
-    title = None if metadata.title is None else cut_text(metadata.title, MAX_TITLE_CHARS)
+    url = None if metadata.url is None else cut_text(well_formed(metadata.url), MAX_URL_CHARS)
+    title = (
+        None if metadata.title is None else cut_text(well_formed(metadata.title), MAX_TITLE_CHARS)
+    )
     if url == metadata.url and title == metadata.title:
         return metadata
     return msgspec.structs.replace(metadata, url=url, title=title)
@@ -96,8 +120,13 @@ def placeholder(size: int, max_bytes: int) -> Any:
 def bound_value(value: Any, max_bytes: int) -> tuple[Any, bool]:
     """A JSON value whose encoding fits in `max_bytes` (at least 4, for `null`), and
     whether it was cut. Halves the longest string (or key) and the most items of a list
-    or dict allowed until it fits; an untouched value is returned as is."""
-    size = encoded_size(value)
+    or dict allowed until it fits; an untouched value is returned as is. Lone surrogates
+    (see well_formed) become U+FFFD: that alone is no cut."""
+    try:
+        size = encoded_size(value)
+    except UnicodeEncodeError:  # only a lone surrogate makes it unencodable
+        value = _well_formed_value(value)
+        size = encoded_size(value)
     if size <= max_bytes:
         return value, False
     max_string, max_items = max_bytes, max(1, max_bytes // 16)

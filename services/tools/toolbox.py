@@ -22,7 +22,7 @@ from services.kernel.errors import MAX_MESSAGE_CHARS, ServiceError
 from services.kernel.secrets import cut_text
 from services.kernel.settings import Settings, SettingsError
 from services.tools import local, policy
-from services.tools.bounds import bound_metadata, bound_value
+from services.tools.bounds import bound_metadata, bound_value, well_formed
 from services.tools.browser import BrowserConfig, BrowserPool, BrowserUnavailable, Session
 from services.tools.browser_tools import (
     BROWSER_TOOLS,
@@ -160,8 +160,10 @@ class ToolBox:
             truncated=failure.truncated or cut,
             duration_ms=_ms_since(started),
             metadata=bound_metadata(failure.metadata),
+            # Playwright's messages quote page markup, which may hold a lone surrogate.
             error=ErrorInfo(
-                code=failure.code, message=cut_text(failure.message, MAX_MESSAGE_CHARS)
+                code=failure.code,
+                message=cut_text(well_formed(failure.message), MAX_MESSAGE_CHARS),
             ),
         )
 

@@ -92,6 +92,14 @@ root.getElementById("inner").attachShadow({mode: "open"}).innerHTML = "<b>nested
     "/to-gone": """<title>G</title><a href="/gone">here</a>
 <a href="/gone" target="_blank">new tab</a>""",
     # Buttons styled in capitals: read_page shows "SIGN IN", the page's name is "Sign in".
+    # An excerpt cut at a fixed length, as many sites make one: here inside an emoji,
+    # which leaves half of it (a lone UTF-16 surrogate) in the page's text.
+    "/cut": """<title>C</title><p class="deal">x</p>
+<script>
+const cut = (text) => text.slice(0, 7);
+document.title = cut("Deals 🎉🎉");
+document.querySelector(".deal").textContent = cut("Sale! 🎉 today");
+</script>""",
     "/signin": """<title>S</title><style>a, button { text-transform: uppercase }</style>
 <a href="/a?google">Sign in with Google</a>
 <button onclick="location='/a?plain'">Sign in</button>""",
@@ -328,6 +336,17 @@ async def test_extract_reads_rows_that_have_no_box_of_their_own(
     assert rows.metadata.item_count == 2
     # Their own text: what they show, not the hidden price.
     assert (await browser("browser_extract", selector=".row")).output == ["Tea $2", "Milk $1"]
+
+
+async def test_text_cut_inside_an_emoji_is_read_with_a_replacement_character(
+    browser: Browser, site: str
+) -> None:
+    # Half an emoji cannot be written as UTF-8 (JSON): it must not fail the call.
+    nav = await browser("browser_navigate", url=f"{site}/cut")
+    assert nav.ok and nav.metadata.title == "Deals \ufffd"
+    assert (await browser("browser_extract", selector=".deal")).output == ["Sale! \ufffd"]
+    page = await browser("browser_read_page")
+    assert page.ok and "Sale! \ufffd" in page.output
 
 
 async def test_a_run_that_keeps_opening_tabs_keeps_only_the_newest(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
@@ -18,7 +20,8 @@ from services.tools.bounds import (
     encoded_size,
 )
 from services.tools.extraction import FieldSpec, parse_field_spec, readable_text
-from services.tools.toolbox import event_input
+from services.tools.outcome import ToolFailure
+from services.tools.toolbox import ToolBox, ToolsConfig, event_input
 from tests.strategies import json_values
 
 
@@ -106,6 +109,21 @@ def test_page_chosen_metadata_is_cut_to_a_readable_size() -> None:
     assert len(bounded.title) == MAX_TITLE_CHARS and bounded.title.endswith("\u2026")
 
 
+def test_lone_surrogates_from_a_page_become_replacement_characters() -> None:
+    # A script that cuts an emoji in half (`text.slice(0, n)`) leaves a lone UTF-16
+    # surrogate in the page's text; Playwright hands it over as is, and UTF-8 (JSON,
+    # NATS) cannot carry it.
+    value = {"items": ["price \ud83d", {"k\udc00": "v"}], "n": 1}
+    assert bound_value(value, 1000) == (
+        {"items": ["price \ufffd", {"k\ufffd": "v"}], "n": 1},
+        False,
+    )
+    bounded, cut = bound_value({"text": "\ud83d" * 10_000}, 1000)
+    assert cut and encoded_size(bounded) <= 1000 and bounded["text"].startswith("\ufffd")
+    metadata = bound_metadata(ToolMetadata(url="http://x.test/", title="Deals \ud83d"))
+    assert metadata.title == "Deals \ufffd"
+
+
 def test_a_password_is_masked_before_a_cut_could_split_it() -> None:
     # Cut inside its userinfo, the password would no longer look like one to redact().
     url = "http://user:" + "p" * 50 + "@x.test/"
@@ -139,3 +157,12 @@ def test_field_specs() -> None:
 def test_readable_text_collapses_whitespace() -> None:
     raw = "  Title \n\n\n\n  a\t\t b\u00a0 c  \n\n\nend  "
     assert readable_text(raw) == "Title\n\na b c\n\nend"
+
+
+def test_a_failure_message_quoting_page_text_can_be_sent(tmp_path: Path) -> None:
+    # Playwright's messages may quote the page (an element's markup), lone surrogates
+    # included: the failed call's reply must still encode.
+    box = ToolBox(ToolsConfig(data_dir=tmp_path), None)
+    failed = box._failed(ToolFailure("element_not_actionable", "<b>Deals \ud83d</b>"), 0.0)
+    assert failed.error is not None and failed.error.message == "<b>Deals \ufffd</b>"
+    msgspec.json.encode(failed)
