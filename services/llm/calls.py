@@ -13,7 +13,7 @@ import anyio
 
 from services.kernel.logs import get_logger
 from services.kernel.secrets import CREDENTIAL_ENV, register_credentials
-from services.llm.failures import Failure, backoff_s, classify
+from services.llm.failures import Failure, backoff_s, classify, not_a_message
 
 log = get_logger("rote.llm")
 
@@ -72,6 +72,14 @@ def make_client(env: Mapping[str, str] | None = None) -> anthropic.AsyncAnthropi
     return anthropic.AsyncAnthropic(**kwargs)
 
 
+def _as_json(answer: object) -> object:
+    """The SDK's answer as JSON: a Message as its fields; what the SDK could not read as
+    one (a page that is not JSON comes back as its text) as it is."""
+    if isinstance(answer, anthropic.BaseModel):
+        return answer.model_dump(mode="json", exclude_none=True)
+    return answer
+
+
 class ModelCaller:
     def __init__(
         self,
@@ -123,7 +131,11 @@ class ModelCaller:
                     )
                     await self._sleep(wait)
                     continue
-                data = message.model_dump(mode="json", exclude_none=True)
+                data = _as_json(message)
+                if not isinstance(data, dict) or not isinstance(data.get("content"), list):
+                    # Nothing says the API billed it; a reply without content would pass
+                    # for the model's (empty) answer.
+                    raise CallFailed(not_a_message(data), attempt)
                 return CallResult(message=data, attempts=attempt)
         # Only the budget's deadline leaves the loop this way.
         before = f"; before that: {last.message}" if last is not None else ""

@@ -2,15 +2,16 @@
 again can help, and how long to wait before the next attempt.
 
 Codes (contracts.errors): rate_limited (429), overloaded (529), upstream (other 5xx,
-409, connection failures, answers the SDK cannot read), timeout (no answer in time,
-408), auth (401, 403, 402, no credentials, credentials no HTTP header can carry),
-invalid_request (other 4xx: the request itself is wrong, so repeating it cannot
-succeed).
+409, connection failures, answers the SDK cannot read, successful answers that are no
+message), timeout (no answer in time, 408), auth (401, 403, 402, no credentials,
+credentials no HTTP header can carry), invalid_request (other 4xx: the request itself
+is wrong, so repeating it cannot succeed).
 """
 
 from __future__ import annotations
 
 import email.utils
+import json
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -20,6 +21,8 @@ import anthropic
 
 from services.kernel.secrets import redact
 
+# What a failure quotes of a successful answer that is no message.
+MAX_ANSWER_EXCERPT_CHARS = 200
 # Never wait longer than this for one retry, whatever the server's retry-after says.
 MAX_RETRY_AFTER_S = 60.0
 # What a failure quotes of the server's answer: a proxy's HTML page or a huge 400 body
@@ -140,6 +143,9 @@ def classify(exc: BaseException) -> Failure | None:
             retryable=False,
             message=redact(f"the model API answered something unreadable: {exc}"),
         )
+    if isinstance(exc, json.JSONDecodeError):
+        # The SDK decodes a 2xx answer labelled JSON without wrapping a failure.
+        return not_a_message(f"a body labelled JSON that is not JSON ({exc})")
     credentials_error = getattr(anthropic, "CredentialsError", None)
     if (credentials_error is not None and isinstance(exc, credentials_error)) or (
         isinstance(exc, TypeError) and "authentication method" in str(exc)
@@ -151,6 +157,24 @@ def classify(exc: BaseException) -> Failure | None:
             "ANTHROPIC_BASE_URL at an Anthropic-compatible server such as `rote model serve`)",
         )
     return None
+
+
+def not_a_message(answer: object) -> Failure:
+    """A successful HTTP answer that is no Messages API message (the SDK hands back a
+    page that is not JSON as its text, and JSON as decoded): ANTHROPIC_BASE_URL names a
+    server that does not speak the API, such as a web app or a proxy's sign-in page.
+    The same request gets the same page, so it is not retried."""
+    text = answer if isinstance(answer, str) else json.dumps(answer, default=str)
+    # Masked before it is cut, like a status failure's detail.
+    excerpt = " ".join(redact(text).split()) or "an empty answer"
+    if len(excerpt) > MAX_ANSWER_EXCERPT_CHARS:
+        excerpt = excerpt[:MAX_ANSWER_EXCERPT_CHARS] + " [...]"
+    return Failure(
+        code="upstream",
+        retryable=False,
+        message="the model API answered something that is not a message; check that "
+        f"ANTHROPIC_BASE_URL names an Anthropic-compatible server: {excerpt}",
+    )
 
 
 def backoff_s(

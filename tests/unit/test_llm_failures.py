@@ -11,7 +11,7 @@ import pytest
 
 from services.kernel import secrets
 from services.kernel.secrets import redact, register_secret
-from services.llm.calls import make_client
+from services.llm.calls import CallFailed, ModelCaller, make_client
 from services.llm.failures import (
     BACKOFF_CAP_S,
     MAX_DETAIL_CHARS,
@@ -238,3 +238,43 @@ def test_a_blank_or_untrimmed_base_url_is_read_as_meant(
     monkeypatch.delenv("ANTHROPIC_API_KEY")
     # A blank base URL names no local server: no placeholder key is sent to the real API.
     assert (make_client().api_key == "no-key") == (expected != "https://api.anthropic.com")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("content_type", "body"),
+    [
+        # ANTHROPIC_BASE_URL names a web app (which answers every path with its page), or
+        # a proxy answers with its sign-in form.
+        ("text/html; charset=utf-8", b"<!doctype html><title>Sign in</title>"),
+        ("application/json", b"<html>not json at all</html>"),
+        # JSON, but no message: an empty reply here would pass for the model's answer.
+        ("application/json", b'{"status": "ok"}'),
+    ],
+)
+async def test_a_successful_answer_that_is_no_message_is_upstream_and_not_retried(
+    content_type: str, body: bytes
+) -> None:
+    sent: list[httpx2.Request] = []
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        sent.append(request)
+        return httpx2.Response(200, content=body, headers={"content-type": content_type})
+
+    client = anthropic.AsyncAnthropic(
+        api_key="k",
+        base_url="http://127.0.0.1:9",
+        max_retries=0,
+        http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(answer)),
+    )
+    caller = ModelCaller(client, concurrency=1, max_attempts=4)
+    request = {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+    try:
+        with pytest.raises(CallFailed) as caught:
+            await caller.call(request)
+    finally:
+        await caller.aclose()
+    failure = caught.value.failure
+    assert (failure.code, failure.retryable, caught.value.attempts) == ("upstream", False, 1)
+    assert "ANTHROPIC_BASE_URL" in failure.message
+    assert len(sent) == 1
