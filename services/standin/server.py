@@ -3,6 +3,7 @@
     POST /v1/messages               the Messages API (no streaming)
     POST /v1/messages/count_tokens  {"input_tokens": n}
     GET  /v1/models                 the model ids it answers to (any id works)
+    GET  /v1/models/{model_id}      one of them (404 for any other id)
     GET  /                          a page saying plainly that this is a stand-in
     POST /_faults                   inject failures into the next /v1/messages requests:
                                     {"statuses": [529, 529], "latency_ms": 200,
@@ -33,6 +34,7 @@ from collections import Counter, deque
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from services.kernel.logs import get_logger
 from services.kernel.secrets import redact
@@ -117,6 +119,15 @@ class Faults:
             }
 
 
+def _model_info(model_id: str) -> dict[str, str]:
+    return {
+        "type": "model",
+        "id": model_id,
+        "display_name": f"{model_id} (rote stand-in)",
+        "created_at": "2026-01-01T00:00:00Z",
+    }
+
+
 def _decide(body: Any) -> policy.Decision:
     return policy.decide(policy.read_conversation(body))
 
@@ -186,18 +197,17 @@ class _Handler(BaseHTTPRequestHandler):
         standin = self.server.standin
         if self.path in ("/", "/index.html"):
             self._send(200, _index_page().encode())
-        elif self.path.startswith("/v1/models"):
-            data = [
-                {
-                    "type": "model",
-                    "id": model_id,
-                    "display_name": f"{model_id} (rote stand-in)",
-                    "created_at": "2026-01-01T00:00:00Z",
-                }
-                for model_id in MODEL_IDS
-            ]
+        elif urlsplit(self.path).path.rstrip("/") == "/v1/models":
+            data = [_model_info(model_id) for model_id in MODEL_IDS]
             page = {"data": data, "has_more": False, "first_id": data[0]["id"]}
             self._send(200, {**page, "last_id": data[-1]["id"]})
+        elif self.path.startswith("/v1/models/"):
+            # GET /v1/models/{model_id}: one model object, as the API answers it.
+            model_id = unquote(urlsplit(self.path).path.removeprefix("/v1/models/"))
+            if model_id in MODEL_IDS:
+                self._send(200, _model_info(model_id))
+            else:
+                self._error(protocol.ApiError(404, "not_found_error", f"model: {model_id}"))
         elif self.path == "/_faults":
             self._send(200, standin.faults.view())
         elif self.path == "/_stats":

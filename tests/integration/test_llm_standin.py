@@ -199,6 +199,17 @@ def test_index_page_count_tokens_and_models(
     assert "claude-sonnet-5-5" in [m.id for m in client.models.list()]
 
 
+def test_a_model_is_retrieved_by_its_id_and_an_unknown_id_is_not_found(
+    client: anthropic.Anthropic,
+) -> None:
+    model = client.models.retrieve("claude-haiku-5-5")
+    assert (model.type, model.id) == ("model", "claude-haiku-5-5")
+    with pytest.raises(anthropic.NotFoundError, match="claude-unknown-1"):
+        client.models.retrieve("claude-unknown-1")
+    # The listing still pages as the API does, query parameters and all.
+    assert [m.id for m in client.models.list(limit=20)][:1] == ["claude-sonnet-5-5"]
+
+
 def test_stop_closes_kept_alive_connections(client: anthropic.Anthropic) -> None:
     with StandinServer() as standin:
         c = anthropic.Anthropic(base_url=standin.url, api_key="k", max_retries=0)
