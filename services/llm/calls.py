@@ -19,6 +19,9 @@ log = get_logger("rote.llm")
 
 # One attempt may take this long; a long completion with many output tokens fits.
 ATTEMPT_TIMEOUT_S = 300.0
+# But a host that never completes the handshake (a firewall dropping packets) is given
+# up on after this, as the SDK's default does, rather than after the whole attempt's.
+CONNECT_TIMEOUT_S = 10.0
 # A whole call, attempts, backoff and the wait for a concurrency slot included, ends
 # within this. The runner gives up on a call after 300 s (LLM_TIMEOUT_S): retrying past
 # that would bill attempts nobody waits for, and the caller would learn nothing.
@@ -56,7 +59,8 @@ def make_client(env: Mapping[str, str] | None = None) -> anthropic.AsyncAnthropi
     ANTHROPIC_BASE_URL, with the SDK's retries off."""
     env = os.environ if env is None else env
     # Passed explicitly, so the SDK never reads the untrimmed values from the environment.
-    kwargs: dict[str, Any] = {"max_retries": 0, "timeout": ATTEMPT_TIMEOUT_S, **credentials(env)}
+    timeout = anthropic.Timeout(ATTEMPT_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
+    kwargs: dict[str, Any] = {"max_retries": 0, "timeout": timeout, **credentials(env)}
     # The SDK takes ANTHROPIC_BASE_URL as it is: blank (`ANTHROPIC_BASE_URL=` in an env
     # file) it sends every call to the URL "", and with a CRLF file's "\r" it refuses to
     # start. Blank means unset; an unset one is left to the SDK (its profiles may say).

@@ -3,15 +3,22 @@ grows, is capped and honours the server's retry-after."""
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import anthropic
+import anyio
 import httpx2
 import pytest
 
 from services.kernel import secrets
 from services.kernel.secrets import redact, register_secret
-from services.llm.calls import CallFailed, ModelCaller, make_client
+from services.llm.calls import CONNECT_TIMEOUT_S, CallFailed, ModelCaller, make_client
 from services.llm.failures import (
     BACKOFF_CAP_S,
     MAX_DETAIL_CHARS,
@@ -240,6 +247,44 @@ def test_a_blank_or_untrimmed_base_url_is_read_as_meant(
     assert (make_client().api_key == "no-key") == (expected != "https://api.anthropic.com")
 
 
+class _OneAnswer(BaseHTTPRequestHandler):
+    """Answers every POST with the server's `answer` (status, content type, body)."""
+
+    server: _AnswerServer
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        self.server.requests += 1
+        status, content_type, body = self.server.answer
+        self.send_response(status)
+        self.send_header("content-type", content_type)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:  # quiet test output
+        pass
+
+
+class _AnswerServer(ThreadingHTTPServer):
+    def __init__(self, answer: tuple[int, str, bytes]) -> None:
+        super().__init__(("127.0.0.1", 0), _OneAnswer)
+        self.answer = answer
+        self.requests = 0
+
+
+@contextmanager
+def _serving(answer: tuple[int, str, bytes]) -> Iterator[_AnswerServer]:
+    server = _AnswerServer(answer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize(
     ("content_type", "body"),
@@ -255,26 +300,46 @@ def test_a_blank_or_untrimmed_base_url_is_read_as_meant(
 async def test_a_successful_answer_that_is_no_message_is_upstream_and_not_retried(
     content_type: str, body: bytes
 ) -> None:
-    sent: list[httpx2.Request] = []
-
-    def answer(request: httpx2.Request) -> httpx2.Response:
-        sent.append(request)
-        return httpx2.Response(200, content=body, headers={"content-type": content_type})
-
-    client = anthropic.AsyncAnthropic(
-        api_key="k",
-        base_url="http://127.0.0.1:9",
-        max_retries=0,
-        http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(answer)),
-    )
-    caller = ModelCaller(client, concurrency=1, max_attempts=4)
-    request = {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
-    try:
-        with pytest.raises(CallFailed) as caught:
-            await caller.call(request)
-    finally:
-        await caller.aclose()
+    with _serving((200, content_type, body)) as server:
+        env = {"ANTHROPIC_BASE_URL": f"http://127.0.0.1:{server.server_port}"}
+        caller = ModelCaller(make_client(env), concurrency=1, max_attempts=4)
+        request = {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+        try:
+            with pytest.raises(CallFailed) as caught:
+                await caller.call(request)
+        finally:
+            await caller.aclose()
     failure = caught.value.failure
     assert (failure.code, failure.retryable, caught.value.attempts) == ("upstream", False, 1)
     assert "ANTHROPIC_BASE_URL" in failure.message
-    assert len(sent) == 1
+    assert server.requests == 1
+
+
+@pytest.mark.anyio
+async def test_a_server_that_never_accepts_the_connection_fails_fast() -> None:
+    """A firewall that drops packets (or a server whose backlog is full) never completes
+    the TCP handshake: the call fails after a connect timeout, not the 300 s an answer
+    may take."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)  # never accepted: once the backlog is full, SYNs are dropped
+        fillers = []
+        for _ in range(8):
+            filler = socket.socket()
+            filler.setblocking(False)
+            filler.connect_ex(listener.getsockname())
+            fillers.append(filler)
+        client = make_client(
+            {"ANTHROPIC_BASE_URL": f"http://127.0.0.1:{listener.getsockname()[1]}"}
+        )
+        request = {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+        started = time.monotonic()
+        try:
+            with anyio.fail_after(CONNECT_TIMEOUT_S + 20):
+                with pytest.raises(anthropic.APITimeoutError):
+                    await client.messages.create(**request)
+        finally:
+            await client.close()
+            for filler in fillers:
+                filler.close()
+    assert time.monotonic() - started < CONNECT_TIMEOUT_S + 5
