@@ -8,6 +8,7 @@ ROTE_EVENT_STORE selects the store for every event-sourced service:
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from collections.abc import Callable
@@ -84,7 +85,7 @@ def postgres_env(url: str) -> dict[str, str]:
         "POSTGRES_HOST": parts.hostname or "127.0.0.1",
         "POSTGRES_PORT": str(port or 5432),
         "POSTGRES_USER": unquote(parts.username or "postgres"),
-        "POSTGRES_PASSWORD": unquote(parts.password or ""),
+        "POSTGRES_PASSWORD": _password(parts.password),
     }
     query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
     for name in query:
@@ -102,6 +103,15 @@ def postgres_env(url: str) -> dict[str, str]:
             )
         env[key] = value
     return env
+
+
+def _password(given: str | None) -> str:
+    """The URL's password; with none, PGPASSWORD's, as libpq would take it. The library
+    always passes a password on, and an empty one hides PGPASSWORD from libpq (which
+    still reads ~/.pgpass for it)."""
+    if given is not None:
+        return unquote(given)
+    return os.environ.get("PGPASSWORD", "")
 
 
 def _whole_number(text: str, least: int) -> bool:

@@ -114,3 +114,23 @@ def test_a_password_with_a_reserved_character_is_refused_without_showing_it() ->
         assert "s3cret" not in message
         assert message.startswith("ROTE_EVENT_STORE: not a usable PostgreSQL URL")
         assert "percent-encode" in message
+
+
+def test_a_url_without_a_password_leaves_it_to_pgpassword(
+    postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # libpq takes the password from PGPASSWORD when none is given; an empty one passed
+    # in its place hides it, and a server asking for a password refuses every connection.
+    monkeypatch.setenv("PGPASSWORD", "from-the-environment")
+    settings = Settings(data_dir=tmp_path, event_store=postgres_url)
+    app = open_application(partial(Tasks, env=application_env(settings, "scheduler")), "scheduler")
+    try:
+        with app.recorder.datastore.get_connection() as conn:  # type: ignore[attr-defined]
+            assert conn.info.password == "from-the-environment"
+    finally:
+        app.close()
+    # A password in the URL (even an empty one, `user:@host`) is the one used.
+    for given in ("in-the-url", ""):
+        url = postgres_url.replace("postgres@", f"postgres:{given}@", 1)
+        env = application_env(Settings(data_dir=tmp_path, event_store=url), "scheduler")
+        assert env["POSTGRES_PASSWORD"] == given
