@@ -46,7 +46,9 @@ class ServiceError(Exception):
         return ErrorInfo(
             code=self.code,
             message=cut_text(redact(self.message), MAX_MESSAGE_CHARS),
-            field=None if self.field is None else cut_text(self.field, MAX_FIELD_CHARS),
+            # Masked like the message: an unknown field's name is the request's own text
+            # (a URL or a key pasted as a JSON key), and the message quotes it masked.
+            field=None if self.field is None else cut_text(redact(self.field), MAX_FIELD_CHARS),
             details=self.details,
         )
 

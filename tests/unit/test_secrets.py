@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import pytest
 
+from contracts.tasks import CreateTask
 from contracts.tools import CloseSession, ToolMetadata, ToolResult
 from services.kernel import secrets
+from services.kernel.codec import decode
+from services.kernel.errors import validation_error
 from services.kernel.secrets import MASK, redact, register_credential, register_from_env
 from services.kernel.settings import Settings
 from services.tools.local import command_env
@@ -244,3 +248,19 @@ def test_a_contract_is_masked_in_its_values_and_nested_keys_and_kept_when_clean(
     assert secrets.redact_struct(clean) is clean  # nothing copied on the hot path
     # A value whose mask would break the contract: nothing rather than the secret.
     assert secrets.redact_struct(CloseSession(run_id="tok3n-long-enough")) is None
+
+
+def test_an_error_masks_the_field_it_names_as_it_masks_its_message() -> None:
+    # A key pasted where a field belongs is named twice by the error (its message and its
+    # field): both reach the caller, and an intake rejection keeps them as an event.
+    for key, telling in (
+        ("https://deploy:hunter22@git.test/repo", "hunter22"),
+        ("sk-ant-api03-abcdefghijkl", "abcdefghijkl"),
+    ):
+        with pytest.raises(msgspec.ValidationError) as caught:
+            decode(json.dumps({"name": "a", "prompt": "b", key: 1}).encode(), CreateTask)
+        info = validation_error(caught.value).info()
+        assert info.field is not None and info.message is not None
+        assert telling not in info.field
+        assert telling not in info.message
+        assert MASK in info.field
