@@ -254,6 +254,7 @@ def apply(health: Health, event: HealthEvent) -> None:
                 found.status = "invalidated"
                 found.status_reason = f"{event.reason} (by {event.by})"
         case Pinned():
+            _drop_pin(health)  # a pin moved on from: that version is no longer pinned
             health.pinned, health.pinned_at = event.version, event.at
             found = health.version(event.version)
             if found is not None:
@@ -261,11 +262,21 @@ def apply(health: Health, event: HealthEvent) -> None:
                 found.consecutive_failures = 0
         case Unpinned():
             if health.pinned == event.version:
-                health.pinned, health.pinned_at = None, None
+                _drop_pin(health)
         case FullRunRecorded():
             health.full_run_costs.append(event.cost_usd)
             del health.full_run_costs[:-RECENT_FULL_RUNS]
             _remember(health, f"full:{event.run_id}")
+
+
+def _drop_pin(health: Health) -> None:
+    """No version is pinned any more. One that stays active loses its "pinned by"
+    reason, or the history would go on calling it pinned (one superseded or invalidated
+    keeps the reason that says why)."""
+    pinned = health.version(health.pinned) if health.pinned is not None else None
+    if pinned is not None and pinned.status == "active":
+        pinned.status_reason = None
+    health.pinned, health.pinned_at = None, None
 
 
 def fold(task_id: str, events: list[HealthEvent]) -> Health:

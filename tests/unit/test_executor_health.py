@@ -309,6 +309,23 @@ def test_moving_the_pin_to_a_newer_version_retires_the_old_pin() -> None:
     assert [v.status for v in state.versions] == ["active", "active"]
 
 
+def test_only_the_pinned_version_is_shown_as_pinned() -> None:
+    # The history's summaries say who pinned a version; once the pin goes (unpinned, or
+    # moved to another version) a version that stays active is no longer "pinned by".
+    state = h.new("t")
+    compiled(state, "r1")
+    run(state, h.decide_pin(state, version=1, by="ops", at=T0))
+    run(state, h.decide_pin(state, version=None, by="ops", at=T0))
+    assert [(v.status, v.status_reason) for v in h.version_views(state)] == [("active", None)]
+    compiled(state, "r2")
+    run(state, h.decide_pin(state, version=2, by="ops", at=T0))
+    run(state, h.decide_pin(state, version=1, by="bob", at=T0))  # v2, newer, waits
+    assert [(v.version, v.status, v.status_reason) for v in h.version_views(state)] == [
+        (1, "active", "pinned by bob"),
+        (2, "active", None),
+    ]
+
+
 def test_pinning_brings_back_a_superseded_version_but_not_an_invalidated_one() -> None:
     state = h.new("t")
     compiled(state, "r1")
