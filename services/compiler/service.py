@@ -200,7 +200,16 @@ class Compiler:
         recorded, starting after task `after`; read lazily in worker threads."""
         task_ids = await anyio.to_thread.run_sync(self.store.task_ids)
         if after is not None:
-            task_ids = task_ids[task_ids.index(after) + 1 :] if after in task_ids else []
+            # Executors are never removed, so every next_after stays valid; an unknown
+            # cursor answered with an empty page would read as the end of the listing.
+            if after not in task_ids:
+                raise ServiceError(
+                    "not_found",
+                    f"task {after} has no executor: `after` takes a next_after from a"
+                    " previous page",
+                    field="after",
+                )
+            task_ids = task_ids[task_ids.index(after) + 1 :]
         for task_id in task_ids:
             state = await anyio.to_thread.run_sync(self.store.health_now, task_id)
             if state is not None:

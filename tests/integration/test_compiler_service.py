@@ -432,6 +432,8 @@ async def test_bad_requests_get_structured_errors(settings: Settings, bus: Bus) 
             (s.EXECUTORS_INVALIDATE, b'{"task_id": "x", "reason": "r"}', "not_found", None),
             (s.EXECUTORS_PIN, b'{"task_id": "x", "version": 0}', "invalid_request", "version"),
             (s.EXECUTORS_LIST, b'{"limit": 0}', "invalid_request", "limit"),
+            # Not an empty last page: the listing did not end, the cursor names no executor.
+            (s.EXECUTORS_LIST, b'{"after": "nobody"}', "not_found", "after"),
         ]
         for subject, body, code, field in cases:
             msg = await bus.nc.request(subject, body, timeout=5)
