@@ -56,7 +56,16 @@ def application_env(settings: Settings, app_name: str) -> dict[str, str]:
             "SQLITE_DBNAME": str(folder / f"{app_name}.sqlite"),
             "SQLITE_LOCK_TIMEOUT": "10",
         }
-    return postgres_env(settings.event_store)
+    env = postgres_env(settings.event_store)
+    # The library's database-function insert takes no table lock, so notification ids
+    # could commit out of order and the relay, reading on from the highest it has seen,
+    # would skip one for good. Set for the prefixed name too, which would win.
+    for name in (
+        "POSTGRES_ENABLE_DB_FUNCTIONS",
+        f"{app_name.upper()}_POSTGRES_ENABLE_DB_FUNCTIONS",
+    ):
+        env[name] = "n"
+    return env
 
 
 def postgres_env(url: str) -> dict[str, str]:
