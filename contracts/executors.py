@@ -267,6 +267,7 @@ class PinExecutor(Command, kw_only=True):
 
     task_id: SubjectToken
     version: PositiveInt | None
+    by: Annotated[str, msgspec.Meta(max_length=200)] = "operator"
 
 
 class HistoryQuery(Command, kw_only=True):

@@ -243,7 +243,7 @@ class Compiler:
     async def pin(self, command: PinExecutor) -> ExecutorHealth:
         try:
             state = await anyio.to_thread.run_sync(
-                partial(self.store.pin, command.task_id, version=command.version)
+                partial(self.store.pin, command.task_id, version=command.version, by=command.by)
             )
         except h.HealthError as exc:
             raise _service_error(exc) from None

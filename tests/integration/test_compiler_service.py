@@ -344,8 +344,12 @@ async def test_operators_invalidate_and_pin(settings: Settings, bus: Bus) -> Non
         await publish_trace(bus, trace("news_top3_probe", "news", "run-2"))
         await health_when(bus, "news", lambda h: h.version == 2)
 
-        pinned = await call(bus, s.EXECUTORS_PIN, {"task_id": "news", "version": 1}, ExecutorHealth)
+        pinned = await call(
+            bus, s.EXECUTORS_PIN, {"task_id": "news", "version": 1, "by": "bob"}, ExecutorHealth
+        )
         assert (pinned.version, pinned.pinned_version, pinned.status) == (1, 1, "active")
+        pin_events = await until(lambda: executor_events(bus, "news", "pinned"))
+        assert (pin_events[0].version, pin_events[0].by) == (1, "bob")
         active = await call(bus, s.EXECUTORS_ACTIVE, {"task_id": "news"}, ActiveExecutor)
         assert active.executor is not None and active.executor.version == 1
 
