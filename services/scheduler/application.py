@@ -168,6 +168,11 @@ class Catalog:
                 infrastructure=getattr(e, "infrastructure", False),
             )
             self.spend.add(e.run_id, e.at, e.cost_usd)
+        elif isinstance(e, Task.RunSkipped) and e.run_id is not None:
+            # Only a queued run has an id; its skip is its ending (see outbox). The
+            # reason may quote an operator's pause reason: masked, as the event is.
+            origin: RunOrigin = e.origin
+            self.ledger.skipped(task_id, e.run_id, origin, e.at, redact(e.reason))
 
     def runs(self, task_id: str | None, limit: int) -> list[RunView]:
         with self._lock:

@@ -106,6 +106,24 @@ class RunLedger:
             )
         )
 
+    def skipped(
+        self, task_id: str, run_id: str, origin: RunOrigin | None, at: datetime, why: str
+    ) -> None:
+        """A queued run skipped before it went out: it ended (failed, `skipped`), as its
+        terminal event says, so its id is used up like that of any run that ended."""
+        if self.get(task_id, run_id) is None:
+            self._put(
+                RunView(
+                    run_id=run_id,
+                    task_id=task_id,
+                    status="failed",
+                    origin=origin,
+                    finished_at=at,
+                    reason="skipped",
+                    error=why,
+                )
+            )
+
     def list(self, task_id: str | None = None, limit: int = 50) -> list[RunView]:
         """Newest first (by when the run was requested, else when it finished)."""
         if task_id is not None:

@@ -127,6 +127,36 @@ async def test_a_run_id_another_task_used_is_refused(app: Tasks, clock: ManualCl
     assert (await engine.get(TaskRef(task_id="c"))).runs_dispatched == 0
 
 
+async def test_a_queued_run_skipped_by_a_pause_keeps_its_run_id(
+    app: Tasks, clock: ManualClock
+) -> None:
+    """The skip published the run's terminal event (`<run_id>:finished`): a second run
+    under that id would have its own ending dropped by the stream as a duplicate, and
+    the runner takes the id for a run already ended."""
+    engine = scheduler(app, clock, compile_wait_s=0)
+    for name in ("a", "b"):
+        await engine.create(CreateTask(name=name, prompt="p"))
+    first = await engine.run(RunTask(task_id="a"))
+    await engine.tick()
+    assert (await engine.run(RunTask(task_id="a", run_id="nightly-2"))).queued
+    await engine.pause(TaskRef(task_id="a", reason="maintenance"))
+    await engine.resume(TaskRef(task_id="a"))
+    await engine.on_run_event(outcome("a", first.run_id, clock.now()))
+    # Asked again (a producer retrying): the run ended, skipped; it does not go again.
+    again = await engine.run(RunTask(task_id="a", run_id="nightly-2"))
+    assert (again.run_id, again.queued) == ("nightly-2", False)
+    assert (await engine.tick()).dispatched == []
+    # Another task cannot take the id either, and the ledger says how the run ended.
+    with pytest.raises(ServiceError) as taken:
+        await engine.run(RunTask(task_id="b", run_id="nightly-2"))
+    assert (taken.value.code, taken.value.field) == ("conflict", "run_id")
+    (skipped,) = [
+        r for r in (await engine.runs(ListRuns(task_id="a"))).runs if r.run_id == "nightly-2"
+    ]
+    assert (skipped.status, skipped.reason, skipped.origin) == ("failed", "skipped", "manual")
+    assert skipped.error is not None and "maintenance" in skipped.error
+
+
 # --- 3. a `once` time sent again -----------------------------------------------------------
 
 
