@@ -180,6 +180,8 @@ def cron_after(expr: str, tz: str, after: datetime) -> datetime:
     A wall time skipped when clocks go forward runs at the first valid time after it
     (croniter's behaviour).
     """
+    if (halves := _day_halves(expr)) is not None:
+        return _earliest(expr, halves, tz, after)
     if _hour_is_wildcard(expr):
         return _wildcard_hour_after(expr, zone(tz), _utc(after))
     local = _utc(after).astimezone(zone(tz))
@@ -215,6 +217,31 @@ def _day_or(expr: str) -> bool:
     than on the Mondays that are odd days."""
     fields = expr.split()
     return len(fields) != 5 or not (fields[2].startswith("*") or fields[4].startswith("*"))
+
+
+def _day_halves(expr: str) -> tuple[str, str] | None:
+    """Both day fields restricted: the days of `m h dom mon *` and of `m h * mon dow`.
+    Asked of croniter in one piece, some of those days are lost: `1,15 * 1#1` fired on
+    first Mondays only, `15W * 1` on the weekday nearest the 15th only, and `15 * L5`
+    was refused as never firing. `?` is no restriction."""
+    fields = expr.split()
+    if len(fields) != 5 or not _day_or(expr) or "?" in (fields[2], fields[4]):
+        return None
+    minute, hour, dom, month, dow = fields
+    return f"{minute} {hour} {dom} {month} *", f"{minute} {hour} * {month} {dow}"
+
+
+def _earliest(expr: str, halves: tuple[str, str], tz: str, after: datetime) -> datetime:
+    """The first time after `after` of either half (see _day_halves)."""
+    found = []
+    for half in halves:
+        try:
+            found.append(cron_after(half, tz, after))
+        except TriggerError:
+            continue  # one half may never come (`31 2 *`) while the other does
+    if not found:
+        raise TriggerError("trigger.expr", f"cron expression {expr!r} never fires")
+    return min(found)
 
 
 def _hour_is_wildcard(expr: str) -> bool:

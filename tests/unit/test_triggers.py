@@ -195,6 +195,13 @@ def test_cron_at_fixed_hours_fires_once_per_wall_time_when_clocks_go_back() -> N
         ("0 9 1 * */2", ["Sat 01", "Tue 01", "Thu 01", "Sun 01"]),
         ("0 9 */1 * 1", ["Mon 03", "Mon 10", "Mon 17", "Mon 24"]),
         ("0 9 * * 1", ["Mon 03", "Mon 10", "Mon 17", "Mon 24"]),
+        # A day of the week by its place in the month (`#`, `L`) combines the same way:
+        # the 1st, 15th and first Monday; the 15th and last Friday; the 31st and the
+        # fifth Monday (neither comes every month: still a schedule).
+        ("0 9 1,15 * 1#1", ["Sat 01", "Mon 03", "Sat 15", "Tue 01"]),
+        ("0 9 15 * L5", ["Sat 15", "Fri 28", "Tue 15", "Fri 25"]),
+        ("0 9 31 * 1#5", ["Mon 31", "Sat 31", "Mon 30", "Thu 31"]),
+        ("0 9 ? * 1", ["Mon 03", "Mon 10", "Mon 17", "Mon 24"]),
     ],
 )
 def test_cron_day_of_month_and_day_of_week_combine_as_in_crontab(
