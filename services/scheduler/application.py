@@ -145,7 +145,9 @@ class Catalog:
         task_id = self._ids.get(e.originator_id)
         if task_id is None:
             return
-        if isinstance(e, Task.RunDispatched):
+        if isinstance(e, Task.RunRequested | Task.RunDispatched):
+            # Asked for (queued, not yet sent out) or sent out: `requested` either way,
+            # since the first of them (when it was asked for).
             self.ledger.requested(task_id, e.run_id, e.origin, e.at)  # type: ignore[arg-type]
         elif isinstance(e, Task.RunStarted):
             self.ledger.started(task_id, e.run_id, e.at)
@@ -317,12 +319,21 @@ class Tasks(Application[UUID]):
         return self._once(task_id, key, lambda t: t.delete(reason, at))
 
     def request_run(
-        self, task_id: str, run_id: str, origin: RunOrigin, at: datetime, key: str | None = None
+        self,
+        task_id: str,
+        run_id: str,
+        origin: RunOrigin,
+        at: datetime,
+        key: str | None = None,
+        *,
+        over_budget: str | None = None,
     ) -> tuple[Task, tuple[str, bool]]:
+        """`over_budget`: why a new run is refused today (Task.request_run)."""
+
         def once(task: Task) -> tuple[str, bool]:
             if key is not None and task.applied(key):
                 return run_id, False  # the run this key asked for (its id comes from the key)
-            result = task.request_run(run_id, origin, at)
+            result = task.request_run(run_id, origin, at, over_budget=over_budget)
             if key is not None:
                 task.remember(key)
             return result

@@ -208,13 +208,15 @@ class Scheduler:
 
     async def run(self, command: RunTask, key: str | None = None) -> RunAccepted:
         """Ask for a run now. It goes out as soon as the task has nothing in flight and
-        a slot is free; over the daily budget it is refused."""
+        a slot is free; over the daily budget a new run is refused (asking again for a
+        run the task already has answers as ever: the budget is no reason to forget it)."""
         now = self.clock.now()
         budget = self.config.daily_budget_usd
         spent = self.app.catalog.spent_on(now)
+        refusal: str | None = None  # why a new run may not be queued now
         if over_budget(spent, budget):
             assert budget is not None
-            raise ServiceError("over_budget", skip_reason(spent, budget, utc_day(now)))
+            refusal = skip_reason(spent, budget, utc_day(now))
         run_id = command.run_id or (run_id_for_key(key) if key else new_run_id(now))
         # A run id is global on the bus (the work queue's Nats-Msg-Id, run leases): one
         # another task already used would have its run request dropped as a duplicate.
@@ -233,7 +235,13 @@ class Scheduler:
                 # wait for an ending until the run is declared abandoned.
                 return RunAccepted(task_id=command.task_id, run_id=run_id, queued=False)
             _, (run_id, queued) = await _in_thread(
-                self.app.request_run, command.task_id, run_id, "manual", now, key
+                self.app.request_run,
+                command.task_id,
+                run_id,
+                "manual",
+                now,
+                key,
+                over_budget=refusal,
             )
         self._saved()
         return RunAccepted(task_id=command.task_id, run_id=run_id, queued=queued)
@@ -358,6 +366,9 @@ class Scheduler:
             if not recovery.is_abandoned(since, deadline_s, now, grace):
                 continue
             run_id = task.in_flight["run_id"]
+            # A run no runner ever said `started` of (every runner down) says nothing
+            # about the task: it must not count toward max_failures.
+            started = task.in_flight.get("started_at") is not None
             result = await _in_thread(
                 self.app.finish,
                 task.task_id,
@@ -365,8 +376,9 @@ class Scheduler:
                 now,
                 status="failed",
                 reason="abandoned",
-                error=recovery.abandoned_error(since, deadline_s, grace),
+                error=recovery.abandoned_error(since, deadline_s, grace, started=started),
                 reported_by="scheduler",
+                infrastructure=not started,
             )
             if result == "recorded":
                 log.warning("run_abandoned", task_id=task.task_id, run_id=run_id)

@@ -111,18 +111,16 @@ class RunLedger:
     ) -> None:
         """A queued run skipped before it went out: it ended (failed, `skipped`), as its
         terminal event says, so its id is used up like that of any run that ended."""
-        if self.get(task_id, run_id) is None:
-            self._put(
-                RunView(
-                    run_id=run_id,
-                    task_id=task_id,
-                    status="failed",
-                    origin=origin,
-                    finished_at=at,
-                    reason="skipped",
-                    error=why,
-                )
+        view = self.get(task_id, run_id) or RunView(
+            run_id=run_id, task_id=task_id, status="requested", origin=origin
+        )
+        if view.status in ("completed", "failed"):
+            return
+        self._put(
+            msgspec.structs.replace(
+                view, status="failed", finished_at=at, reason="skipped", error=why
             )
+        )
 
     def list(self, task_id: str | None = None, limit: int = 50) -> list[RunView]:
         """Newest first (by when the run was requested, else when it finished)."""

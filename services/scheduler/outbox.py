@@ -3,8 +3,9 @@
 Every task event is published on rote.evt.task.<task_id>.<event>. A dispatched run also
 becomes `rote.evt.run.<task>.<run>.requested` and a RunRequest on the work queue
 (Nats-Msg-Id = run_id), in that order, so a watcher sees "requested" before a runner can
-say "started". A run the scheduler abandoned becomes the run's terminal `failed` event;
-so does a queued run skipped before it went out (reason `skipped`): whoever asked for it
+say "started". A run asked for (tasks.run) is `requested` from then on, while it waits
+to go out. A run the scheduler abandoned becomes the run's terminal `failed` event; so
+does a queued run skipped before it went out (reason `skipped`): whoever asked for it
 holds its run_id and waits on its events.
 """
 
@@ -81,22 +82,10 @@ def messages_for(e: Any, task_id: str) -> list[Message]:
         changed=_get(e, "changed"),
     )
     out: list[Message] = []
-    if isinstance(e, Task.RunDispatched):
-        out.append(
-            Message(
-                s.run_event(task_id, e.run_id, "requested"),
-                RunEvent(
-                    task_id=task_id,
-                    run_id=e.run_id,
-                    event="requested",
-                    at=at,
-                    status="requested",
-                    spec=_shown(e.spec),
-                    origin=e.origin,
-                ),
-                f"{e.run_id}:requested",
-            )
-        )
+    if isinstance(e, Task.RunRequested):
+        out.append(_requested(task_id, e.run_id, at, e.origin))
+    elif isinstance(e, Task.RunDispatched):
+        out.append(_requested(task_id, e.run_id, at, e.origin, _shown(e.spec)))
         out.append(
             Message(
                 s.WORK_RUNS,
@@ -107,7 +96,17 @@ def messages_for(e: Any, task_id: str) -> list[Message]:
             )
         )
     elif isinstance(e, Task.RunFinished) and e.reported_by == "scheduler":
-        out.append(_failed(task_id, e.run_id, at, e.reason, _said(e.error)))  # FailureReason
+        out.append(
+            _failed(
+                task_id,
+                e.run_id,
+                at,
+                e.reason,  # FailureReason
+                _said(e.error),
+                # Absent from a RunFinished recorded by an earlier version.
+                infrastructure=getattr(e, "infrastructure", False),
+            )
+        )
     elif isinstance(e, Task.RunSkipped) and e.run_id is not None:
         # Only a queued run has an id (tasks.run gave it out); a skipped slot has none.
         out.append(_failed(task_id, e.run_id, at, "skipped", _said(e.reason), e.origin))
@@ -121,6 +120,28 @@ def messages_for(e: Any, task_id: str) -> list[Message]:
     return out
 
 
+def _requested(
+    task_id: str, run_id: str, at: datetime, origin: RunOrigin, spec: TaskSpec | None = None
+) -> Message:
+    """A run's `requested` event: when it is asked for (tasks.run), so runs.get finds
+    the run_id it gave out even while the run waits, and again when it goes out, with
+    its spec. One Nats-Msg-Id for both: the stream keeps the first (within its
+    duplicate window)."""
+    return Message(
+        s.run_event(task_id, run_id, "requested"),
+        RunEvent(
+            task_id=task_id,
+            run_id=run_id,
+            event="requested",
+            at=at,
+            status="requested",
+            spec=spec,
+            origin=origin,
+        ),
+        f"{run_id}:requested",
+    )
+
+
 def _failed(
     task_id: str,
     run_id: str,
@@ -128,6 +149,8 @@ def _failed(
     reason: FailureReason,
     error: str | None,
     origin: RunOrigin | None = None,
+    *,
+    infrastructure: bool = False,
 ) -> Message:
     """A run's terminal `failed` event, written by the scheduler."""
     return Message(
@@ -141,6 +164,7 @@ def _failed(
             reason=reason,
             error=error,
             origin=origin,
+            infrastructure=infrastructure,
         ),
         # The runner's terminal msg-id: a late completion of this run is dropped by the
         # stream, so runs.get and the scheduler's ledger stay agreed.

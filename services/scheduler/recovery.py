@@ -1,9 +1,11 @@
 """Recovery after a crash or a lost runner.
 
 A run that was dispatched (or started) but reported no outcome by its deadline plus a
-grace period is marked failed with reason `abandoned`, which frees its slot. Missed
-schedules collapse into one run (see triggers.next_due); when more than one slot was
-missed the run's origin says `catch_up`.
+grace period is marked failed with reason `abandoned`, which frees its slot. One no
+runner started (every runner down) is an infrastructure failure: it says nothing about
+the task, so it does not count toward the task's max_failures. Missed schedules collapse
+into one run (see triggers.next_due); when more than one slot was missed the run's
+origin says `catch_up`.
 """
 
 from __future__ import annotations
@@ -22,11 +24,12 @@ def is_abandoned(since: datetime, deadline_s: float, now: datetime, grace_s: flo
     return (now - since).total_seconds() > deadline_s + grace_s
 
 
-def abandoned_error(since: datetime, deadline_s: float, grace_s: float) -> str:
-    return (
-        f"no outcome reported within deadline_s={deadline_s:g} + {grace_s:g}s grace "
-        f"of {since.isoformat()}"
-    )
+def abandoned_error(
+    since: datetime, deadline_s: float, grace_s: float, *, started: bool = True
+) -> str:
+    """`started`: a runner said it started the run; if none did, the error says so."""
+    what = "no outcome reported" if started else "no runner started the run"
+    return f"{what} within deadline_s={deadline_s:g} + {grace_s:g}s grace of {since.isoformat()}"
 
 
 def scheduled_origin(missed: int) -> Literal["schedule", "catch_up"]:

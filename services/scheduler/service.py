@@ -414,7 +414,10 @@ async def _serve(
                 task_group=ctx.task_group,
                 metadata={
                     "max_concurrent": str(config.max_concurrent),
-                    "daily_budget_usd": str(config.daily_budget_usd or ""),
+                    # "" is unlimited; a budget of 0 (nothing runs) is shown as such.
+                    "daily_budget_usd": (
+                        "" if config.daily_budget_usd is None else str(config.daily_budget_usd)
+                    ),
                 },
             )
             tg.start_soon(engine.run_ticks)

@@ -248,18 +248,29 @@ class Task(Aggregate):
 
     # --- runs ------------------------------------------------------------------------
 
-    def request_run(self, run_id: str, origin: RunOrigin, at: datetime) -> tuple[str, bool]:
+    def request_run(
+        self, run_id: str, origin: RunOrigin, at: datetime, *, over_budget: str | None = None
+    ) -> tuple[str, bool]:
         """Queue a run someone asked for; it goes out when the dispatch rules allow.
         Returns (run_id, queued behind another run). Asking again with a run id the
         task already has in hand changes nothing; while one run is pending, further
-        requests return that one."""
+        requests return that one. `over_budget` (why) refuses any other request: a
+        retry of a run already asked for gets its answer, not the budget's."""
         self._must_exist()
+        if over_budget is not None and not self._has_run(run_id):
+            raise ServiceError("over_budget", over_budget)
         if self.pending is not None:
             return self.pending["run_id"], True
         if run_id in self.recent or (self.in_flight and self.in_flight["run_id"] == run_id):
             return run_id, False
         self._run_requested(run_id=run_id, origin=origin, at=at)
         return run_id, self.in_flight is not None
+
+    def _has_run(self, run_id: str) -> bool:
+        """Whether the run id names a run of this task: pending, in flight or recent."""
+        pending = self.pending is not None and self.pending["run_id"] == run_id
+        in_flight = self.in_flight is not None and self.in_flight["run_id"] == run_id
+        return pending or in_flight or run_id in self.recent
 
     @event("RunRequested")
     def _run_requested(self, run_id: str, origin: str, at: datetime) -> None:

@@ -459,6 +459,16 @@ async def test_over_budget_the_next_due_run_is_skipped_with_an_event(
         tg.cancel_scope.cancel()
 
 
+@pytest.mark.parametrize(("budget", "shown"), [(0.0, "0.0"), (2.5, "2.5"), (None, "")])
+async def test_micro_info_shows_the_daily_budget_a_zero_one_too(
+    settings: Settings, bus: Bus, budget: float | None, shown: str
+) -> None:
+    # ROTE_DAILY_BUDGET_USD=0 lets nothing run: shown as "" it would read as unlimited.
+    async with scheduler(settings, bus, daily_budget_usd=budget):
+        reply = await bus.nc.request("$SRV.INFO.rote-scheduler", b"", timeout=2)
+        assert json.loads(reply.data)["metadata"]["daily_budget_usd"] == shown
+
+
 # --- recovery ---------------------------------------------------------------------------------
 
 
@@ -564,6 +574,54 @@ async def test_a_queued_run_a_pause_skips_ends_with_its_own_terminal_event(
             view = fold(await RunStore(bus).events(queued.run_id))
             assert view is not None and (view.status, view.reason) == ("failed", "skipped")
             assert len(runner.requests) == 1  # it never went out
+        tg.cancel_scope.cancel()
+
+
+async def test_a_queued_run_is_found_by_runs_get_and_runs_list_before_it_goes_out(
+    settings: Settings, bus: Bus
+) -> None:
+    runner = StandInRunner(bus)
+    runner.silent = True  # the first run stays in flight: the second one waits
+    async with anyio.create_task_group() as tg:
+        await tg.start(runner.run)
+        async with scheduler(settings, bus):
+            await ok(bus, s.TASKS_CREATE, {"name": "held", "prompt": "p"}, TaskView)
+            first = await ok(bus, s.TASKS_RUN, {"task_id": "held"}, RunAccepted)
+            await eventually(lambda: _requested(runner, 1))
+            queued = await ok(bus, s.TASKS_RUN, {"task_id": "held"}, RunAccepted)
+            assert queued.queued
+
+            # The run_id the asker holds names a run at once, as runs.get reads it.
+            async def found() -> bool:
+                return fold(await RunStore(bus).events(queued.run_id)) is not None
+
+            await eventually(found)
+            view = fold(await RunStore(bus).events(queued.run_id))
+            assert view is not None and (view.status, view.origin) == ("requested", "manual")
+            runs = (await ok(bus, s.RUNS_LIST, {"task_id": "held"}, RunList)).runs
+            assert [(r.run_id, r.status) for r in runs] == [
+                (queued.run_id, "requested"),
+                (first.run_id, "requested"),
+            ]
+            assert runs[0].requested_at is not None and runs[0].origin == "manual"
+
+            # Once the first run ends, it goes out: still one `requested` event of it.
+            done = RunEvent(
+                task_id="held",
+                run_id=first.run_id,
+                event="completed",
+                at=datetime.now(UTC),
+                status="completed",
+            )
+            await bus.publish_event(
+                s.run_event("held", first.run_id, "completed"),
+                done,
+                msg_id=f"{first.run_id}:finished",
+            )
+            await eventually(lambda: _requested(runner, 2))
+            assert runner.requests[1].run_id == queued.run_id
+            requested = s.run_events_of("held", queued.run_id, "requested")
+            assert await stream_count(bus, s.STREAM_RUNS, requested) == 1
         tg.cancel_scope.cancel()
 
 

@@ -7,7 +7,7 @@ tests/integration/test_scheduler_rules_stores.py."""
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
@@ -24,6 +24,7 @@ from contracts.tasks import (
     IntervalTrigger,
     ListTasks,
     ManualTrigger,
+    RunAccepted,
     RunTask,
     TaskRef,
     TaskSpec,
@@ -34,6 +35,7 @@ from services.scheduler.application import Tasks
 from services.scheduler.clock import ManualClock
 from services.scheduler.conditions import BrokenCheck, ConditionError, refused_check
 from services.scheduler.engine import Scheduler, SchedulerConfig
+from services.scheduler.outbox import messages_for
 from services.scheduler.task import Task
 from tests.unit.conftest import T0
 
@@ -398,6 +400,65 @@ async def test_a_manual_run_waits_behind_the_run_in_flight(app: Tasks, clock: Ma
     assert (await engine.tick()).dispatched == []  # already ran: not again
 
 
+async def test_over_budget_asking_again_for_a_run_answers_as_before_the_budget(
+    app: Tasks, clock: ManualClock
+) -> None:
+    # The budget refuses new runs only: a producer retrying a run_id, or an intake
+    # `run` redelivered after it was applied, gets the idempotent answer, and a wrong
+    # task or run_id is named as such.
+    engine = scheduler(app, clock, daily_budget_usd=1.0, compile_wait_s=0)
+    for name in ("m", "other"):
+        await engine.create(spec(name, trigger=ManualTrigger()))
+    keyed = await engine.handle("run", b'{"task_id": "m"}', key="msg-1")
+    assert isinstance(keyed, RunAccepted)
+    assert (await engine.tick()).dispatched == [("m", keyed.run_id)]
+    await engine.on_run_event(outcome("m", keyed.run_id, clock.now(), cost=0.6))
+    named = await engine.run(RunTask(task_id="m", run_id="r-1"))
+    assert (await engine.tick()).dispatched == [("m", "r-1")]
+    await engine.on_run_event(outcome("m", "r-1", clock.now(), cost=0.6))  # $1.20 spent
+
+    assert await engine.run(RunTask(task_id="m", run_id="r-1")) == named
+    assert await engine.handle("run", b'{"task_id": "m"}', key="msg-1") == keyed
+    for ask, code in [
+        (RunTask(task_id="gone"), "not_found"),
+        (RunTask(task_id="other", run_id="r-1"), "conflict"),
+        (RunTask(task_id="m"), "over_budget"),
+        (RunTask(task_id="m", run_id="r-2"), "over_budget"),
+    ]:
+        with pytest.raises(ServiceError) as refused:
+            await engine.run(ask)
+        assert refused.value.code == code, ask
+    assert (await engine.tick()).dispatched == []
+
+
+async def test_the_run_ledger_shows_a_queued_run_from_when_it_was_asked_for(
+    app: Tasks, clock: ManualClock
+) -> None:
+    engine = scheduler(app, clock, compile_wait_s=0)
+    await engine.create(spec("m", trigger=ManualTrigger()))
+    first = await engine.run(RunTask(task_id="m"))
+    await engine.tick()
+    clock.advance(5)
+    queued = await engine.run(RunTask(task_id="m"))
+    assert queued.queued
+    (run, _) = (await engine.runs(ListRuns(task_id="m"))).runs
+    assert (run.run_id, run.status, run.origin) == (queued.run_id, "requested", "manual")
+    assert run.requested_at == clock.now()
+    # Sent out later, it keeps the time it was asked for.
+    clock.advance(5)
+    await engine.on_run_event(outcome("m", first.run_id, clock.now()))
+    assert (await engine.tick()).dispatched == [("m", queued.run_id)]
+    (run, _) = (await engine.runs(ListRuns(task_id="m"))).runs
+    assert (run.status, run.requested_at) == ("requested", clock.now() - timedelta(seconds=5))
+    # A queued run a pause skips ends as failed, `skipped`.
+    clock.advance(5)
+    skipped = await engine.run(RunTask(task_id="m"))
+    await engine.pause(TaskRef(task_id="m", reason="holiday"))
+    (run, *_) = (await engine.runs(ListRuns(task_id="m"))).runs
+    assert (run.run_id, run.status, run.reason) == (skipped.run_id, "failed", "skipped")
+    assert run.requested_at == run.finished_at == clock.now()
+
+
 async def test_a_run_id_belongs_to_one_task_even_when_asked_at_once(
     app: Tasks, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -407,9 +468,9 @@ async def test_a_run_id_belongs_to_one_task_even_when_asked_at_once(
     # A slow store: queuing a run takes a while, so the second ask comes meanwhile.
     request_run = app.request_run
 
-    def slow_request_run(*args: Any) -> Any:
+    def slow_request_run(*args: Any, **kwargs: Any) -> Any:
         time.sleep(0.2)
-        return request_run(*args)
+        return request_run(*args, **kwargs)
 
     monkeypatch.setattr(app, "request_run", slow_request_run)
     outcomes: dict[str, str] = {}
@@ -536,6 +597,38 @@ async def test_a_redelivered_run_restarts_the_deadline_clock(
     assert (await engine.tick()).abandoned == []  # 200 s after the first start
     clock.advance(11)
     assert (await engine.tick()).abandoned == [("long", run_id)]
+
+
+async def test_a_run_no_runner_started_is_abandoned_without_counting_against_the_task(
+    app: Tasks, clock: ManualClock
+) -> None:
+    # Every runner down: runs go out, none starts. That says nothing about the task, so
+    # an outage of any length must not pause it through max_failures.
+    engine = scheduler(app, clock, grace_s=10)
+    await engine.create(spec("m", trigger=ManualTrigger(), deadline_s=100, max_failures=1))
+    for _ in range(3):
+        run_id = (await engine.run(RunTask(task_id="m"))).run_id
+        assert (await engine.tick()).dispatched == [("m", run_id)]
+        clock.advance(111)
+        assert (await engine.tick()).abandoned == [("m", run_id)]
+    view = await engine.get(TaskRef(task_id="m"))
+    assert (view.status, view.consecutive_failures) == ("active", 0)
+    (run, *_) = (await engine.runs(ListRuns(task_id="m"))).runs
+    assert (run.status, run.reason, run.infrastructure) == ("failed", "abandoned", True)
+    outcome_event = messages_for(stored(app, Task.RunFinished)[-1], "m")[0].event
+    assert isinstance(outcome_event, RunEvent) and outcome_event.infrastructure
+
+    # A run a runner started, then lost, still counts: it may be the task that hangs.
+    run_id = (await engine.run(RunTask(task_id="m"))).run_id
+    await engine.tick()
+    started = RunEvent(
+        task_id="m", run_id=run_id, event="started", status="running", at=clock.now()
+    )
+    assert await engine.on_run_event(started) == "started"
+    clock.advance(111)
+    assert (await engine.tick()).abandoned == [("m", run_id)]
+    view = await engine.get(TaskRef(task_id="m"))
+    assert (view.status, view.consecutive_failures) == ("paused", 1)
 
 
 async def test_a_run_queued_before_a_pause_does_not_go_out(app: Tasks, clock: ManualClock) -> None:

@@ -72,3 +72,24 @@ def test_a_pause_reason_is_masked_in_the_task_view_too() -> None:
     task = Task("deploy-check", TaskSpec(name="deploy check", prompt="Check"), T0)
     task.pause(f"rotating {SECRET}", T0)
     assert to_view(task).status_reason == "rotating [redacted]"
+
+
+def test_a_run_asked_for_is_a_requested_run_before_it_goes_out() -> None:
+    # runs.get reads a run from its events: the run_id tasks.run gave out names one at
+    # once, even while it waits behind another. Sent out later, its `requested` event
+    # comes again under the same Nats-Msg-Id: the stream keeps one.
+    task = Task("news", TaskSpec(name="news", prompt="Report"), T0)
+    task.request_run("r-1", "manual", T0)
+    task.dispatch_run("r-1", "manual", T0, queued=True)
+    requested = [
+        m
+        for e in task.collect_events()
+        for m in messages_for(e, "news")
+        if isinstance(m.event, RunEvent)
+    ]
+    assert [(m.subject, m.msg_id) for m in requested] == [
+        ("rote.evt.run.news.r-1.requested", "r-1:requested")
+    ] * 2
+    asked = requested[0].event
+    assert isinstance(asked, RunEvent)
+    assert (asked.status, asked.origin, asked.at) == ("requested", "manual", T0)
