@@ -237,7 +237,7 @@ async def test_a_select_option_that_does_not_exist_fails_at_once(
     result = await browser("browser_fill_form", submit=False, fields={"country": "Germany"})
     code, message = error_of(result)
     assert code == "element_not_found" and "'fr' ('France')" in message
-    assert result.duration_ms < 1000  # not after waiting out a timeout
+    assert result.duration_ms < 3000  # not after waiting out the 5 s element timeout
     assert (await browser("browser_fill_form", submit=False, fields={"country": "France"})).ok
     assert (await browser("browser_fill_form", submit=False, fields={"country": "us"})).ok
 
