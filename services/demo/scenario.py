@@ -143,13 +143,16 @@ async def _executor_event(bus: Bus, name: str, run_id: str, timeout: float) -> N
             await anyio.sleep(0.2)
 
 
-async def _compiled(bus: Bus, version: int, timeout: float) -> ExecutorEvent | None:
-    """The `compiled` event of `version` (None if the compiler skipped the trace)."""
+async def _compiled(bus: Bus, run_id: str, timeout: float) -> ExecutorEvent | None:
+    """The `compiled` event of full run `run_id`'s trace (None if the compiler skipped
+    it). Matched by run: an earlier run's skip must not stand for this run's outcome."""
     with anyio.fail_after(timeout):
         while True:
             for msg in await read_all(bus.js, s.STREAM_EXECUTORS, s.executor_event(TASK_ID, "*")):
                 event = decode(msg.data, ExecutorEvent)
-                if event.event == "compiled" and event.version == version:
+                if event.run_id != run_id:
+                    continue
+                if event.event == "compiled":
                     return event
                 if event.event == "skipped":
                     return None
@@ -246,11 +249,11 @@ async def run_demo(
                 if not report.versions:
                     raise DemoStopped(f"{why}; the runs after it need the executor it compiles")
             elif event.source == "full_llm":
-                version = len(report.versions) + 1
-                compiled = await _compiled(bus, version, 60)
-                if compiled is None:
+                compiled = await _compiled(bus, event.run_id, 60)
+                if compiled is None or compiled.version is None:
                     out("         the compiler skipped this trace")
                     continue
+                version = compiled.version
                 report.versions.append(version)
                 health = await bus.request(
                     s.EXECUTORS_GET, ExecutorRef(task_id=TASK_ID), ExecutorHealth

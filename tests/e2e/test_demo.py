@@ -13,10 +13,17 @@ import sys
 import threading
 import time
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from contracts import subjects as s
+from contracts.executors import ExecutorEvent
+from services.demo import scenario
+from services.demo.scenario import TASK_ID
+from services.kernel.bus import Bus
+from services.kernel.streams import ensure_streams
 from services.standin.server import StandinServer
 from tests.leftovers import MARK_VARIABLE, wait_gone
 
@@ -91,6 +98,25 @@ def test_demo_walks_the_whole_life_of_a_task() -> None:
 
     # Nothing left behind: no nats-server, Playwright driver or Chromium of the demo's.
     assert wait_gone(marker) == []
+
+
+@pytest.mark.anyio
+async def test_an_earlier_runs_skipped_trace_does_not_stand_for_a_later_compilation(
+    bus: Bus,
+) -> None:
+    """With --live, run 1's trace may be skipped and run 2's compile v1: the demo must
+    report v1 for run 2, not the skip it finds first in the stream."""
+    await ensure_streams(bus.js)
+    at = datetime.now(UTC)
+    for event in (
+        ExecutorEvent(task_id=TASK_ID, event="skipped", at=at, run_id="run-1", reason="no steps"),
+        ExecutorEvent(task_id=TASK_ID, event="compiled", at=at, run_id="run-2", version=1),
+    ):
+        subject = s.executor_event(TASK_ID, event.event)
+        await bus.publish_event(subject, event, msg_id=f"{event.run_id}:{event.event}")
+    compiled = await scenario._compiled(bus, "run-2", 5)
+    assert compiled is not None and compiled.version == 1
+    assert await scenario._compiled(bus, "run-1", 5) is None
 
 
 def test_live_demo_talks_to_the_server_the_environment_names_with_its_key() -> None:
