@@ -41,12 +41,15 @@ class Section:
 
 
 def percentile(values: list[float], q: float) -> float:
-    """q in [0, 100]; linear interpolation between closest ranks."""
+    """q in [0, 100]; linear interpolation between closest ranks (as
+    statistics.quantiles' inclusive method, which has no 0th or 100th cut point)."""
     if not values:
         return float("nan")
-    if len(values) == 1:
-        return values[0]
-    return statistics.quantiles(values, n=100, method="inclusive")[max(0, min(98, round(q) - 1))]
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * min(100.0, max(0.0, q)) / 100
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 # How every quoted quartile is computed (the sections' and the README's alike).

@@ -4,11 +4,12 @@ run's JSON is checked against the JSON, so a re-run cannot leave an old number b
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
 from services.demo.corpus import TASKS_BY_ID
-from tests.bench.harness import quartiles
+from tests.bench.harness import percentile, quartiles
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULT = ROOT / "tests/bench/results/full.json"
@@ -152,3 +153,10 @@ def test_the_readme_quotes_the_committed_numbers() -> None:
     ]
     missing = [text for text in quoted if text not in readme]
     assert missing == []
+
+
+def test_percentiles_run_from_the_least_to_the_greatest_value() -> None:
+    values = [float(v) for v in range(1, 201)]
+    assert (percentile(values, 0), percentile(values, 100)) == (1.0, 200.0)
+    assert percentile(values, 50) == statistics.median(values)
+    assert percentile([3.0], 95) == 3.0
