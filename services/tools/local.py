@@ -191,8 +191,8 @@ async def shell_exec(
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
-# No O_TRUNC: a file is emptied only once fstat has shown it is one we may write.
-_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
+# A file_write goes to a new file first (O_EXCL: never one already there).
+_SPARE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
 
 
 def _swapped(path: Path, name: str, dir_fd: int) -> ServiceError | None:
@@ -201,8 +201,10 @@ def _swapped(path: Path, name: str, dir_fd: int) -> ServiceError | None:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except OSError:
         return None
-    if not stat.S_ISLNK(st.st_mode):
-        return None
+    return _symlink_refusal(path, name) if stat.S_ISLNK(st.st_mode) else None
+
+
+def _symlink_refusal(path: Path, name: str) -> ServiceError:
     return ServiceError(
         "path_denied",
         f"{name!r} on the way to {str(path)!r} became a symlink after the path was checked",
@@ -210,10 +212,11 @@ def _swapped(path: Path, name: str, dir_fd: int) -> ServiceError | None:
     )
 
 
-def _open_under(root: Path, path: Path, flags: int, *, make_parents: bool = False) -> int:
-    """Open `path` (resolved, inside `root`) one component at a time from `root`,
-    following no symlink; with `make_parents`, missing directories are created on the
-    way (mkdir relative to their parent's fd, never through a path)."""
+def _parent_under(root: Path, path: Path, *, make_parents: bool = False) -> tuple[int, str]:
+    """An fd of the directory holding `path` (resolved, inside `root`) and its last
+    name, the directory opened one component at a time from `root`, following no
+    symlink; with `make_parents`, missing directories are created on the way (mkdir
+    relative to their parent's fd, never through a path)."""
     try:
         parts = path.relative_to(root).parts
     except ValueError:
@@ -241,33 +244,47 @@ def _open_under(root: Path, path: Path, flags: int, *, make_parents: bool = Fals
                 raise
             os.close(fd)
             fd = next_fd
-        try:
-            return os.open(parts[-1], flags, 0o644, dir_fd=fd)
-        except OSError:
-            refusal = _swapped(path, parts[-1], fd)
-            if refusal is not None:
-                raise refusal from None
-            raise
-    finally:
+    except BaseException:
         os.close(fd)
+        raise
+    return fd, parts[-1]
 
 
-def _regular_or_close(fd: int, path: Path) -> None:
+def _open_under(root: Path, path: Path, flags: int) -> int:
+    """Open `path` (resolved, inside `root`) from `root`, following no symlink."""
+    dir_fd, name = _parent_under(root, path)
+    try:
+        return os.open(name, flags, 0o644, dir_fd=dir_fd)
+    except OSError:
+        refusal = _swapped(path, name, dir_fd)
+        if refusal is not None:
+            raise refusal from None
+        raise
+    finally:
+        os.close(dir_fd)
+
+
+def _refuse_unless_regular(st: os.stat_result, path: Path) -> None:
     """Only regular files are read or written (not a FIFO, a device, a directory), and
     only those with a single name: a hard link inside a root may name a file outside
     it, and nothing on the file says which of its names is the original."""
-    st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
         raise ToolFailure("io_error", f"{str(path)!r} is not a regular file")
     if st.st_nlink > 1:
-        os.close(fd)
         raise ServiceError(
             "path_denied",
             f"{str(path)!r} has {st.st_nlink} hard links; a file with more than one name "
             "may be one outside the allowed roots, so it is neither read nor written",
             field="input.path",
         )
+
+
+def _regular_or_close(fd: int, path: Path) -> None:
+    try:
+        _refuse_unless_regular(os.fstat(fd), path)
+    except (ToolFailure, ServiceError):
+        os.close(fd)
+        raise
 
 
 def file_read(path: Path, *, root: Path, max_chars: int) -> Outcome:
@@ -297,16 +314,45 @@ def file_read(path: Path, *, root: Path, max_chars: int) -> Outcome:
 
 
 def file_write(path: Path, content: str, *, root: Path) -> Outcome:
+    """Write `content` to a new file beside `path`, then rename it over `path`: a write
+    that fails (a full disk, a quota) leaves the file as it was, never emptied or half
+    overwritten. The rename replaces the name, never follows it."""
     data = content.encode("utf-8")
     try:
-        fd = _open_under(root, path, _WRITE_FLAGS, make_parents=True)
+        dir_fd, name = _parent_under(root, path, make_parents=True)
     except OSError as exc:
         raise ToolFailure("io_error", f"cannot write {str(path)!r}: {exc.strerror}") from None
-    _regular_or_close(fd, path)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.truncate(0)
-            f.write(data)
-    except OSError as exc:  # a full disk, a quota
-        raise ToolFailure("io_error", f"cannot write {str(path)!r}: {exc.strerror}") from None
+        _replace(path, name, data, dir_fd)
+    finally:
+        os.close(dir_fd)
     return Outcome({"path": str(path), "bytes": len(data)}, ToolMetadata())
+
+
+def _replace(path: Path, name: str, data: bytes, dir_fd: int) -> None:
+    """Put `data` in place of `name` (in dir_fd) through a spare file, removed if the
+    write or the rename fails."""
+    spare = None
+    try:
+        try:
+            now = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            now = None
+        if now is not None:
+            if stat.S_ISLNK(now.st_mode):
+                raise _symlink_refusal(path, name)
+            _refuse_unless_regular(now, path)
+        # A fixed-length name: one derived from `name` could pass the name length limit.
+        spare = f".rote-write-{uuid.uuid4().hex}.tmp"
+        with os.fdopen(os.open(spare, _SPARE_FLAGS, 0o644, dir_fd=dir_fd), "wb") as f:
+            if now is not None:  # the file keeps its permissions
+                os.fchmod(f.fileno(), stat.S_IMODE(now.st_mode))
+            f.write(data)
+        os.rename(spare, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        spare = None
+    except OSError as exc:  # a full disk, a quota, `name` now a directory
+        raise ToolFailure("io_error", f"cannot write {str(path)!r}: {exc.strerror}") from None
+    finally:
+        if spare is not None:
+            with suppress(OSError):
+                os.unlink(spare, dir_fd=dir_fd)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -304,3 +305,37 @@ async def test_the_calls_of_a_killed_tools_process_are_killed_by_a_sweep(
         finally:
             foreign.kill()
             await foreign.aclose()
+
+
+# Run in a process of its own: a file size limit makes the disk look full to it alone.
+_WRITE_OVER_A_SIZE_LIMIT = """
+import resource, signal, sys
+from pathlib import Path
+from services.tools import local
+from services.tools.outcome import ToolFailure
+
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG, as a quota or a full disk fails
+_, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+resource.setrlimit(resource.RLIMIT_FSIZE, (1000, hard))
+root = Path(sys.argv[1])
+for name in ("kept.txt", "new.txt"):
+    try:
+        local.file_write(root / name, "new " * 1000, root=root)
+    except ToolFailure as failure:
+        print(failure.code)
+"""
+
+
+def test_a_write_that_fails_leaves_the_file_as_it_was(tmp_path: Path) -> None:
+    (tmp_path / "kept.txt").write_text("the first version")
+    failed = subprocess.run(
+        [sys.executable, "-c", _WRITE_OVER_A_SIZE_LIMIT, str(tmp_path)],
+        cwd=Path(__file__).parents[2],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert failed.stdout.split() == ["io_error", "io_error"], failed.stderr
+    # Neither emptied nor half overwritten, and no half-written new file (or spare).
+    assert (tmp_path / "kept.txt").read_text() == "the first version"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.txt"]
