@@ -122,7 +122,12 @@ async def shell_exec(
     """Run argv in its own process group (session). On timeout, cancellation or once
     the command exits, the whole group is killed, and so is every process still
     carrying the call's marker (leftovers.py): nothing it started outlives the call."""
-    await anyio.Path(cwd).mkdir(parents=True, exist_ok=True)
+    try:
+        await anyio.Path(cwd).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file in its way, no permission: the call's failure
+        raise ToolFailure(
+            "command_failed", f"cannot make the working directory {str(cwd)!r}: {exc.strerror}"
+        ) from None
     call_id = uuid.uuid4().hex
     try:
         process = await anyio.open_process(

@@ -126,6 +126,17 @@ async def test_unknown_command_is_a_failure(tmp_path: Path) -> None:
     assert caught.value.code == "command_failed"
 
 
+async def test_a_working_directory_that_cannot_be_made_is_a_failure(tmp_path: Path) -> None:
+    # The first path root is the command's working directory; a file in its way (or no
+    # permission) is the call's failure, not the service's.
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ToolFailure) as caught:
+        await local.shell_exec(
+            ["true"], timeout=5, cwd=tmp_path / "file" / "work", max_output_bytes=100
+        )
+    assert caught.value.code == "command_failed" and "working directory" in str(caught.value)
+
+
 def test_file_write_then_read(tmp_path: Path) -> None:
     path = tmp_path / "deep" / "er" / "note.txt"
     written = local.file_write(path, "héllo\n", root=tmp_path)
