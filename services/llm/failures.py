@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import anthropic
 
-from services.kernel.secrets import redact
+from services.kernel.secrets import cut_text, redact
 
 # What a failure quotes of a successful answer that is no message.
 MAX_ANSWER_EXCERPT_CHARS = 200
@@ -165,10 +165,9 @@ def not_a_message(answer: object) -> Failure:
     server that does not speak the API, such as a web app or a proxy's sign-in page.
     The same request gets the same page, so it is not retried."""
     text = answer if isinstance(answer, str) else json.dumps(answer, default=str)
-    # Masked before it is cut, like a status failure's detail.
-    excerpt = " ".join(redact(text).split()) or "an empty answer"
-    if len(excerpt) > MAX_ANSWER_EXCERPT_CHARS:
-        excerpt = excerpt[:MAX_ANSWER_EXCERPT_CHARS] + " [...]"
+    # Masked whole, short or not (cut_text masks only what it cuts).
+    excerpt = cut_text(" ".join(redact(text).split()), MAX_ANSWER_EXCERPT_CHARS)
+    excerpt = excerpt or "an empty answer"
     return Failure(
         code="upstream",
         retryable=False,
