@@ -14,13 +14,14 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import anyio
 import msgspec
 import nats.errors
 import pytest
 from nats.aio.msg import Msg
+from nats.js.api import PubAck
 
 from contracts import subjects as s
 from contracts.runs import RunEvent, RunList, RunRequest
@@ -133,6 +134,25 @@ class StandInRunner:
             ),
             msg_id=f"{request.run_id}:{event}",
         )
+
+
+async def _runner_says(
+    bus: Bus, task_id: str, run_id: str, event: Literal["started", "completed"]
+) -> PubAck:
+    """A runner's own run event, under the runner's Nats-Msg-Id (`finished` for its
+    ending, which the scheduler's terminal event shares)."""
+    started = event == "started"
+    return await bus.publish_event(
+        s.run_event(task_id, run_id, event),
+        RunEvent(
+            task_id=task_id,
+            run_id=run_id,
+            event=event,
+            at=datetime.now(UTC),
+            status="running" if started else "completed",
+        ),
+        msg_id=f"{run_id}:{'started' if started else 'finished'}",
+    )
 
 
 async def call(bus: Bus, subject: str, body: bytes | dict[str, Any]) -> tuple[dict, dict]:
@@ -252,18 +272,7 @@ async def test_a_run_in_flight_is_the_tasks_last_run_with_its_own_status(
         # Not the previous run's "completed" beside the new run's id.
         assert await last_run() == (second.run_id, "requested")
 
-        started = RunEvent(
-            task_id="shown",
-            run_id=second.run_id,
-            event="started",
-            at=datetime.now(UTC),
-            status="running",
-        )
-        await bus.publish_event(
-            s.run_event("shown", second.run_id, "started"),
-            started,
-            msg_id=f"{second.run_id}:started",
-        )
+        await _runner_says(bus, "shown", second.run_id, "started")
 
         async def running() -> bool:
             return await last_run() == (second.run_id, "running")
@@ -528,18 +537,7 @@ async def test_a_running_scheduler_abandons_a_lost_run_with_its_terminal_event(
             # Nats-Msg-Id, so a late one is dropped and runs.get agrees with runs.list.
             stored = await bus.js.get_last_msg(s.STREAM_RUNS, subject)
             assert (stored.headers or {}).get("Nats-Msg-Id") == f"{accepted.run_id}:finished"
-            late = RunEvent(
-                task_id="lost",
-                run_id=accepted.run_id,
-                event="completed",
-                at=datetime.now(UTC),
-                status="completed",
-            )
-            ack = await bus.publish_event(
-                s.run_event("lost", accepted.run_id, "completed"),
-                late,
-                msg_id=f"{accepted.run_id}:finished",
-            )
+            ack = await _runner_says(bus, "lost", accepted.run_id, "completed")
             assert ack.duplicate
             view = fold(await RunStore(bus).events(accepted.run_id))
             assert view is not None and (view.status, view.reason) == ("failed", "abandoned")
@@ -606,18 +604,7 @@ async def test_a_queued_run_is_found_by_runs_get_and_runs_list_before_it_goes_ou
             assert runs[0].requested_at is not None and runs[0].origin == "manual"
 
             # Once the first run ends, it goes out: still one `requested` event of it.
-            done = RunEvent(
-                task_id="held",
-                run_id=first.run_id,
-                event="completed",
-                at=datetime.now(UTC),
-                status="completed",
-            )
-            await bus.publish_event(
-                s.run_event("held", first.run_id, "completed"),
-                done,
-                msg_id=f"{first.run_id}:finished",
-            )
+            await _runner_says(bus, "held", first.run_id, "completed")
             await eventually(lambda: _requested(runner, 2))
             assert runner.requests[1].run_id == queued.run_id
             requested = s.run_events_of("held", queued.run_id, "requested")
