@@ -116,6 +116,14 @@ def skip_reason(task: TaskSpec, trace: Trace) -> str | None:
         # The trace keeps only the head of an oversized input: replayed, that head would
         # be sent (a cut file written), and a small model could not write it out again.
         return f"the trace holds cut inputs (step {', '.join(cut)}); replaying them would send less"
+    unread = [str(s.index) for s in trace.steps if s.status == "ok" and _unread_blob(s)]
+    if unread:
+        # The service could not inline a stored output: the step would look empty, and
+        # what came from it would compile as constants or as written from nowhere.
+        return (
+            f"the output of step {', '.join(unread)} was stored apart and could not be read "
+            "back; the data flow cannot be traced without it"
+        )
     reads = [s for s in trace.steps if s.status == "ok" and is_content(s.tool)]
     if len(reads) >= 2 and not any(_non_empty(s.output) for s in reads):
         # The run looked in several ways and found nothing (a page without the data, or
@@ -136,6 +144,10 @@ def skip_reason(task: TaskSpec, trace: Trace) -> str | None:
             "replaying it would send the mask"
         )
     return None
+
+
+def _unread_blob(step: TraceStep) -> bool:
+    return step.output is None and step.output_ref is not None
 
 
 def _holds_mask(value: Any) -> bool:
@@ -200,7 +212,7 @@ def _analyse(
     last_read: int | None = None  # the last step whose output is content
     for position, step in ok:
         plan = _Planned(position, step)
-        leaves = list(references.leaves(step.input))
+        leaves = _input_values(step)
         for path, value in leaves:
             kind = value_kind(step.tool, path)
             plan.values[path] = provenance(value, kind, sources, ctx, context_step=last_read)
@@ -557,7 +569,7 @@ def _varying(plan: _Planned) -> list[str]:
     """The plan's input strings that are not replayed as recorded."""
     return [
         value
-        for path, value in references.leaves(plan.step.input)
+        for path, value in _input_values(plan.step)
         if path in plan.values and plan.values[path].kind != "constant"
     ]
 
@@ -590,11 +602,37 @@ def _structured_items(trace: Trace) -> frozenset[str]:
     )
 
 
+def _input_values(step: TraceStep) -> list[tuple[Path, str]]:
+    """The input values the data flow classifies: every string, and every number typed
+    as data (a form takes 1.0834 as well as "1.0834", and it came from the page just as
+    surely), as its JSON text."""
+    values = list(references.leaves(step.input))
+
+    def numbers(value: Any, path: Path) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                numbers(item, (*path, key))
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                numbers(item, (*path, i))
+        elif (
+            isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and value_kind(step.tool, path) == "data"
+        ):
+            values.append((path, json.dumps(value)))
+
+    numbers(step.input, ())
+    return values
+
+
 def _rebuild(value: Any, replaced: Mapping[Path, str], path: Path = ()) -> Any:
-    """The recorded input with some strings replaced by templates; the others escaped,
-    so nothing recorded is ever read as a reference."""
+    """The recorded input with some values replaced by templates; the other strings
+    escaped, so nothing recorded is ever read as a reference."""
+    if path in replaced:
+        return replaced[path]
     if isinstance(value, str):
-        return replaced[path] if path in replaced else escape(value)
+        return escape(value)
     if isinstance(value, dict):
         return {k: _rebuild(v, replaced, (*path, k)) for k, v in value.items()}
     if isinstance(value, list):

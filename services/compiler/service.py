@@ -128,7 +128,7 @@ class Compiler:
             if step.output is None and step.output_ref:
                 try:
                     step.output = msgspec.json.decode(await blobs.get(self.js, step.output_ref))
-                except Exception as exc:  # the compiler then treats it as unknown data
+                except Exception as exc:  # compile() then refuses the trace, saying why
                     log.warning("blob_unreadable", ref=step.output_ref, error=str(exc))
 
     async def on_run(self, run: RunEvent, msg: Msg) -> None:

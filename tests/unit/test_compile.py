@@ -870,3 +870,19 @@ def test_a_trace_with_a_cut_input_is_not_compiled() -> None:
     result = compile(trace.task, trace)
     assert isinstance(result, Skip)
     assert result.reason == ("the trace holds cut inputs (step 1); replaying them would send less")
+
+
+def test_a_trace_whose_stored_output_could_not_be_read_is_not_compiled() -> None:
+    # A large output is stored apart; the compiler service inlines it before compiling.
+    # When that read failed, the step looks like one that returned nothing: the headlines
+    # it found would not be traced back to it, and the answer would compile as if
+    # written from nowhere.
+    trace = load("news_top3")
+    trace.steps[1].output = None
+    trace.steps[1].output_ref = "sha256:" + "0" * 64
+    result = compile(trace.task, trace)
+    assert isinstance(result, Skip)
+    assert result.reason == (
+        "the output of step 1 was stored apart and could not be read back; "
+        "the data flow cannot be traced without it"
+    )

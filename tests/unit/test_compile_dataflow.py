@@ -667,3 +667,37 @@ def test_an_item_whose_every_text_other_items_hold_too_is_written_again(form: st
     )
     result = _result(_executor(trace))
     assert result.mode == "llm" and result.variables == ["step_1"], result.template
+
+
+# --- a number typed as a JSON number ------------------------------------------------------
+
+
+def test_a_number_typed_as_a_json_number_is_read_again_like_its_text() -> None:
+    """browser_fill_form takes numbers as well as strings: today's rate typed as 1.0834
+    came from the page as surely as "1.0834" would have, and must not replay as a
+    constant (yesterday's rate, sent every day with no expectation to catch it)."""
+    rates = f"{SITE}/rates"
+    trace = _trace(
+        f"Open {rates}, read today's EUR rate and enter it into the converter at "
+        f"{SITE}/convert with the amount 100; report the converted amount.",
+        [
+            _navigated(0, rates, "Rates"),
+            _step(1, "browser_extract", {"selector": ".eur"}, ["1.0834"]),
+            _navigated(2, f"{SITE}/convert", "Converter"),
+            _step(
+                3,
+                "browser_fill_form",
+                {"fields": {"#rate": 1.0834, "#amount": 100}, "submit": True},
+                {"url": f"{SITE}/convert/result"},
+            ),
+            _step(4, "browser_extract", {"selector": ".result"}, ["108.34 USD"]),
+        ],
+        "108.34 USD",
+    )
+    executor = _executor(trace)
+    form = next(s for s in executor.steps if isinstance(s, ToolStep) and s.trace_step == 3)
+    fields = form.input["fields"]
+    # The rate reads today's page; the amount the prompt fixes stays the number it was.
+    assert fields == {"#rate": "{{step_1[0]}}", "#amount": 100}
+    today = references.render(fields, {1: ["1.0901"]})
+    assert today == {"#rate": "1.0901", "#amount": 100}
