@@ -2,18 +2,20 @@
 
 The model gets the task prompt and the task's allowed tools; every tool call it makes
 goes through the tools service; the loop ends at end_turn (the final text is the
-answer), at max_iterations, or when the run is stuck. Assistant turns go back to the
-model exactly as they came — current models reject a conversation whose thinking
-blocks were dropped or altered. When the conversation outgrows one bus message, the
-oldest tool outputs are elided from the request (never an assistant turn).
+answer), at max_iterations, at the run's deadline, or when the run is stuck. Assistant
+turns go back to the model exactly as they came — current models reject a conversation
+whose thinking blocks were dropped or altered. When the conversation outgrows one bus
+message, the oldest tool outputs are elided from the request (never an assistant turn).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 import msgspec
 
 from contracts.base import utc_now
@@ -63,6 +65,16 @@ AGENT_MAX_TOKENS = 16_000
 # "refusal", "max_tokens" (the answer was cut off), "pause_turn" (server tools rote
 # does not carry), "model_context_window_exceeded".
 ANSWER_STOPS = {"end_turn", "stop_sequence"}
+# Stop reasons whose tool calls are not run, and how the turn ended: a turn cut off (at
+# max_tokens, or at the context window, which cuts output the same way) may end inside a
+# tool call's input (half a form, half a command); a refused one was stopped by the
+# safety classifiers, and what it asked for is not acted on.
+UNRUNNABLE_STOPS = {
+    "max_tokens": "cut off at max_tokens inside a tool call, whose input may be incomplete",
+    "model_context_window_exceeded": "cut off at the model's context window inside a tool"
+    " call, whose input may be incomplete",
+    "refusal": "refused, tool calls included",
+}
 # Bytes kept free under the bus's max payload when fitting a model request: room for
 # headers, which NATS counts against the same limit.
 PAYLOAD_HEADROOM = 4096
@@ -181,6 +193,7 @@ class AgentLoop:
         ledger: Ledger,
         tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S,
         max_tool_timeout_s: float = MAX_TOOL_TIMEOUT_S,
+        deadline: float | None = None,
     ) -> None:
         self.spec = scope.spec
         self.ports = scope.ports
@@ -191,6 +204,8 @@ class AgentLoop:
         self.ledger = ledger
         self.tool_timeout_s = tool_timeout_s
         self.max_tool_timeout_s = max_tool_timeout_s
+        # When the run's time is up (anyio's clock); None: no deadline.
+        self.deadline = deadline
         self.step = 0
         self.iterations = 0
 
@@ -202,6 +217,17 @@ class AgentLoop:
             ledger=self.ledger,
             **kwargs,
         )
+
+    def _time_left(self) -> float:
+        return math.inf if self.deadline is None else self.deadline - anyio.current_time()
+
+    def _out_of_time(self) -> AgentOutcome | None:
+        """The run's end when its time is up. The caller's cancel ends it too, but may land
+        only after the next call went out (a model call then billed, a tool call then
+        acting, after the run ended): nothing is started with no time left."""
+        if self._time_left() > 0:
+            return None
+        return self._outcome(False, reason="deadline", error="the run passed its deadline")
 
     async def run(self) -> AgentOutcome:
         try:
@@ -219,6 +245,8 @@ class AgentLoop:
 
         max_bytes = self.ports.max_payload - PAYLOAD_HEADROOM
         while self.iterations < self.spec.max_iterations:
+            if ended := self._out_of_time():
+                return ended
             self.iterations += 1
             request = CompleteRequest(
                 model=self.spec.model,
@@ -262,14 +290,11 @@ class AgentLoop:
                     await self._publish_text(block.text)
 
             uses = [b for b in reply.content if isinstance(b, ToolUseBlock)]
-            if uses and reply.stop_reason == "max_tokens":
-                # The last tool call was cut off mid-input: running it could act on half
-                # a form or a truncated command.
+            if uses and (how := UNRUNNABLE_STOPS.get(reply.stop_reason or "")):
                 return self._outcome(
                     False,
                     reason="llm_error",
-                    error="the model's turn was cut off at max_tokens (stop_reason"
-                    " max_tokens) inside a tool call; its input may be incomplete, so"
+                    error=f"the model's turn was {how} (stop_reason {reply.stop_reason});"
                     " nothing was run",
                 )
             if not uses:
@@ -281,6 +306,8 @@ class AgentLoop:
 
             results: list[ContentBlock] = []
             for use in uses:
+                if ended := self._out_of_time():
+                    return ended
                 result_block, error, fatal = await self._call_tool(use)
                 results.append(result_block)
                 if fatal:  # the tools service itself is gone, not the task's doing
@@ -334,7 +361,13 @@ class AgentLoop:
             allowed_tools=self.spec.allowed_tools,
             tool=use.name,
             input=use.input,
-            timeout_s=call_timeout(use.input, self.tool_timeout_s, self.max_tool_timeout_s),
+            # Never more than the run has left: the tools service runs the call for the time
+            # it is given, and would otherwise go on after the run ended at its deadline.
+            timeout_s=call_timeout(
+                use.input,
+                self.tool_timeout_s,
+                min(self.max_tool_timeout_s, self._time_left()),
+            ),
             step=step,
             source="full_llm",
             call_id=f"a{self.attempt}-b{step}",

@@ -699,6 +699,7 @@ class Runner:
                             ledger=ledger,
                             tool_timeout_s=min(DEFAULT_TOOL_TIMEOUT_S, remaining),
                             max_tool_timeout_s=min(MAX_TOOL_TIMEOUT_S, remaining),
+                            deadline=deadline.deadline,
                         ).run()
         except BaseException as broke:
             # Whatever broke the attempt (the message is redelivered), its browser
@@ -722,7 +723,8 @@ class Runner:
                         log.warning("transcript_save_failed", error=str(exc))
             raise
         outcome = attempt_.outcome
-        if deadline.cancelled_caught or outcome is None:
+        # The loop ends as `deadline` itself when a turn came back just as time ran out.
+        if deadline.cancelled_caught or outcome is None or outcome.reason == "deadline":
             error = deadline_error(spec.deadline_s, attempt, elapsed)
             attempt_.cut_off_replay(ledger, error)
             outcome = AgentOutcome(ok=False, reason="deadline", error=error, ledger=ledger)

@@ -83,16 +83,21 @@ class Stand:
     """The model and the tools, scripted: the model reads `pages` pages, one a turn,
     then answers `answer` with `stop_reason`."""
 
-    def __init__(self, pages: int, answer: str, stop_reason: str = "end_turn") -> None:
+    def __init__(
+        self, pages: int, answer: str, stop_reason: str = "end_turn", delay_s: float = 0.0
+    ) -> None:
         self.pages = pages
         self.answer = answer
         self.stop_reason = stop_reason
+        self.delay_s = delay_s  # how long the model takes over each turn
         self.requests: list[CompleteRequest] = []
         self.sizes: list[int] = []
+        self.calls: list[ExecTool] = []
 
     async def complete(self, msg: Msg) -> None:
         request = decode(msg.data, CompleteRequest)
         self.requests.append(request)
+        await anyio.sleep(self.delay_s)
         self.sizes.append(len(msg.data))
         turn = sum(m.role == "assistant" for m in request.messages)
         content, stop = (
@@ -115,6 +120,7 @@ class Stand:
 
     async def exec_tool(self, msg: Msg) -> None:
         call = decode(msg.data, ExecTool)
+        self.calls.append(call)
         result = ToolResult(ok=True, output=page_output(call.input["page"]), duration_ms=1)
         await msg.respond(encode(result))
 
@@ -131,7 +137,9 @@ async def runner_bus(settings: Settings) -> AsyncIterator[Bus]:
         yield stack.bus
 
 
-async def run_once(bus: Bus, run_id: str, stand: Stand) -> tuple[RunEvent, list[str]]:
+async def run_once(
+    bus: Bus, run_id: str, stand: Stand, deadline_s: float = 600.0
+) -> tuple[RunEvent, list[str]]:
     """Start a run, wait for its end; returns the end and every run event published."""
     await stand.serve(bus)
     published: list[str] = []
@@ -140,7 +148,12 @@ async def run_once(bus: Bus, run_id: str, stand: Stand) -> tuple[RunEvent, list[
         published.append(msg.subject.rsplit(".", 1)[-1])
 
     await bus.nc.subscribe(s.run_events_of(run_id=run_id), cb=on)
-    spec = TaskSpec(name="pages", prompt="Read every page", allowed_tools=["browser_read_page"])
+    spec = TaskSpec(
+        name="pages",
+        prompt="Read every page",
+        allowed_tools=["browser_read_page"],
+        deadline_s=deadline_s,
+    )
     await bus.request(s.RUNS_START, StartRun(spec=spec, task_id="pages", run_id=run_id), RunStarted)
     store = RunStore(bus)
     with anyio.fail_after(30):
@@ -206,3 +219,18 @@ async def test_a_text_event_the_stream_cannot_take_does_not_fail_the_run(
 
     assert (done.status, done.result, done.attempt) == ("completed", "Read both pages.", 1)
     assert published.count("started") == 1
+
+
+async def test_a_tool_call_late_in_a_run_gets_only_the_time_the_run_has_left(
+    runner_bus: Bus,
+) -> None:
+    """The tools service runs a call for the time the call is given: a call asked for
+    late in the run given the whole run's time would go on past the run's deadline,
+    after the run has ended."""
+    stand = Stand(2, answer="Read both pages.", delay_s=1.0)
+    done, _ = await run_once(runner_bus, "late-call", stand, deadline_s=6.0)
+
+    assert (done.status, done.result) == ("completed", "Read both pages."), done.error
+    # Asked after one model turn (1 s) of the 6 s, then after two.
+    first, second = stand.calls
+    assert first.timeout_s <= 5.0 and second.timeout_s <= 4.0

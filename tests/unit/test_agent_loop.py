@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+import anyio
 import pytest
 
 from contracts.errors import ErrorInfo
@@ -236,6 +237,34 @@ async def test_a_tool_call_cut_off_at_max_tokens_is_not_run() -> None:
     assert ran == [] and len(model.requests) == 1
 
 
+@pytest.mark.parametrize(
+    ("stop_reason", "expected"),
+    [
+        # Cut off like at max_tokens, by the context window instead: the input may be half.
+        ("model_context_window_exceeded", "cut off at the model's context window"),
+        # The safety classifiers stopped the turn: what it asked for is not acted on.
+        ("refusal", "refused"),
+    ],
+)
+async def test_a_tool_call_in_a_turn_cut_off_or_refused_is_not_run(
+    stop_reason: str, expected: str
+) -> None:
+    ran: list[ExecTool] = []
+    model = Model(lambda r: reply(tool_turn(0), stop_reason))
+    scope = scope_of(model)
+    exec_tool = scope.ports.exec_tool
+
+    async def counted(request: ExecTool) -> ToolResult:
+        ran.append(request)
+        return await exec_tool(request)
+
+    outcome = await run(replace(scope, ports=replace(scope.ports, exec_tool=counted)))
+    assert not outcome.ok and outcome.reason == "llm_error"
+    assert outcome.error is not None and expected in outcome.error
+    assert f"stop_reason {stop_reason}" in outcome.error and "nothing was run" in outcome.error
+    assert ran == [] and len(model.requests) == 1
+
+
 async def test_each_turn_has_room_to_think_before_it_acts() -> None:
     """The current models' thinking counts against max_tokens: the request's default
     (4096) would cut hard turns off."""
@@ -379,3 +408,69 @@ async def test_a_command_given_its_own_timeout_gets_the_time_for_it() -> None:
     sent.clear()
     await AgentLoop(scope, ledger=Ledger(), tool_timeout_s=60, max_tool_timeout_s=100).run()
     assert {r.timeout_s for r in sent} == {60}
+
+
+# --- the run's deadline -------------------------------------------------------------------
+
+
+class SlowModel(Model):
+    """A model that takes `delay_s` over each turn."""
+
+    def __init__(self, decide: Callable[[CompleteRequest], CompleteReply], delay_s: float) -> None:
+        super().__init__(decide)
+        self.delay_s = delay_s
+
+    async def complete(self, request: CompleteRequest) -> CompleteReply:
+        await anyio.sleep(self.delay_s)
+        return await super().complete(request)
+
+
+async def test_a_tool_call_gets_no_more_time_than_the_run_has_left() -> None:
+    """A call asked for late in a run is given what is left of the run, not what was left
+    when the loop began: the tools service would otherwise go on running it (a command,
+    for minutes) after the run has ended at its deadline."""
+    sent: list[ExecTool] = []
+
+    async def runs(request: ExecTool) -> ToolResult:
+        sent.append(request)
+        return ToolResult(ok=True, output={"exit_code": 0}, duration_ms=1)
+
+    model = SlowModel(command_turn({"command": "make test", "timeout": 300}), delay_s=0.5)
+    scope = with_exec(scope_of(model), runs)
+    deadline = anyio.current_time() + 3.0
+    loop = AgentLoop(scope, ledger=Ledger(), max_tool_timeout_s=3.0, deadline=deadline)
+    outcome = await loop.run()
+    assert outcome.ok and len(sent) == 3
+    # Asked after 0.5 s, 1 s and 1.5 s of the run's 3 s.
+    for n, request in enumerate(sent, 1):
+        assert 0 < request.timeout_s <= 3.0 - 0.5 * n
+
+
+async def test_no_tool_call_starts_once_the_runs_deadline_has_passed() -> None:
+    ran: list[ExecTool] = []
+
+    async def counted(request: ExecTool) -> ToolResult:
+        ran.append(request)
+        return ToolResult(ok=True, output="x", duration_ms=1)
+
+    # The model's turn comes back after the deadline (before the caller's cancel did).
+    model = SlowModel(command_turn({"command": "./deploy.sh"}), delay_s=0.3)
+    scope = with_exec(scope_of(model), counted)
+    loop = AgentLoop(scope, ledger=Ledger(), deadline=anyio.current_time() + 0.1)
+    outcome = await loop.run()
+    assert (outcome.ok, outcome.reason, outcome.tool_calls) == (False, "deadline", 0)
+    assert ran == [] and len(model.requests) == 1
+    assert outcome.ledger.cost_usd == 0.001  # the turn was paid for all the same
+
+
+async def test_no_model_call_starts_once_the_runs_deadline_has_passed() -> None:
+    async def slow(request: ExecTool) -> ToolResult:
+        await anyio.sleep(0.3)  # the call comes back after the deadline
+        return ToolResult(ok=True, output="x", duration_ms=300)
+
+    model = Model(command_turn({"command": "make"}))
+    scope = with_exec(scope_of(model), slow)
+    loop = AgentLoop(scope, ledger=Ledger(), deadline=anyio.current_time() + 0.1)
+    outcome = await loop.run()
+    assert (outcome.ok, outcome.reason, outcome.tool_calls) == (False, "deadline", 1)
+    assert len(model.requests) == 1  # no second turn sent (and paid) past the deadline
