@@ -254,7 +254,8 @@ class TaskEvent(Event, kw_only=True):
 
 class TaskRejected(Event, kw_only=True):
     """An intake command that was refused, with the payload as received: secrets
-    masked, cut to its first 64 KiB (`payload_truncated` says so)."""
+    masked (JSON holding one is written again, masked value by value), cut to its first
+    64 KiB (`payload_truncated` says so)."""
 
     verb: str
     error: ErrorInfo

@@ -37,7 +37,7 @@ from contracts.tasks import (
 from contracts.tools import CloseSession, ExecTool, SessionClosed, ToolResult
 from services import __version__
 from services.kernel.bus import Bus
-from services.kernel.codec import decode
+from services.kernel.codec import decode, encode
 from services.kernel.consumers import (
     RESTORE_BACKOFF_S,
     consume,
@@ -53,7 +53,7 @@ from services.kernel.lease import Lease, LeaseLost
 from services.kernel.logs import get_logger
 from services.kernel.relay import EventRelay
 from services.kernel.runtime import ServiceContext
-from services.kernel.secrets import redact
+from services.kernel.secrets import redact, redact_value
 from services.kernel.streams import KV_TTL_S
 from services.scheduler.application import Tasks
 from services.scheduler.clock import Clock, SystemClock
@@ -167,10 +167,26 @@ def condition_checker(bus: Bus) -> Any:
     return check
 
 
+def shown_payload(data: bytes) -> str:
+    """A refused command's payload as its rejection shows it: secrets masked. JSON is
+    masked value by value, as task events mask the spec: its text may hide a secret
+    behind escapes (Go writes `&` as \\u0026, PHP `/` as \\/) that text masking misses.
+    Written again only when that masked something; otherwise the text as sent."""
+    text = data.decode("utf-8", errors="replace")
+    try:
+        value = decode(data, Any)
+        masked = redact_value(value)
+        if masked != value:
+            text = encode(masked).decode()
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        pass  # not JSON, or nested too deep to walk: masked as text only
+    return redact(text)
+
+
 async def _reject(bus: Bus, msg: Msg, verb: str, error: ServiceError, msg_id: str | None) -> None:
     # Bounded: a payload near the 1 MB limit, escaped into JSON, would not fit in the
     # rejection, which could then never be published, holding the intake up for good.
-    payload = redact(msg.data.decode("utf-8", errors="replace"))
+    payload = shown_payload(msg.data)
     rejected = TaskRejected(
         verb=verb,
         error=error.info(),
@@ -180,9 +196,7 @@ async def _reject(bus: Bus, msg: Msg, verb: str, error: ServiceError, msg_id: st
         msg_id=msg_id,
     )
     # Keyed by the intake message, so a redelivered command is not refused twice.
-    await bus.publish_event(
-        s.TASK_REJECTED, rejected, msg_id=f"rejected:{msg.metadata.sequence.stream}"
-    )
+    await bus.publish_event(s.TASK_REJECTED, rejected, msg_id=f"rejected:{stored_at(msg)}")
     log.info("intake_rejected", verb=verb, code=error.code, field=error.field)
 
 
@@ -190,10 +204,15 @@ def intake_key(msg: Msg) -> str:
     """The idempotency key of an intake command: its Nats-Msg-Id, else its place in the
     stream and the time it was stored, so a command sent by a plain `nats pub` is still
     applied once when it is redelivered (the scheduler stopped after applying it, before
-    its ack). The time tells apart commands of a stream recreated from sequence 1."""
+    its ack)."""
     msg_id = (msg.headers or {}).get(s.HEADER_MSG_ID)
-    if msg_id:
-        return msg_id
+    return msg_id or stored_at(msg)
+
+
+def stored_at(msg: Msg) -> str:
+    """An intake message's place in the stream and the time it was stored: the same for
+    each delivery of it; the time tells apart commands of a stream recreated from
+    sequence 1."""
     meta = msg.metadata
     return f"{s.STREAM_INTAKE}:{meta.sequence.stream}:{meta.timestamp.isoformat()}"
 

@@ -192,3 +192,45 @@ async def test_the_intake_goes_on_after_its_consumer_was_deleted(
                 except Exception:  # not there yet
                     await anyio.sleep(0.2)
         assert task.spec.name == "Intake OK"
+
+
+# As Go's encoding/json (`&` as \u0026) and PHP's json_encode (`/` as \/) write it: the
+# secrets are there once the JSON is read, as a task event shows them, masked.
+ESCAPED = (
+    rb'{"name": "Escaped", "prompt": "poll https:\/\/api.example.com\/s?id=1\u0026token='
+    rb'tok3nV4lue and postgresql:\/\/app:hunter2pw@db\/prod", "colour": "red"}'
+)
+
+
+async def test_a_rejection_masks_secrets_the_json_writes_with_escapes(
+    settings: Settings, bus: Bus
+) -> None:
+    await ensure_streams(bus.js)
+    await bus.js.publish(s.intake_task("create"), ESCAPED)
+    async with scheduler(settings, bus):
+        (rejected,) = await events(bus, s.TASK_REJECTED, TaskRejected, 1)
+    assert (rejected.error.code, rejected.error.field) == ("invalid_request", "colour")
+    assert "tok3nV4lue" not in rejected.payload and "hunter2pw" not in rejected.payload
+    # Still the command as sent, secrets aside.
+    assert json.loads(rejected.payload) == {
+        "name": "Escaped",
+        "prompt": "poll https://api.example.com/s?id=1&token=[redacted]"
+        " and postgresql://app:[redacted]@db/prod",
+        "colour": "red",
+    }
+
+
+async def test_a_recreated_intake_stream_still_gets_its_rejections(
+    settings: Settings, bus: Bus
+) -> None:
+    """An operator's stream reset (`nats stream rm`, then provisioned again) starts the
+    intake at sequence 1 again: a refusal there is a new one, not a copy of the last."""
+    async with scheduler(settings, bus):
+        await bus.js.publish(s.intake_task("create"), BAD_FIELD)
+        await events(bus, s.TASK_REJECTED, TaskRejected, 1)
+        await bus.js.delete_stream(s.STREAM_INTAKE)
+        await ensure_streams(bus.js)
+        ack = await bus.js.publish(s.intake_task("create"), BAD_CRON)
+        assert ack.seq == 1
+        rejected = await events(bus, s.TASK_REJECTED, TaskRejected, 2)
+        assert [r.payload.encode() for r in rejected] == [BAD_FIELD, BAD_CRON]
