@@ -126,6 +126,12 @@ def call_timeout(tool_input: dict[str, Any], default_s: float, limit_s: float) -
     return min(limit_s, max(default_s, asked / 0.9 + 1.0))
 
 
+def time_left(deadline: float | None) -> float:
+    """Seconds until `deadline`, on anyio's clock (a cancel scope's deadline); None: no
+    deadline, all the time in the world."""
+    return math.inf if deadline is None else deadline - anyio.current_time()
+
+
 def final_text(content: list[ContentBlock]) -> str:
     return "\n".join(b.text for b in content if isinstance(b, TextBlock)).strip()
 
@@ -219,7 +225,7 @@ class AgentLoop:
         )
 
     def _time_left(self) -> float:
-        return math.inf if self.deadline is None else self.deadline - anyio.current_time()
+        return time_left(self.deadline)
 
     def _out_of_time(self) -> AgentOutcome | None:
         """The run's end when its time is up. The caller's cancel ends it too, but may land

@@ -30,6 +30,7 @@ from services.runner.agent_loop import (
     answer_problem,
     call_timeout,
     final_text,
+    time_left,
 )
 from services.runner.ports import PortError, RunScope
 
@@ -58,6 +59,8 @@ class ReplayResult:
     duration_ms: int = 0
     # The failure was a service rote depends on, not the executor (see StepFailed).
     infrastructure: bool = False
+    # The run's deadline passed before a step's call started (see OutOfTime).
+    out_of_time: bool = False
 
 
 class StepFailed(Exception):
@@ -73,6 +76,16 @@ class StepFailed(Exception):
         self.reason = reason
         self.retryable = retryable
         self.infrastructure = infrastructure
+
+
+class OutOfTime(StepFailed):
+    """The run's time was up before a step's call started. The caller's cancel ends the
+    run too, but may land only after the call went out (a tool then acting, a model call
+    then billed, after the run ended): no call is started with no time left, and the
+    run ends at its deadline as if the replay had been cut off there."""
+
+    def __init__(self, step: int) -> None:
+        super().__init__(step, "the run passed its deadline", retryable=False)
 
 
 # Codes of a call that failed before it reached a tool or a model's judgement.
@@ -123,6 +136,7 @@ class Replayer:
         backoff_s: float = 1.0,
         tool_timeout_s: float = 30.0,
         max_tool_timeout_s: float = MAX_TOOL_TIMEOUT_S,
+        deadline: float | None = None,
     ) -> None:
         self.executor = executor
         self.spec = scope.spec
@@ -136,6 +150,8 @@ class Replayer:
         self.backoff_s = max(0.0, backoff_s)
         self.tool_timeout_s = tool_timeout_s
         self.max_tool_timeout_s = max_tool_timeout_s
+        # When the run's time is up (anyio's clock); None: no deadline.
+        self.deadline = deadline
         self.ledger = Ledger()
         self.outputs: dict[int, Any] = {}
         # Where the replay is, for a caller whose deadline cuts it off mid-step.
@@ -191,6 +207,7 @@ class Replayer:
                 ledger=self.ledger,
                 duration_ms=int((time.monotonic() - started) * 1000),
                 infrastructure=failed.infrastructure,
+                out_of_time=isinstance(failed, OutOfTime),
             )
         return ReplayResult(
             ok=True,
@@ -271,16 +288,28 @@ class Replayer:
             max_tokens=result_max_tokens(step.example),
         )
 
+    def _time_left(self, index: int) -> float:
+        """What is left of the run's time for step `index`'s call; none left: OutOfTime."""
+        left = time_left(self.deadline)
+        if left <= 0:
+            raise OutOfTime(index)
+        return left
+
     async def _tool(
         self, index: int, tool: str, tool_input: dict[str, Any]
     ) -> tuple[Any, ToolMetadata]:
+        left = self._time_left(index)
         request = ExecTool(
             run_id=self.run_id,
             task_id=self.task_id,
             allowed_tools=self.spec.allowed_tools,
             tool=tool,
             input=tool_input,
-            timeout_s=call_timeout(tool_input, self.tool_timeout_s, self.max_tool_timeout_s),
+            # Never more than the run has left: the tools service runs the call for the time
+            # it is given, and would otherwise go on after the run ended at its deadline.
+            timeout_s=call_timeout(
+                tool_input, self.tool_timeout_s, min(self.max_tool_timeout_s, left)
+            ),
             step=index,
             source="executor",
             call_id=f"a{self.attempt}-x{index}-{time.monotonic_ns() % 1_000_000_000}",
@@ -330,6 +359,7 @@ class Replayer:
         purpose: str = "replay_step",
         max_tokens: int = LLM_STEP_MAX_TOKENS,
     ) -> str:
+        self._time_left(index)
         try:
             reply = await self.ports.complete(
                 CompleteRequest(

@@ -691,7 +691,7 @@ class Runner:
                 # Nothing starts with no time left (a replay cut off before its first
                 # step would count as the executor's failure): it ends below, `deadline`.
                 if remaining > 0:
-                    await self._path_a(scope, request, ledger, attempt_)
+                    await self._path_a(scope, request, ledger, attempt_, deadline.deadline)
                     if attempt_.outcome is None:
                         attempt_.loop_from_usd = ledger.cost_usd
                         attempt_.outcome = await AgentLoop(
@@ -723,7 +723,8 @@ class Runner:
                         log.warning("transcript_save_failed", error=str(exc))
             raise
         outcome = attempt_.outcome
-        # The loop ends as `deadline` itself when a turn came back just as time ran out.
+        # The loop (or the replay) ends as `deadline` itself when a call came back just as
+        # time ran out.
         if deadline.cancelled_caught or outcome is None or outcome.reason == "deadline":
             error = deadline_error(spec.deadline_s, attempt, elapsed)
             attempt_.cut_off_replay(ledger, error)
@@ -816,10 +817,16 @@ class Runner:
         return await self.store.finished(run_id) is None
 
     async def _path_a(
-        self, scope: RunScope, request: RunRequest, ledger: Ledger, state: _Attempt
+        self,
+        scope: RunScope,
+        request: RunRequest,
+        ledger: Ledger,
+        state: _Attempt,
+        deadline: float,
     ) -> None:
         """Replay the task's active executor, if it has one. On success `state.outcome`
-        is set; on failure the failure is published and the run falls back to path B."""
+        is set; on failure the failure is published and the run falls back to path B.
+        `deadline`: when the run's time is up (anyio's clock)."""
         if scope.attempt > 1 and await self._fell_back_before(scope, request, state):
             return
         active = await self.ports.active_executor(request.task_id)
@@ -842,11 +849,18 @@ class Runner:
             retries=self.ctx.settings.replay_retries,
             backoff_s=self.ctx.settings.replay_backoff_s,
             # As long as a full run gives the call: a step that was slow then (a long
-            # command, a slow page) must not time out on every replay.
-            tool_timeout_s=min(DEFAULT_TOOL_TIMEOUT_S, request.spec.deadline_s),
-            max_tool_timeout_s=min(MAX_TOOL_TIMEOUT_S, request.spec.deadline_s),
+            # command, a slow page) must not time out on every replay. Never more than
+            # the run has left, which the replayer sees from `deadline`.
+            tool_timeout_s=DEFAULT_TOOL_TIMEOUT_S,
+            max_tool_timeout_s=MAX_TOOL_TIMEOUT_S,
+            deadline=deadline,
         )
         result: ReplayResult = await state.replayer.run()
+        if result.out_of_time:
+            # The deadline passed just before a step's call: the run ends there, as when
+            # it cuts the replay off mid-step (execute records the replay's failure).
+            state.outcome = AgentOutcome(ok=False, reason="deadline", ledger=ledger)
+            return
         ledger.merge(result.ledger)
         state.replay = ReplayOutcome(
             version=executor.version,

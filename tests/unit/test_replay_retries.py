@@ -11,6 +11,7 @@ import pytest
 from contracts.errors import ErrorInfo
 from contracts.executors import ContainsText, LlmStep, ResultStep, ToolStep, ValueLike
 from contracts.llm import CompleteReply, CompleteRequest
+from contracts.tasks import TaskSpec
 from contracts.tools import ExecTool, ToolResult
 from services.runner.ports import PortError
 from services.runner.replay import Replayer, ReplayResult, StepFailed, result_max_tokens
@@ -423,3 +424,82 @@ def test_a_replayed_command_with_its_own_timeout_gets_the_time_for_it() -> None:
     assert _replay(steps, exec_tool).ok
     assert inner_timeout(sent[0].timeout_s) >= 300 and sent[0].timeout_s <= 600
     assert sent[1].timeout_s == 30.0  # the replayer's default
+
+
+# --- the run's deadline ----------------------------------------------------------------
+
+
+def test_a_replayed_call_gets_no_more_time_than_the_run_has_left() -> None:
+    """A step replayed late in a run is given what is left of the run, not what was left
+    when the replay began: the tools service would otherwise go on running it (a
+    command, for minutes) after the run has ended at its deadline."""
+    sent: list[ExecTool] = []
+
+    async def exec_tool(request: ExecTool) -> ToolResult:
+        sent.append(request)
+        await anyio.sleep(0.5)
+        return ToolResult(ok=True, output={"exit_code": 0}, duration_ms=500)
+
+    command = {"command": "make test", "timeout": 300}
+    steps = [ToolStep(index=n, tool="shell_exec", input=command) for n in range(3)]
+    done = ResultStep(index=3, mode="template", template="Built and tested")
+    executor = hand_built_executor("t", [*steps, done])
+    scope = offline_scope()
+    scope = dataclasses.replace(scope, ports=dataclasses.replace(scope.ports, exec_tool=exec_tool))
+
+    async def main() -> ReplayResult:
+        deadline = anyio.current_time() + 3.0
+        replayer = Replayer(executor, scope, max_tool_timeout_s=3.0, deadline=deadline)
+        return await replayer.run()
+
+    assert anyio.run(main).ok and len(sent) == 3
+    # Asked at the start, after 0.5 s and after 1 s of the run's 3 s.
+    for n, request in enumerate(sent):
+        assert 0 < request.timeout_s <= 3.0 - 0.5 * n
+
+
+@pytest.mark.parametrize(
+    ("then", "quality_check"),
+    [
+        (ToolStep(index=1, tool="shell_exec", input={"command": "./deploy.sh"}), False),
+        (LlmStep(index=1, prompt="Which release?"), False),
+        (ResultStep(index=1, mode="llm", prompt="Write it", example="Deployed"), False),
+        (ResultStep(index=1, mode="template", template="Deployed", example="Deployed"), True),
+    ],
+    ids=["tool", "small_model", "llm_result", "quality_check"],
+)
+def test_no_replay_call_starts_once_the_runs_deadline_has_passed(
+    then: object, quality_check: bool
+) -> None:
+    """A step's reply that came back after the deadline (before the caller's cancel
+    did) is the replay's end: no next tool call acts, no model call is paid for."""
+    tools: list[str] = []
+    asked: list[CompleteRequest] = []
+
+    async def exec_tool(request: ExecTool) -> ToolResult:
+        tools.append(request.input["command"])
+        await anyio.sleep(0.3)  # the reply comes back after the deadline
+        return ToolResult(ok=True, output={"exit_code": 0}, duration_ms=300)
+
+    async def complete(request: CompleteRequest) -> CompleteReply:
+        asked.append(request)
+        return small_model_reply("Deployed")
+
+    steps = [ToolStep(index=0, tool="shell_exec", input={"command": "make"}), then]
+    if not isinstance(then, ResultStep):
+        steps.append(ResultStep(index=2, mode="template", template="Deployed"))
+    executor = hand_built_executor("t", steps)  # type: ignore[arg-type]
+    scope = offline_scope()
+    spec = TaskSpec(name="t", prompt="p", quality_check=quality_check)
+    ports = dataclasses.replace(scope.ports, exec_tool=exec_tool, complete=complete)
+    scope = dataclasses.replace(scope, spec=spec, ports=ports)
+
+    async def main() -> ReplayResult:
+        deadline = anyio.current_time() + 0.1
+        return await Replayer(executor, scope, retries=1, backoff_s=0.0, deadline=deadline).run()
+
+    result = anyio.run(main)
+    assert not result.ok and result.out_of_time and result.failed_step == 1
+    assert result.reason == "the run passed its deadline"
+    assert not result.infrastructure
+    assert tools == ["make"] and asked == []
