@@ -40,6 +40,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
 from nats.js.errors import NotFoundError, ServiceUnavailableError
 
 from services.kernel.codec import decoder
+from services.kernel.errors import stopping
 from services.kernel.logs import get_logger
 from services.kernel.secrets import redact
 from services.kernel.streams import ensure_stream
@@ -221,7 +222,11 @@ async def handle_one(
                 "message_rejected", consumer=consumer, subject=msg.subject, reason=str(reject)
             )
             await _settle(msg, "term", consumer)
-        except Exception:
+        except BaseException as exc:
+            if stopping(exc):
+                raise  # a shutdown: consume() hands the message back
+            # Any other BaseException (or a CancelledError from a future cancelled
+            # elsewhere) is this message's failure: escaping, it would end this worker.
             outcome = "nak"
             delivery = _delivery(msg)
             # The last one is not delivered again: said loudly, since it is lost work.

@@ -3,7 +3,8 @@
 Each endpoint is decode -> handler -> encode. Whatever goes wrong becomes an ADR-32
 error reply (Nats-Service-Error, numeric Nats-Service-Error-Code, JSON body
 {"error": {...}}) and the service keeps serving: a malformed message never crashes it
-and never gets a traceback back.
+and never gets a traceback back. A request cut short by a shutdown is answered at once
+with the `timeout` its caller would otherwise have waited for.
 
 nats-py runs a subscription's callback for one message at a time, so an endpoint whose
 handler may be slow (a tool call, a model call) sets `concurrent=True`: its requests
@@ -38,11 +39,14 @@ from nats.micro.service import EndpointStats, Service
 from contracts.errors import ErrorReply
 from services.kernel.bus import Bus, check_fits, routed
 from services.kernel.codec import decoder, encode
-from services.kernel.errors import ServiceError, validation_error
+from services.kernel.errors import ServiceError, stopping, validation_error
 from services.kernel.logs import get_logger
 from services.kernel.secrets import redact
 
 log = get_logger("rote.endpoints")
+
+# How long a request cancelled by a shutdown may take to tell its caller so.
+STOP_REPLY_S = 1.0
 
 Handler = Callable[[Any], Awaitable[msgspec.Struct]]
 
@@ -94,6 +98,15 @@ async def _respond(
     return None
 
 
+def _internal(endpoint: Endpoint, exc: BaseException) -> ServiceError:
+    ref = uuid.uuid4().hex[:12]
+    log.error("handler_failed", endpoint=endpoint.subject, ref=ref, exc_info=exc)
+    return ServiceError(
+        "internal",
+        f"{endpoint.subject} failed ({type(exc).__name__}); see the service log, ref {ref}",
+    )
+
+
 def _log_ids(payload: object) -> dict[str, str]:
     """The run_id/task_id a request carries (ExecTool, CompleteRequest, ...)."""
     ids: dict[str, str] = {}
@@ -121,12 +134,29 @@ async def answer(endpoint: Endpoint, request: Request, nc: Client) -> ServiceErr
     except ServiceError as exc:
         error = exc
     except Exception as exc:
-        ref = uuid.uuid4().hex[:12]
-        log.exception("handler_failed", endpoint=endpoint.subject, ref=ref)
-        error = ServiceError(
-            "internal",
-            f"{endpoint.subject} failed ({type(exc).__name__}); see the service log, ref {ref}",
-        )
+        error = _internal(endpoint, exc)
+    except BaseException as exc:
+        if stopping(exc):
+            # Cancelled mid-request (the service stopping) or the process exiting: say
+            # so now, or the caller waits out its whole timeout; then go on stopping.
+            # `timeout`, what the caller would have heard anyway: callers take
+            # `unavailable` for "surely never delivered" and send it again, and this
+            # request may have been partly carried out (a command run, an order sent).
+            body, headers = error_reply(
+                ServiceError(
+                    "timeout",
+                    f"{endpoint.subject} stopped before it answered (the service is"
+                    " stopping); the request may have been partly carried out",
+                )
+            )
+            with anyio.CancelScope(shield=True, deadline=anyio.current_time() + STOP_REPLY_S):
+                await _respond(request, body, nc, headers)
+            raise
+        # A BaseException the handler raised, or a CancelledError from something it
+        # awaited that was cancelled elsewhere: not this task's cancellation. Left to
+        # escape, it would end the subscription (or the task group) and every later
+        # request would go unanswered.
+        error = _internal(endpoint, exc)
     else:
         return await _respond(request, data, nc)
     finally:

@@ -3,6 +3,7 @@ back from a remote endpoint. Both carry the stable string codes of contracts.err
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Any
 
@@ -79,3 +80,13 @@ def validation_error(exc: msgspec.ValidationError | msgspec.DecodeError) -> Serv
             field = f"{field}.{named.group('name')}" if field else named.group("name")
         return ServiceError("invalid_request", text, field=field)
     return ServiceError("malformed", f"body is not valid JSON: {text}")
+
+
+def stopping(exc: BaseException) -> bool:
+    """Whether `exc` is this task being cancelled or the process exiting, as opposed to
+    a BaseException a handler raised, or a CancelledError passed on from a future that
+    was cancelled elsewhere: those are failures of one message, not a reason to stop."""
+    if isinstance(exc, KeyboardInterrupt | SystemExit):
+        return True
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0

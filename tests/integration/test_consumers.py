@@ -4,6 +4,7 @@ under a running service is restored, and nothing a fetch or an ack raises ends i
 
 from __future__ import annotations
 
+import asyncio
 import json
 from functools import partial
 from typing import Any
@@ -442,3 +443,40 @@ async def test_a_reject_raised_in_the_handlers_own_task_group_still_rejects(bus:
         await anyio.sleep(1.5)  # a nak'd message would be back within this
         tg.cancel_scope.cancel()
     assert calls == 1
+
+
+class Stray(BaseException):
+    """A BaseException that is not a cancellation (some libraries define their own)."""
+
+
+@pytest.mark.parametrize("kind", ["base_exception", "cancelled_elsewhere"])
+async def test_a_handler_raising_a_base_exception_fails_that_message_only(
+    bus: Bus, kind: str
+) -> None:
+    """Before: a BaseException took the consumer (and its service's task group) down; a
+    CancelledError from a future cancelled elsewhere ended the worker silently, and
+    nothing was consumed after it."""
+    await ensure_streams(bus.js)
+    calls: list[int] = []
+    done = anyio.Event()
+
+    async def handler(job: Job, msg: Msg) -> None:
+        calls.append(job.n)
+        if job.n == 1 and calls.count(1) == 1:
+            if kind == "base_exception":
+                raise Stray("not an Exception")
+            future = asyncio.get_running_loop().create_future()
+            future.cancel()
+            await future
+        if {1, 2} <= set(calls[1:]):
+            done.set()
+
+    for n in (1, 2):
+        await bus.js.publish(s.WORK_RUNS, f'{{"n":{n}}}'.encode())
+    config = durable_config("test-stray", filter_subjects=[s.WORK_RUNS], ack_wait_s=30)
+    async with anyio.create_task_group() as tg:
+        await tg.start(job_consumer(bus, config, handler))
+        with anyio.fail_after(10):  # 1 fails, 2 is handled, 1 comes back after ~1 s
+            await done.wait()
+        tg.cancel_scope.cancel()
+    assert calls == [1, 2, 1]

@@ -3,6 +3,7 @@ raise all answer with the headers and JSON body, and the service keeps answering
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -270,3 +271,72 @@ async def test_an_error_reply_that_fits_only_without_its_headers_is_too_large(bu
         headers, body = await _raw(bus, "t.big", b'{"text":"a"}')
         assert (headers["Nats-Service-Error-Code"], body["error"]["code"]) == ("413", "too_large")
         assert await bus.request("t.echo", Echo(text="ok"), Echoed) == Echoed(text="ok")
+
+
+class Stray(BaseException):
+    """A BaseException that is not a cancellation (some libraries define their own)."""
+
+
+async def break_oddly(req: Echo) -> Echoed:
+    if req.text == "base":
+        raise Stray("not an Exception")
+    if req.text == "cancelled":
+        # A future cancelled elsewhere (a connection closing under a request): its
+        # CancelledError is not this handler's own cancellation.
+        future = asyncio.get_running_loop().create_future()
+        future.cancel()
+        await future
+    return Echoed(text=req.text)
+
+
+@pytest.mark.parametrize("concurrent", [False, True])
+async def test_a_handler_raising_a_base_exception_gets_an_error_and_the_endpoint_lives_on(
+    bus: Bus, concurrent: bool
+) -> None:
+    """Before: no reply (the caller timed out), and the endpoint's subscription (or the
+    whole service's task group) was gone, so every later request timed out too."""
+    async with serving(
+        bus,
+        "rote-test",
+        endpoints=[Endpoint("odd", "t.odd", Echo, break_oddly, concurrent=concurrent)],
+    ):
+        for text, kind in [("base", "Stray"), ("cancelled", "CancelledError")]:
+            headers, body = await _raw(bus, "t.odd", json.dumps({"text": text}).encode())
+            assert (headers["Nats-Service-Error-Code"], body["error"]["code"]) == (
+                "500",
+                "internal",
+            )
+            assert kind in body["error"]["message"]
+            assert await bus.request("t.odd", Echo(text="ok"), Echoed) == Echoed(text="ok")
+
+
+async def test_a_request_cut_short_by_a_shutdown_is_answered_at_once(bus: Bus) -> None:
+    """A concurrent handler cancelled when its service stops: the caller hears it at
+    once, not after its own timeout. Not `unavailable`, which callers resend as never
+    delivered: the request may have been partly carried out."""
+    started = anyio.Event()
+
+    async def hang(req: Echo) -> Echoed:
+        started.set()
+        await anyio.sleep_forever()
+        raise AssertionError
+
+    caught: list[RemoteError] = []
+
+    async def call() -> None:
+        with pytest.raises(RemoteError) as error:
+            await bus.request("t.hang", Echo(text="x"), Echoed, timeout=10)
+        caught.append(error.value)
+
+    began = anyio.current_time()
+    async with (
+        anyio.create_task_group() as callers,
+        serving(
+            bus, "rote-test", endpoints=[Endpoint("hang", "t.hang", Echo, hang, concurrent=True)]
+        ),
+    ):
+        callers.start_soon(call)
+        await started.wait()
+    assert caught[0].code == "timeout" and caught[0].status == 504
+    assert "stopping" in caught[0].message
+    assert anyio.current_time() - began < 5
