@@ -257,9 +257,15 @@ class ExecutorRef(Command, kw_only=True):
 
 
 class InvalidateExecutor(Command, kw_only=True):
+    """Stop replaying a version, for good. `version` names the one judged (null: the
+    current one); a named version that is no longer active (a newer compilation
+    replaced it) is refused with `conflict`, field `version`, rather than hitting the
+    version that replaced it."""
+
     task_id: SubjectToken
     reason: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_REASON_CHARS)]
     by: Annotated[str, msgspec.Meta(max_length=200)] = "operator"
+    version: PositiveInt | None = None
 
 
 class PinExecutor(Command, kw_only=True):

@@ -20,6 +20,11 @@ Rules:
 - pinning vouches for a version, so its idle time counts from the pin; one whose
   executor no longer decodes cannot be pinned;
 - an invalidated version is never replayed or pinned again;
+- an invalidation names a version or means the current one. A named version must be
+  active: the current one, or the newer one waiting behind a pin (it then never takes
+  over; the pin stays). A named version a compilation or lookup has since superseded,
+  or one already invalidated, is refused (conflict, naming the current version), so an
+  operator's verdict on v1 never lands on the v2 that replaced it meanwhile;
 - each run counts once: a redelivered outcome, trace or full-run cost is ignored; a
   replay outcome counts once per delivery attempt of its run (attempt 1 may fail and
   its redelivery succeed: both happened);
@@ -427,12 +432,22 @@ def version_views(health: Health) -> list[VersionView]:
 
 
 class HealthError(Exception):
-    """A command the state does not allow; `code` is an error code (contracts.errors)."""
+    """A command the state does not allow; `code` is an error code (contracts.errors),
+    `field` the command's field at fault, `details` what a caller may act on."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        *,
+        field: str | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.field = field
+        self.details = details
 
 
 def _settle(health: Health, at: datetime, keep: set[int], reason: str) -> list[HealthEvent]:
@@ -585,16 +600,42 @@ def _looked_up(health: Health, now: datetime, rules: Rules) -> tuple[Health, lis
     return probe, events
 
 
-def decide_invalidate(health: Health, *, reason: str, by: str, at: datetime) -> list[HealthEvent]:
-    version = current(health)
-    if version is None:
-        if not health.versions:
-            raise HealthError("not_found", f"task {health.task_id} has no executor")
+def decide_invalidate(
+    health: Health, *, reason: str, by: str, at: datetime, version: int | None = None
+) -> list[HealthEvent]:
+    """Invalidate `version` (None: the current one); see the module's rules."""
+    if not health.versions:
+        raise HealthError("not_found", f"task {health.task_id} has no executor")
+    target = current(health) if version is None else _invalidatable(health, version)
+    if target is None:
         raise HealthError("conflict", f"task {health.task_id} has no active executor")
-    events: list[HealthEvent] = [Invalidated(at=at, version=version.version, reason=reason, by=by)]
-    if health.pinned == version.version:
-        events.append(Unpinned(at=at, version=version.version, reason="invalidated"))
+    events: list[HealthEvent] = [Invalidated(at=at, version=target.version, reason=reason, by=by)]
+    if health.pinned == target.version:
+        events.append(Unpinned(at=at, version=target.version, reason="invalidated"))
     return events
+
+
+def _invalidatable(health: Health, version: int) -> VersionState:
+    """The named version, if it is active (current, or waiting behind a pin)."""
+    state = health.version(version)
+    if state is None:
+        known = ", ".join(str(v.version) for v in health.versions)
+        raise HealthError(
+            "not_found",
+            f"task {health.task_id} has no version {version} ({known})",
+            field="version",
+        )
+    if state.status != "active":
+        now = current(health)
+        why = f": {state.status_reason}" if state.status_reason else ""
+        where = f"the current version is v{now.version}" if now else "no version is current"
+        raise HealthError(
+            "conflict",
+            f"v{version} is {state.status}{why}; {where}",
+            field="version",
+            details={"current_version": now.version if now else None},
+        )
+    return state
 
 
 def decide_pin(

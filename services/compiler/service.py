@@ -80,7 +80,7 @@ def convert(domain_event: object) -> Outgoing | None:
 
 
 def _service_error(exc: h.HealthError) -> ServiceError:
-    return ServiceError(exc.code, exc.message)
+    return ServiceError(exc.code, exc.message, field=exc.field, details=exc.details)
 
 
 class Compiler:
@@ -230,7 +230,11 @@ class Compiler:
         try:
             state = await anyio.to_thread.run_sync(
                 partial(
-                    self.store.invalidate, command.task_id, reason=command.reason, by=command.by
+                    self.store.invalidate,
+                    command.task_id,
+                    reason=command.reason,
+                    by=command.by,
+                    version=command.version,
                 )
             )
         except h.HealthError as exc:

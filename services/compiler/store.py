@@ -239,11 +239,16 @@ class ExecutorStore(Application[uuid.UUID]):
             task_id, lambda s: h.decide_full_run(s, run_id=run_id, cost_usd=cost_usd, at=now)
         )
 
-    def invalidate(self, task_id: str, *, reason: str, by: str) -> h.Health:
+    def invalidate(
+        self, task_id: str, *, reason: str, by: str, version: int | None = None
+    ) -> h.Health:
+        """Invalidate `version` (None: the current one). Decided on the state as
+        recorded, inside the write: a version compiled since the operator looked is
+        seen here, and the named one refused (health.decide_invalidate)."""
         now = self.clock()
         return self.execute(
             task_id,
-            lambda s: h.decide_invalidate(s, reason=reason, by=by, at=now),
+            lambda s: h.decide_invalidate(s, reason=reason, by=by, at=now, version=version),
             create=False,
         )[0]
 

@@ -373,6 +373,36 @@ async def test_operators_invalidate_and_pin(settings: Settings, bus: Bus) -> Non
         assert caught.value.code == "not_found"
 
 
+async def test_an_invalidation_of_a_replaced_version_is_refused(
+    settings: Settings, bus: Bus
+) -> None:
+    """An operator's "site redesign" meant for v1 arrives after a fallback run compiled
+    v2: refused (409, field version, naming v2); v2 stays current until named itself."""
+    async with compiler(settings, bus):
+        await publish_trace(bus, trace("news_top3", "news", "run-1"))
+        await health_when(bus, "news", lambda h: h.version == 1)
+        await publish_trace(bus, trace("news_top3_probe", "news", "run-2"))
+        await health_when(bus, "news", lambda h: h.version == 2)
+
+        command = {"task_id": "news", "version": 1, "reason": "site redesign", "by": "alice"}
+        with pytest.raises(RemoteError) as caught:
+            await call(bus, s.EXECUTORS_INVALIDATE, command, ExecutorHealth)
+        error = caught.value
+        assert (error.code, error.status, error.info.field) == ("conflict", 409, "version")
+        assert "the current version is v2" in error.message
+        assert error.info.details == {"current_version": 2}
+        with pytest.raises(RemoteError) as caught:
+            await call(bus, s.EXECUTORS_INVALIDATE, {**command, "version": 9}, ExecutorHealth)
+        assert (caught.value.code, caught.value.info.field) == ("not_found", "version")
+        got = await health(bus, "news")
+        assert (got.version, got.status) == (2, "active")
+
+        got = await call(bus, s.EXECUTORS_INVALIDATE, {**command, "version": 2}, ExecutorHealth)
+        assert (got.version, got.status) == (2, "invalidated")
+        invalidated = await until(lambda: executor_events(bus, "news", "invalidated"))
+        assert [(e.version, e.by) for e in invalidated] == [(2, "alice")]
+
+
 async def test_a_version_compiled_before_the_task_was_edited_cannot_be_pinned(
     settings: Settings, bus: Bus
 ) -> None:
@@ -434,6 +464,12 @@ async def test_bad_requests_get_structured_errors(settings: Settings, bus: Bus) 
             (s.EXECUTORS_HISTORY, b'{"task_id": "x", "before": 0}', "invalid_request", "before"),
             (s.EXECUTORS_LIST, b'{"after": "a b"}', "invalid_request", "after"),
             (s.EXECUTORS_INVALIDATE, b'{"task_id": "x", "reason": "r"}', "not_found", None),
+            (
+                s.EXECUTORS_INVALIDATE,
+                b'{"task_id": "x", "reason": "r", "version": 0}',
+                "invalid_request",
+                "version",
+            ),
             (s.EXECUTORS_PIN, b'{"task_id": "x", "version": 0}', "invalid_request", "version"),
             (s.EXECUTORS_LIST, b'{"limit": 0}', "invalid_request", "limit"),
             # Not an empty last page: the listing did not end, the cursor names no executor.

@@ -195,6 +195,27 @@ def test_pin_and_invalidate_refuse_what_cannot_be(store: ExecutorStore) -> None:
     assert store.lookup_active("t")[0] is None
 
 
+def test_an_invalidation_names_the_version_it_means(store: ExecutorStore) -> None:
+    # v2, compiled by a fallback run after a site change, is current when an operator's
+    # invalidation of v1 arrives: refused, and nothing is recorded.
+    store.record_trace("t", "r1", executor())
+    store.record_trace("t", "r2", executor())
+    before = store.health("t")
+    with pytest.raises(h.HealthError) as caught:
+        store.invalidate("t", version=1, reason="site redesign", by="alice")
+    assert (caught.value.code, caught.value.field) == ("conflict", "version")
+    assert "the current version is v2" in caught.value.message
+    with pytest.raises(h.HealthError) as caught:
+        store.invalidate("t", version=9, reason="site redesign", by="alice")
+    assert (caught.value.code, caught.value.field) == ("not_found", "version")
+    assert store.health("t") == before
+    found, _ = store.lookup_active("t")
+    assert found is not None and found.version == 2
+    state = store.invalidate("t", version=2, reason="wrong", by="alice")
+    assert [v.status for v in state.versions] == ["superseded", "invalidated"]
+    assert store.lookup_active("t")[0] is None
+
+
 def test_two_concurrent_compilations_get_distinct_versions(settings: Settings) -> None:
     """Process B saves between A's load and A's save: A's save conflicts, A reloads
     and decides again, so A gets the next version and one version stays active."""

@@ -424,6 +424,60 @@ def test_invalidate_needs_an_active_executor() -> None:
     assert caught.value.code == "conflict"
 
 
+def test_an_invalidation_naming_a_replaced_version_leaves_the_current_one_alone() -> None:
+    # The operator judged v1 ("site redesign"); a fallback run compiled v2 from the new
+    # site before the command arrived. The fresh v2 must not take v1's invalidation.
+    state = h.new("t")
+    compiled(state, "r1")
+    compiled(state, "r2")
+    before = msgspec.to_builtins(state)
+    with pytest.raises(h.HealthError) as caught:
+        h.decide_invalidate(state, version=1, reason="site redesign", by="alice", at=T0)
+    assert (caught.value.code, caught.value.field) == ("conflict", "version")
+    assert "v1 is superseded" in caught.value.message
+    assert "the current version is v2" in caught.value.message
+    assert caught.value.details == {"current_version": 2}
+    with pytest.raises(h.HealthError) as caught:
+        h.decide_invalidate(state, version=3, reason="site redesign", by="alice", at=T0)
+    assert (caught.value.code, caught.value.field) == ("not_found", "version")
+    assert msgspec.to_builtins(state) == before  # nothing decided
+    events = run(state, h.decide_invalidate(state, version=2, reason="bad", by="bob", at=T0))
+    assert events == [h.Invalidated(at=T0, version=2, reason="bad", by="bob")]
+    # Already invalidated: refused the same way, and no version is current any more.
+    with pytest.raises(h.HealthError) as caught:
+        h.decide_invalidate(state, version=2, reason="again", by="bob", at=T0)
+    assert (caught.value.code, caught.value.field) == ("conflict", "version")
+    assert "v2 is invalidated" in caught.value.message and "no version is current" in (
+        caught.value.message
+    )
+    assert caught.value.details == {"current_version": None}
+
+
+def test_an_invalidation_may_name_either_active_version_beside_a_pin() -> None:
+    # A pin keeps a newer version active, waiting for the pin to go: named, it is
+    # invalidated (it never takes over) and the pinned one stays current.
+    state = h.new("t")
+    compiled(state, "r1")
+    run(state, h.decide_pin(state, version=1, by="ops", at=T0))
+    compiled(state, "r2")
+    events = run(state, h.decide_invalidate(state, version=2, reason="x", by="ops", at=T0))
+    assert events == [h.Invalidated(at=T0, version=2, reason="x", by="ops")]
+    current = h.current(state)
+    assert current is not None and current.version == 1 and state.pinned == 1
+    run(state, h.decide_pin(state, version=None, by="ops", at=T0))
+    current = h.current(state)
+    assert current is not None and current.version == 1
+    # Named, the pinned version goes as it does unnamed: unpinned, the waiting one current.
+    state = h.new("t")
+    compiled(state, "r1")
+    compiled(state, "r2")
+    run(state, h.decide_pin(state, version=1, by="ops", at=T0))
+    events = run(state, h.decide_invalidate(state, version=1, reason="x", by="ops", at=T0))
+    assert [type(e) for e in events] == [h.Invalidated, h.Unpinned]
+    current = h.current(state)
+    assert current is not None and current.version == 2 and state.pinned is None
+
+
 def test_full_run_cost_is_the_mean_of_recent_full_runs() -> None:
     state = h.new("t")
     compiled(state, "r1")
