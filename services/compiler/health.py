@@ -659,9 +659,15 @@ def decide_pin(
     state = health.version(version)
     if state is None:
         known = ", ".join(str(v.version) for v in health.versions)
-        raise HealthError("not_found", f"task {health.task_id} has no version {version} ({known})")
+        raise HealthError(
+            "not_found",
+            f"task {health.task_id} has no version {version} ({known})",
+            field="version",
+        )
     if state.status == "invalidated":
-        raise HealthError("conflict", f"v{version} was invalidated: {state.status_reason}")
+        raise HealthError(
+            "conflict", f"v{version} was invalidated: {state.status_reason}", field="version"
+        )
     try:
         decode_executor(state.executor)
     except (msgspec.ValidationError, TypeError) as exc:
@@ -669,6 +675,7 @@ def decide_pin(
             "conflict",
             f"v{version} cannot be pinned: its stored executor cannot be decoded ({exc});"
             " a new run compiles a replacement",
+            field="version",
         ) from None
     latest = health.versions[-1]
     if _fingerprints_differ(
@@ -681,6 +688,7 @@ def decide_pin(
             f"v{version} was compiled for the task before it was edited (its prompt, tools"
             f" or small model changed; v{latest.version} is compiled for it as it is now):"
             " runs would not replay it",
+            field="version",
         )
     if health.pinned == version and state.status == "active":
         if stale_reason(health, at, rules) is None:

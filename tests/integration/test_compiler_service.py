@@ -420,6 +420,7 @@ async def test_a_version_compiled_before_the_task_was_edited_cannot_be_pinned(
             await call(bus, s.EXECUTORS_PIN, {"task_id": "news", "version": 1}, ExecutorHealth)
         assert caught.value.code == "conflict" and caught.value.status == 409
         assert "v1 was compiled for the task before it was edited" in caught.value.message
+        assert caught.value.info.field == "version"  # the field a caller got wrong
         got = await health(bus, "news")
         assert (got.version, got.pinned_version, got.status) == (2, None, "active")
 

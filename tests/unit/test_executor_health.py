@@ -337,10 +337,10 @@ def test_pinning_brings_back_a_superseded_version_but_not_an_invalidated_one() -
     assert state.pinned is None and state.versions[0].status == "invalidated"
     with pytest.raises(h.HealthError) as caught:
         h.decide_pin(state, version=1, by="ops", at=T0)
-    assert caught.value.code == "conflict"
+    assert (caught.value.code, caught.value.field) == ("conflict", "version")
     with pytest.raises(h.HealthError) as caught:
         h.decide_pin(state, version=7, by="ops", at=T0)
-    assert caught.value.code == "not_found"
+    assert (caught.value.code, caught.value.field) == ("not_found", "version")
 
 
 def test_a_version_compiled_for_the_task_before_an_edit_cannot_be_pinned() -> None:
