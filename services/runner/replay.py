@@ -179,7 +179,11 @@ class Replayer:
                     # The answer this step wrote (before any quality check judges it).
                     self.transcript.replay_step(step.index, {"result": step.mode, "answer": answer})
                     if self.spec.quality_check:
-                        await self._check_quality(step, answer)
+                        # Retried like a step: a check call the llm service could not
+                        # serve once must not cost a full run (a FAIL is not retried).
+                        await self._with_retries(
+                            step.index, lambda s=step, a=answer: self._check_quality(s, a)
+                        )
                     continue
                 if stopped:
                     continue
@@ -350,7 +354,8 @@ class Replayer:
         said = await self._small_model(step.index, prompt, purpose="quality_check")
         verdict = quality.parse_verdict(said, content=f"{step.example}\n{answer}")
         if not verdict.ok:
-            raise StepFailed(step.index, f"quality check: {verdict.reason}")
+            # The model's verdict: asking again until it says PASS would defeat the check.
+            raise StepFailed(step.index, f"quality check: {verdict.reason}", retryable=False)
 
     async def _small_model(
         self,

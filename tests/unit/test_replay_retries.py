@@ -503,3 +503,62 @@ def test_no_replay_call_starts_once_the_runs_deadline_has_passed(
     assert result.reason == "the run passed its deadline"
     assert not result.infrastructure
     assert tools == ["make"] and asked == []
+
+
+# --- the quality check -----------------------------------------------------------------
+
+
+def _replay_checked(replies: list[object], retries: int = 2) -> tuple[ReplayResult, int]:
+    """A template answer judged by the quality check (TaskSpec.quality_check); each check
+    call takes the next of `replies` (a PortError is raised). Returns the result and
+    how many times the check was asked."""
+    asked: list[str] = []
+
+    async def complete(request: CompleteRequest) -> CompleteReply:
+        asked.append(request.purpose)
+        reply = replies[min(len(asked), len(replies)) - 1]
+        if isinstance(reply, PortError):
+            raise reply
+        return small_model_reply(str(reply))
+
+    step = ResultStep(index=0, mode="template", template="3 new items", example="5 new items")
+    scope = offline_scope()
+    spec = TaskSpec(name="t", prompt="Count the new items", quality_check=True)
+    scope = dataclasses.replace(
+        scope, spec=spec, ports=dataclasses.replace(scope.ports, complete=complete)
+    )
+    executor = hand_built_executor("t", [step])
+    result = anyio.run(Replayer(executor, scope, retries=retries, backoff_s=0.0).run)
+    assert set(asked) == {"quality_check"}
+    return result, len(asked)
+
+
+@pytest.mark.parametrize("code", ["overloaded", "rate_limited", "upstream", "timeout"])
+def test_a_quality_check_the_llm_service_could_not_serve_once_is_tried_again(code: str) -> None:
+    """A one-off failure of the check's model call says nothing about the answer: like a
+    model step, it is retried rather than paying for a full run."""
+    result, asked = _replay_checked([PortError(code, "try later"), "PASS: same form"])
+    assert result.ok, result.reason
+    assert result.answer == "3 new items" and asked == 2
+
+
+def test_a_quality_check_the_llm_service_never_serves_is_not_the_executors_failure() -> None:
+    result, asked = _replay_checked([PortError("overloaded", "try later")], retries=2)
+    assert not result.ok and result.failed_step == 0
+    assert result.infrastructure and asked == 3
+
+
+def test_a_quality_check_refused_by_the_llm_service_is_not_retried() -> None:
+    result, asked = _replay_checked([PortError("invalid_request", "bad model")])
+    assert not result.ok and not result.infrastructure and asked == 1
+
+
+@pytest.mark.parametrize(
+    "said", ["FAIL: the items are placeholders", "It looks fine to me", "PASS: so FAIL"]
+)
+def test_a_quality_checks_failing_verdict_is_not_asked_again(said: str) -> None:
+    """The model's verdict is the check's answer: asking until it says PASS would
+    defeat the check."""
+    result, asked = _replay_checked([said, "PASS: same form"])
+    assert not result.ok and not result.infrastructure
+    assert (result.reason or "").startswith("quality check:") and asked == 1
