@@ -96,7 +96,13 @@ def content_from_api(blocks: list[dict[str, Any]]) -> list[ContentBlock]:
     try:
         return msgspec.convert(blocks, list[ContentBlock])
     except msgspec.ValidationError as exc:
-        kinds = sorted({str(block.get("type")) for block in blocks})
+        # A block may be no object at all (the SDK passes one through as it came).
+        kinds = sorted(
+            {
+                str(block.get("type")) if isinstance(block, dict) else type(block).__name__
+                for block in blocks
+            }
+        )
         raise UnreadableReply(
             f"the model answered content rote cannot carry (block types {kinds}): {exc}"
         ) from None

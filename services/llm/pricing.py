@@ -220,7 +220,11 @@ def load_price_table(path: Path | None) -> PriceTable:
         # A dated snapshot (claude-haiku-4-5-20251001) is the model its base id names:
         # what the table knows of that model holds for it too, unless the file says.
         price = _from_file(entry, models.get(entry.id) or table.price(entry.id))
-        check_price(price)
+        try:
+            check_price(price)
+        except PriceTableError as exc:
+            # The service prints only this: say which file holds the wrong price.
+            raise PriceTableError(f"price file {path}: {exc}") from None
         models[price.id] = price
     merged = PriceTable(aliases={**table.aliases, **override.aliases}, models=models)
     for alias, model_id in merged.aliases.items():

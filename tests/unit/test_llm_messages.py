@@ -171,6 +171,13 @@ def test_unknown_block_types_are_unreadable() -> None:
         content_from_api([{"type": "server_tool_use", "id": "x", "name": "web", "input": {}}])
 
 
+def test_a_block_that_is_no_object_is_unreadable_not_a_crash() -> None:
+    # The SDK passes a server's non-object block through as it came; the service must
+    # still answer `upstream` (and count the billed call), not fail on the block itself.
+    with pytest.raises(UnreadableReply, match="str"):
+        content_from_api([{"type": "text", "text": "hi"}, "hi"])  # type: ignore[list-item]
+
+
 def test_usage_with_and_without_cache_breakdown() -> None:
     usage = usage_from_api(
         {

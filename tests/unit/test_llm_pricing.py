@@ -203,6 +203,14 @@ def test_bad_price_files_are_refused_with_a_reason(
         load_price_table(path)
 
 
+def test_a_price_the_file_gets_wrong_is_reported_with_the_file_s_name(tmp_path: Path) -> None:
+    # `rote serve llm` prints only this message: it must say where the wrong price is.
+    path = tmp_path / "my-prices.json"
+    path.write_text('{"models": [{"id": "x", "bands": []}]}')
+    with pytest.raises(PriceTableError, match=r"my-prices\.json: model 'x': needs at least"):
+        load_price_table(path)
+
+
 def test_missing_price_file_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(PriceTableError, match="cannot read price file"):
         load_price_table(tmp_path / "nope.json")
