@@ -180,6 +180,11 @@ class Catalog:
         with self._lock:
             return self.ledger.list(task_id, limit)
 
+    def defined(self, task_id: str) -> bool:
+        """Whether a task of this id was ever defined here (a deleted one too)."""
+        with self._lock:
+            return task_id in self.tasks or task_id in self._ids.values()
+
     def run_owner(self, run_id: str) -> str | None:
         """The task a run id belongs to (a run in the ledger, or one queued), if any."""
         with self._lock:

@@ -248,7 +248,12 @@ class Scheduler:
 
     async def runs(self, query: ListRuns) -> RunList:
         await _in_thread(self.app.catalog.catch_up)
-        return RunList(runs=self.app.catalog.runs(query.task_id, query.limit))
+        runs = self.app.catalog.runs(query.task_id, query.limit)
+        # A mistyped task_id must not read as "this task never ran" (runs reported from
+        # outside the scheduler are listed under their task_id, task or not).
+        if not runs and query.task_id is not None and not self.app.catalog.defined(query.task_id):
+            raise ServiceError("not_found", f"no task {query.task_id!r}", field="task_id")
+        return RunList(runs=runs)
 
     async def handle(self, verb: str, data: bytes, key: str | None = None) -> msgspec.Struct:
         """One command from raw JSON (the durable intake): decode for the verb, apply.

@@ -552,6 +552,26 @@ async def test_an_outcome_from_outside_the_scheduler_counts_toward_the_budget(
     assert [(r.run_id, r.cost_usd) for r in runs] == [("inline-run-1", 0.5)]
 
 
+async def test_the_runs_of_a_task_id_nothing_ever_used_are_not_found(
+    app: Tasks, clock: ManualClock
+) -> None:
+    engine = scheduler(app, clock)
+    await engine.create(spec("news", trigger=ManualTrigger()))
+    assert (await engine.runs(ListRuns(task_id="news"))).runs == []  # none yet
+    # A typo must not read as "this task never ran".
+    with pytest.raises(ServiceError) as caught:
+        await engine.runs(ListRuns(task_id="newz"))
+    assert (caught.value.code, caught.value.field) == ("not_found", "task_id")
+    # Runs from outside the scheduler are listed under their task_id, task or not; a
+    # deleted task's ledger stays readable.
+    await engine.on_run_event(outcome("adhoc", "inline-run-1", clock.now()))
+    assert [r.run_id for r in (await engine.runs(ListRuns(task_id="adhoc"))).runs] == [
+        "inline-run-1"
+    ]
+    await engine.delete(TaskRef(task_id="news"))
+    assert (await engine.runs(ListRuns(task_id="news"))).runs == []
+
+
 async def test_an_intake_command_redelivered_after_the_dedupe_window_runs_once(
     app: Tasks, clock: ManualClock
 ) -> None:
