@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import anyio
 from playwright.async_api import Error as PlaywrightError
-from playwright.async_api import Frame, Locator, Page
+from playwright.async_api import FloatRect, Frame, Locator, Page
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 from contracts import tools as t
@@ -51,6 +51,11 @@ class BrowserLimits:
     popup_wait_s: float = 2.0  # into another window; into a new tab: for the tab to open
     # A link or form in a frame: requested within some 20 ms of the action (measured).
     frame_request_wait_s: float = 0.5
+    # A meta refresh this soon after load is a redirect, followed by browser_navigate.
+    refresh_follow_s: float = 3.0
+    # A full-page screenshot is cut to this height and width: an endless feed would
+    # otherwise be a picture of hundreds of megapixels, in Chromium's memory and ours.
+    max_screenshot_px: int = 16_384
     screenshot_dir: Path = Path("blobs")
 
 
@@ -336,6 +341,7 @@ async def navigate(
                 metadata=ToolMetadata(url=page.url),
             ) from None
     await _settle(page, budget, limits)
+    await _follow_refresh(session, page, budget, limits)
     # The latest document's: a page that sent itself on by script (location.replace)
     # is no longer the one goto answered for.
     status = session.last_status
@@ -346,6 +352,46 @@ async def navigate(
         {"url": page.url, "status": status, "title": title},
         ToolMetadata(url=page.url, http_status=status, title=title),
     )
+
+
+# Meta refreshes followed one after another by one navigation, as redirects are.
+MAX_REFRESHES = 5
+
+# The delay of the document's meta refresh when it leads to a URL (its first one, the
+# one the browser obeys), else null: a refresh to the page itself is a reload.
+_REFRESH_JS = r"""
+() => {
+  const meta = document.querySelector('meta[http-equiv="refresh" i]');
+  const found = /^\s*(\d+)[\d.]*\s*[;,\s]\s*\S/.exec(meta?.content ?? "");
+  return found ? Number(found[1]) : null;
+}
+"""
+
+
+async def _follow_refresh(
+    session: Session, page: Page, budget: Budget, limits: BrowserLimits
+) -> None:
+    """A page that sends itself on at once (a meta refresh: the redirect of sites that
+    have no server-side one) starts doing so only after its `load`. Followed, so the
+    call reports where it leads and the next call does not read a page being replaced.
+    One that waits longer (a dashboard reloading every minute) stays as it is."""
+    frame = page.main_frame
+    for _ in range(MAX_REFRESHES):
+        delay = None
+        with anyio.move_on_after(_PROBE_WITHIN_S):
+            try:
+                delay = await page.evaluate(_REFRESH_JS)
+            except PlaywrightError:  # its document is already being replaced
+                delay = 0 if session.frames.leaving(frame) else None
+        if delay is None or delay > limits.refresh_follow_s:
+            return
+        with anyio.move_on_after(min(budget.left(), delay + limits.popup_wait_s)):
+            await session.frames.wait_leaving(frame)
+        if not session.frames.leaving(frame):
+            return  # not sent after all (a script cancelled it)
+        with anyio.move_on_after(budget.left()):
+            await session.frames.wait_left(frame)
+        await _settle(page, budget, limits)
 
 
 async def _shown_frames(main: Frame, want: int) -> list[Frame]:
@@ -368,10 +414,19 @@ async def _shown_frames(main: Frame, want: int) -> list[Frame]:
     return shown
 
 
+# Documents whose text a browser shows: HTML, plain text, XML, JSON.
+_TEXTUAL = re.compile(r"^text/|[/+](xml|json)$|^application/(xhtml\+xml|javascript)$")
+
+
 async def read_page(
     session: Session, args: t.BrowserReadPageInput, budget: Budget, limits: BrowserLimits
 ) -> Outcome:
     page = await current_page(session)
+    # A PDF, an image, a video: the browser shows it (headless, a PDF as nothing or its
+    # file name), but it has no text. Said so, rather than read as a near-empty page.
+    kind = str(await page.evaluate("() => document.contentType"))
+    if not _TEXTUAL.search(kind):
+        raise ToolFailure("not_readable", f"the page is {kind}, which the browser shows no text of")
     # innerText stops at an iframe: what embedded frames show follows the page's own
     # text (a widget, an embedded document), up to a cap for pages full of ad frames.
     parts = [str(await page.evaluate(READ_PAGE_JS))]
@@ -938,9 +993,21 @@ async def screenshot(
     session: Session, args: t.BrowserScreenshotInput, budget: Budget, limits: BrowserLimits
 ) -> Outcome:
     page = await current_page(session)
+    cap = limits.max_screenshot_px
+    cut = False
+    clip = None
+    if args.full_page:
+        width, height = await page.evaluate(_PAGE_SIZE_JS)
+        cut = max(width, height) > cap
+        # Playwright trims the clip to the page: the top of it, up to the cap.
+        clip = FloatRect(x=0, y=0, width=cap, height=cap)
     try:
         data = await page.screenshot(
-            type="png", full_page=args.full_page, timeout=budget.ms(), animations="disabled"
+            type="png",
+            full_page=args.full_page,
+            clip=clip,
+            timeout=budget.ms(),
+            animations="disabled",
         )
     except PlaywrightTimeout:
         raise ToolFailure("timeout", "the screenshot did not finish in time") from None
@@ -949,7 +1016,19 @@ async def screenshot(
     return Outcome(
         {"sha256": digest, "path": str(path)},
         ToolMetadata(url=page.url, blob=f"sha256:{digest}"),
+        truncated=cut,
     )
+
+
+# The page's size as a full-page screenshot measures it (as Playwright does).
+_PAGE_SIZE_JS = """
+() => {
+  const els = [document.body, document.documentElement].filter(Boolean);
+  const most = (keys) => Math.max(0, ...els.flatMap((el) => keys.map((k) => el[k] || 0)));
+  return [most(["scrollWidth", "offsetWidth", "clientWidth"]),
+          most(["scrollHeight", "offsetHeight", "clientHeight"])];
+}
+"""
 
 
 def store_blob(directory: Path, digest: str, data: bytes, suffix: str) -> Path:

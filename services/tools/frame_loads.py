@@ -82,6 +82,23 @@ class FrameLoads:
                 return list(dict.fromkeys(frames))
             await self._changed.wait()
 
+    def leaving(self, frame: Frame) -> list[_Requested]:
+        """The navigations of `frame` requested since its latest commit: those taking
+        it away from the document it shows."""
+        commits = self._commits.get(frame, 0)
+        return [r for r in self._recent if r.frame == frame and r.commits == commits]
+
+    async def wait_leaving(self, frame: Frame) -> None:
+        """Until `frame` requests a navigation away from the document it shows."""
+        while not self.leaving(frame):
+            await self._changed.wait()
+
+    async def wait_left(self, frame: Frame) -> None:
+        """Until each navigation taking `frame` away from its document committed, failed
+        or lost the frame."""
+        while not all(self._over(r) for r in self.leaving(frame)):
+            await self._changed.wait()
+
     def _committed(self, requested: _Requested) -> bool:
         return (
             not requested.frame.is_detached()

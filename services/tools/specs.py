@@ -107,7 +107,8 @@ SPECS: dict[str, ToolSpec] = {
         ToolSpec(
             "browser_screenshot",
             "browser",
-            "Take a PNG screenshot of the page; returns its sha256 and where it is stored.",
+            "Take a PNG screenshot of the page (`full_page`: the whole page, up to 16,384 pixels"
+            " each way); returns its sha256 and where it is stored.",
             t.BrowserScreenshotInput,
         ),
         ToolSpec(

@@ -141,12 +141,17 @@ class ToolBox:
             message = f"{call.tool} did not finish within {call.timeout_s:g}s"
             return self._failed(ToolFailure("timeout", message), started)
         output, cut = bound_value(outcome.output, self.config.max_output_bytes)
+        metadata = outcome.metadata
+        if cut and metadata.item_count is not None:
+            # The items a reader gets, not those the tool found before the cut.
+            count = len(output) if isinstance(output, list) else 0
+            metadata = msgspec.structs.replace(metadata, item_count=count)
         return ToolResult(
             ok=True,
             output=output,
             truncated=outcome.truncated or cut,
             duration_ms=_ms_since(started),
-            metadata=bound_metadata(outcome.metadata),
+            metadata=bound_metadata(metadata),
         )
 
     async def execute(self, call: ExecTool) -> ToolResult:

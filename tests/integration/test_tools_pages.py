@@ -4,6 +4,7 @@ duplicates of what a person would click, and what extraction should (not) return
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
@@ -13,7 +14,7 @@ from urllib.parse import parse_qs, urlparse
 import anyio
 import pytest
 
-from services.tools.browser_tools import MAX_OPEN_PAGES
+from services.tools.browser_tools import MAX_OPEN_PAGES, BrowserLimits
 from services.tools.toolbox import ToolBox
 from tests.browser_box import Browser, error_of, open_browser
 from tests.integration.test_tools_service import _descendants, nothing_left_behind  # noqa: F401
@@ -89,6 +90,11 @@ root.getElementById("inner").attachShadow({mode: "open"}).innerHTML = "<b>nested
 <div hidden><div class="row" style="display:contents"><span class="n">Old</span></div></div>""",
     # A page that moves on by itself, and links into pages that are not there.
     "/moves": "<title>M</title><script>location.replace('/gone')</script>",
+    # Pages that send themselves on with a meta refresh: at once (twice over, the last
+    # hop to a slow page), and after a minute (a dashboard that reloads itself).
+    "/refresh": '<title>R</title><meta http-equiv="refresh" content="0; URL=\'/refresh2\'">',
+    "/refresh2": '<title>R2</title><meta http-equiv="Refresh" content="0;url=/slow?s=0.5">',
+    "/later": '<title>Later</title><meta http-equiv="refresh" content="60;url=/a"><p>wait</p>',
     "/to-gone": """<title>G</title><a href="/gone">here</a>
 <a href="/gone" target="_blank">new tab</a>""",
     # Buttons styled in capitals: read_page shows "SIGN IN", the page's name is "Sign in".
@@ -100,6 +106,11 @@ const cut = (text) => text.slice(0, 7);
 document.title = cut("Deals 🎉🎉");
 document.querySelector(".deal").textContent = cut("Sale! 🎉 today");
 </script>""",
+    # An endless feed as long as a day of scrolling, and a long list of long items.
+    "/endless": '<title>E</title><div style="height:200000px">feed</div>',
+    "/empty": "<title>Nothing yet</title>",
+    "/tall": '<title>T</title><div style="height:3000px">article</div>',
+    "/many": "<title>M</title>" + "".join(f"<p class=x>{'y' * 2000} {i}</p>" for i in range(500)),
     "/signin": """<title>S</title><style>a, button { text-transform: uppercase }</style>
 <a href="/a?google">Sign in with Google</a>
 <button onclick="location='/a?plain'">Sign in</button>""",
@@ -118,6 +129,14 @@ class _Handler(QuietHandler):
             body, headers = "<title>Set</title>ok", {"Set-Cookie": "who=dora; Path=/"}
         elif url.path == "/gone":
             self.send_html("<title>Gone</title>not here", status=404)
+            return
+        elif url.path == "/report.pdf":
+            data = b"%PDF-1.4\n1 0 obj<<>>endobj\ntrailer<<>>\n%%EOF\n"
+            self.send_response(200)
+            self.send_header("Content-Type", "application/pdf")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
             return
         elif url.path == "/cookies":
             body = f"<title>Cookies</title>{self.headers.get('Cookie') or 'none'}"
@@ -288,6 +307,23 @@ async def test_the_status_is_that_of_the_page_the_call_ends_on(browser: Browser,
         assert result.metadata.http_status == 404, (text, result)
 
 
+async def test_a_meta_refresh_at_once_is_followed_to_where_it_leads(
+    browser: Browser, site: str
+) -> None:
+    for _ in range(3):  # it used to depend on timing
+        result = await browser("browser_navigate", url=f"{site}/refresh")
+        assert result.ok, result
+        assert result.output == {"url": f"{site}/slow?s=0.5", "status": 200, "title": "Slow"}
+        assert result.metadata.url == f"{site}/slow?s=0.5"
+        page = await browser("browser_read_page")
+        assert (page.ok, page.output) == (True, "finally"), page
+    # One that waits a minute is a page of its own.
+    started = time.monotonic()
+    result = await browser("browser_navigate", url=f"{site}/later")
+    assert result.ok and result.output["title"] == "Later", result
+    assert time.monotonic() - started < 2
+
+
 # --- extraction --------------------------------------------------------------------------
 
 
@@ -338,6 +374,16 @@ async def test_extract_reads_rows_that_have_no_box_of_their_own(
     assert (await browser("browser_extract", selector=".row")).output == ["Tea $2", "Milk $1"]
 
 
+async def test_item_count_counts_the_items_the_output_still_holds(
+    browser: Browser, site: str
+) -> None:
+    # 500 items of 2 kB: more than a tool's output may carry, so its tail is cut.
+    await browser("browser_navigate", url=f"{site}/many")
+    rows = await browser("browser_extract", selector="p.x")
+    assert rows.ok and rows.truncated and 0 < len(rows.output) < 500
+    assert rows.metadata.item_count == len(rows.output)
+
+
 async def test_text_cut_inside_an_emoji_is_read_with_a_replacement_character(
     browser: Browser, site: str
 ) -> None:
@@ -381,6 +427,21 @@ async def test_read_page_includes_the_frames_a_person_sees(browser: Browser, sit
     assert (await browser("browser_read_page")).output == "inner text\n\nnested frame"
 
 
+async def test_read_page_of_a_pdf_says_it_cannot_read_it(browser: Browser, site: str) -> None:
+    # Opened (the link is right), but headless Chromium shows nothing of it: an empty
+    # text would read as an empty report.
+    opened = await browser("browser_navigate", url=f"{site}/report.pdf")
+    assert opened.ok and opened.metadata.http_status == 200, opened
+    page = await browser("browser_read_page")
+    assert error_of(page) == (
+        "not_readable",
+        "the page is application/pdf, which the browser shows no text of",
+    )
+    # An empty web page is just that.
+    await browser("browser_navigate", url=f"{site}/empty")
+    assert (await browser("browser_read_page")).output == ""
+
+
 async def test_read_page_includes_open_shadow_roots(browser: Browser, site: str) -> None:
     await browser("browser_navigate", url=f"{site}/shadow")
     page = await browser("browser_read_page")
@@ -388,3 +449,23 @@ async def test_read_page_includes_open_shadow_roots(browser: Browser, site: str)
     # A page without shadow roots reads exactly as its innerText.
     await browser("browser_navigate", url=f"{site}/a")
     assert (await browser("browser_read_page")).output == "page a"
+
+
+# --- screenshots -------------------------------------------------------------------------
+
+
+async def test_a_full_page_screenshot_of_an_endless_page_is_cut(
+    browser: Browser, site: str
+) -> None:
+    await browser("browser_navigate", url=f"{site}/endless")
+    shot = await browser("browser_screenshot", full_page=True, timeout_s=30)
+    assert shot.ok and shot.truncated, shot
+    data = await anyio.Path(shot.output["path"]).read_bytes()
+    width, height = struct.unpack(">II", data[16:24])
+    assert (width, height) == (1280, BrowserLimits().max_screenshot_px)
+    # A page that fits is taken whole, and not said to be cut.
+    await browser("browser_navigate", url=f"{site}/tall")
+    shot = await browser("browser_screenshot", full_page=True)
+    assert shot.ok and not shot.truncated, shot
+    data = await anyio.Path(shot.output["path"]).read_bytes()
+    assert struct.unpack(">II", data[16:24]) == (1280, 3016)  # the body's margins too
