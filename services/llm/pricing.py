@@ -206,6 +206,8 @@ def load_price_table(path: Path | None) -> PriceTable:
         raw = Path(path).read_bytes()
     except OSError as exc:
         raise PriceTableError(f"cannot read price file {path}: {exc.strerror or exc}") from None
+    # Saved by some Windows editors with a byte order mark, which JSON does not allow.
+    raw = raw.removeprefix(b"\xef\xbb\xbf")
     try:
         override = msgspec.json.decode(raw, type=PriceFile)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:

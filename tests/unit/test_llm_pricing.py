@@ -211,6 +211,16 @@ def test_a_price_the_file_gets_wrong_is_reported_with_the_file_s_name(tmp_path: 
         load_price_table(path)
 
 
+def test_a_price_file_saved_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "prices.json"
+    band = {"input_per_mtok": 2.5, "output_per_mtok": 12.0}
+    text = json.dumps({"models": [{"id": "claude-sonnet-5-5", "bands": [band]}]})
+    path.write_text(text, encoding="utf-8-sig")  # as Notepad saves it
+    table = load_price_table(path)
+    usage = Usage(input_tokens=M, output_tokens=M)
+    assert table.cost("claude-sonnet-5-5", usage) == pytest.approx(14.5)
+
+
 def test_missing_price_file_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(PriceTableError, match="cannot read price file"):
         load_price_table(tmp_path / "nope.json")
