@@ -705,10 +705,7 @@ class Runner:
             # Whatever broke the attempt (the message is redelivered), its browser
             # context must not outlive it: the next attempt starts from a clean one.
             with anyio.CancelScope(shield=True):
-                try:
-                    await self.close_session(request.run_id, attempt)
-                except Exception as exc:
-                    log.warning("close_session_failed", error=str(exc))
+                await self.close_session(request.run_id, attempt)
                 # Its record so far, and what broke it: a later attempt writes over it;
                 # when none comes, it is the run's transcript.
                 if isinstance(broke, Exception):
@@ -929,7 +926,13 @@ class Runner:
         return True
 
     async def close_session(self, run_id: str, attempt: int) -> None:
-        await self.ports.close_session(run_id, attempt)
+        """Close the attempt's browser session. However that breaks, it never decides the
+        run: a run that has answered must not be redelivered (and act again) over it, and
+        the tools service closes an idle session in the end anyway."""
+        try:
+            await self.ports.close_session(run_id, attempt)
+        except Exception as exc:
+            log.warning("close_session_failed", error=abandon_error(exc))
 
     # --- endpoints ---------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from contracts.executors import (
 )
 from contracts.llm import (
     CompleteReply,
+    CompleteRequest,
     TextBlock,
     ToolDefinition,
     ToolUseBlock,
@@ -733,3 +734,60 @@ async def test_a_transcript_rote_cannot_read_is_not_found_not_an_internal_error(
     with pytest.raises(RemoteError) as refused:
         await bus.request(s.RUNS_TRANSCRIPT, RunRef(run_id=run_id), Transcript)
     assert refused.value.code == "not_found", refused.value
+
+
+async def test_a_session_close_that_breaks_at_the_end_does_not_run_the_run_again(
+    runner_bus: Bus,
+) -> None:
+    """The run has answered (its tool calls acted) when closing its browser session
+    breaks, here on a tools service whose reply this runner cannot read (a peer on
+    another contract version). That must not undo the outcome: the run ends completed,
+    once, rather than being redelivered and run again (its actions twice)."""
+    bus, run_id = runner_bus, "close-breaks"
+    page = ToolDefinition(name="browser_read_page", description="Read", input_schema={})
+    calls = closes = 0
+
+    async def complete(msg: Msg) -> None:
+        asked = decode(msg.data, CompleteRequest)
+        if len(asked.messages) == 1:  # the first turn: read the page
+            reply = CompleteReply(
+                id="m1", model="claude-sonnet-5-5", stop_reason="tool_use",
+                content=[ToolUseBlock(id="tu1", name="browser_read_page", input={})],
+                usage=Usage(input_tokens=100, output_tokens=10), cost_usd=0.001,
+            )  # fmt: skip
+        else:
+            reply = answer("Top story: rain", tokens_in=120, cost_usd=0.001)
+        await msg.respond(encode(reply))
+
+    async def tools_list(msg: Msg) -> None:
+        await msg.respond(encode(ToolList(tools=[page])))
+
+    async def tools_exec(msg: Msg) -> None:
+        nonlocal calls
+        calls += 1
+        await msg.respond(encode(ToolResult(ok=True, output="Rain today", duration_ms=1)))
+
+    async def close_session(msg: Msg) -> None:
+        nonlocal closes
+        closes += 1
+        await msg.respond(b'{"run_id": "close-breaks"}')  # no `closed`: unreadable here
+
+    for subject, handler in [
+        (s.LLM_COMPLETE, complete),
+        (s.TOOLS_LIST, tools_list),
+        (s.TOOLS_EXEC, tools_exec),
+        (s.TOOLS_CLOSE_SESSION, close_session),
+    ]:
+        await bus.nc.subscribe(subject, cb=handler)
+    seen = await watch(bus, run_id)
+    await start(
+        bus, run_id, TaskSpec(name="claimed", prompt="p", allowed_tools=["browser_read_page"])
+    )
+    done = await finished(bus, run_id)
+    assert (done.status, done.result, done.attempt) == ("completed", "Top story: rain", 1)
+    await work_queue_settled(bus)
+    await anyio.sleep(0.5)
+    assert (calls, closes) == (1, 1)
+    assert seen.published == ["requested", "started", "completed"]
+    transcript = await bus.request(s.RUNS_TRANSCRIPT, RunRef(run_id=run_id), Transcript)
+    assert any(e.kind == "message" for e in transcript.entries)
