@@ -9,6 +9,7 @@ part of any URL, the values of credential query parameters and Authorization hea
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -203,6 +204,10 @@ def _short_secrets() -> re.Pattern[str] | None:
     return _short_pattern[1]
 
 
+# Go's encoding/json writes these so that JSON is safe inside HTML.
+_GO_JSON_ESCAPES = {ord(c): f"\\u{ord(c):04x}" for c in "<>&\u2028\u2029"}
+
+
 def quoted_forms(value: str) -> set[str]:
     """`value` as error messages quote it: trimmed of surrounding whitespace, and with
     control characters escaped (repr of str or bytes, JSON): an HTTP library refusing a
@@ -210,12 +215,15 @@ def quoted_forms(value: str) -> set[str]:
     as a URL carries it: a form sent by GET puts a password in the page's address
     percent-encoded ("Tr0ub4dor%263+horse"), as a browser encodes a form: unlike
     quote_plus, `~` as %7E and `*` as it is; or as a page script does
-    (encodeURIComponent)."""
+    (encodeURIComponent). And as a file or a page writes it: JSON as PHP escapes it
+    (`\\/`) or Go (`&<>` as `\\u0026`...), XML or HTML (`&amp;`)."""
     forms = {value, value.strip(), repr(value)[1:-1]}
     forms.add(value.encode("unicode_escape").decode("ascii"))
     forms.add(repr(value.encode("utf-8", "backslashreplace"))[2:-1])
-    forms.add(json.dumps(value)[1:-1])
-    forms.add(json.dumps(value, ensure_ascii=False)[1:-1])
+    as_json = json.dumps(value, ensure_ascii=False)[1:-1]
+    forms |= {json.dumps(value)[1:-1], as_json, as_json.replace("/", "\\/")}
+    forms.add(as_json.translate(_GO_JSON_ESCAPES))
+    forms |= {html.escape(value), html.escape(value, quote=False)}
     forms |= {quote(value, safe=""), quote(value), quote_plus(value)}
     forms.add(quote_plus(value, safe="*").replace("~", "%7E"))
     forms.add(quote(value, safe="!'()*"))  # a page script's encodeURIComponent

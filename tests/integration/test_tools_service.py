@@ -1127,6 +1127,40 @@ async def test_secrets_of_the_environment_are_masked_in_replies_and_events(
         assert value.encode() not in stored
 
 
+async def test_secrets_written_escaped_in_json_or_xml_are_masked(
+    bus: Bus, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A config file holds a password as its format escapes it: XML (`&amp;`), JSON as
+    # PHP writes it (`\/`) or as Go writes it (`\u0026`), where the raw value is absent.
+    password = "Xml&Audit/Pw<9>"
+    monkeypatch.setenv("DB_PASSWORD", password)
+    files = {
+        "app.xml": "<password>Xml&amp;Audit/Pw&lt;9&gt;</password>\n",
+        "php.json": '{"password":"Xml&Audit\\/Pw<9>"}\n',
+        "go.json": '{"password":"Xml\\u0026Audit/Pw\\u003c9\\u003e"}\n',
+    }
+    root = tmp_path / "files"
+    root.mkdir()
+    for name, text in files.items():
+        (root / name).write_text(text)
+    settings = settings.with_(allowed_commands=("cat **",), path_roots=(str(root),))
+    async with running(bus, settings, root) as tools:
+        read = [
+            (await tools.call("file_read", {"path": name}, run_id="run-escaped")).output
+            for name in files
+        ]
+        cat = await tools.call("shell_exec", {"command": "cat go.json"}, run_id="run-escaped")
+        events = await _tool_events(bus, "run-escaped", 8)
+    assert read == [
+        f"<password>{MASK}</password>\n",
+        f'{{"password":"{MASK}"}}\n',
+        f'{{"password":"{MASK}"}}\n',
+    ]
+    assert cat.output["stdout"] == f'{{"password":"{MASK}"}}\n'
+    stored = b"".join(msgspec.json.encode(e) for _, e in events)
+    assert b"Audit" not in stored  # no form of the password, escaped or not
+
+
 # --- the browser dying ---------------------------------------------------------------------
 
 

@@ -4,6 +4,7 @@ origin, or unconfigured, it is refused and nothing is typed."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -21,6 +22,8 @@ pytestmark = [pytest.mark.anyio, pytest.mark.browser]
 PASSWORD = "Shop-Login-Pw-4417"
 # A browser encodes a form sent by GET unlike Python's quote_plus (`~` as %7E, `*` kept).
 GET_PASSWORD = "Get~Pw*4417 x"
+# An API token with characters JSON encoders escape (PHP `\/`, Go `\u0026`).
+API_TOKEN = "Api/Tok&en+4417"
 LOGIN = """<title>Sign in</title><form method="post" action="/session">
 <input name="user"><input name="password" type="password"><button>Sign in</button></form>"""
 POSTED: list[dict[str, str]] = []
@@ -35,6 +38,9 @@ class _Handler(QuietHandler):
             port = self.server.server_address[1]
             self.send_html(f'<title>Shop</title><iframe src="http://{host}:{port}/login"></iframe>')
             return
+        if self.path == "/api-login":
+            self.send_html(LOGIN.replace('action="/session"', 'action="/api-session"'))
+            return
         if self.path == "/get-login":  # a form sent by GET: the password ends up in the URL
             self.send_html(LOGIN.replace('method="post" action="/session"', 'action="/account"'))
             return
@@ -46,6 +52,11 @@ class _Handler(QuietHandler):
     def do_POST(self) -> None:
         form = self.posted_form()
         POSTED.append(form)
+        if self.path == "/api-session":  # the token shown back as JSON, as PHP and Go write it
+            token = form.get("password", "")
+            body = json.dumps({"php": token}).replace("/", "\\/")
+            self.send_html(body + json.dumps({"go": token}).replace("&", "\\u0026"))
+            return
         # A careless site that shows the password back.
         said = f"<p>Signed in with {form.get('password')}</p>"
         if form.get("password") == PASSWORD:
@@ -68,7 +79,8 @@ async def tools(
     monkeypatch.setenv("ROTE_SECRET_SHOP", PASSWORD)
     monkeypatch.setenv("ROTE_SECRET_UNSET", "")
     monkeypatch.setenv("ROTE_SECRET_BYGET", GET_PASSWORD)
-    env = {"ROTE_TOOLS_SECRETS": f"shop={shop},unset={shop},byget={shop}"}
+    monkeypatch.setenv("ROTE_SECRET_API", API_TOKEN)
+    env = {"ROTE_TOOLS_SECRETS": f"shop={shop},unset={shop},byget={shop},api={shop}"}
     settings = settings.with_(tools_secrets=Settings.from_env(env).tools_secrets)
     async with running(bus, settings, tmp_path) as service:
         yield service
@@ -102,6 +114,21 @@ async def test_a_page_showing_the_secret_back_shows_it_masked(tools: Tools, shop
     assert (await tools.call("browser_fill_form", form, run_id="run-echo")).ok
     page = await tools.call("browser_read_page", run_id="run-echo")
     assert f"Signed in with {MASK}" in page.output and PASSWORD not in page.output
+
+
+async def test_a_page_showing_the_secret_back_json_escaped_shows_it_masked(
+    tools: Tools, shop: str
+) -> None:
+    run_id = "run-json"
+    await tools.call("browser_navigate", {"url": f"{shop}/api-login"}, run_id=run_id)
+    form = {"fields": {"user": "ada", "password": "{{secret:api}}"}}
+    assert (await tools.call("browser_fill_form", form, run_id=run_id)).ok
+    assert POSTED[-1]["password"] == API_TOKEN
+    page = await tools.call("browser_read_page", run_id=run_id)
+    assert page.output == f'{{"php": "{MASK}"}}{{"go": "{MASK}"}}'
+
+    events = await _tool_events(tools.bus, run_id, 6)
+    assert b"Tok" not in b"".join(msgspec.json.encode(e) for _, e in events)
 
 
 async def test_a_secret_a_get_form_puts_in_the_url_is_masked_there(tools: Tools, shop: str) -> None:
