@@ -92,6 +92,12 @@ class RunEvent(Event, kw_only=True):
     executor_version: int | None = None
     fell_back: bool = False
     result: str | None = None
+    # An answer too large to carry inline (a replay's template can join several tool
+    # outputs): `result` holds its head, and the whole answer, as UTF-8 text, is in the
+    # blob store (bucket rote_blobs, object <hex>) under `result_ref` ("sha256:<hex>",
+    # like TraceStep.output_ref). result_ref is None if the store refused it.
+    result_truncated: bool = False
+    result_ref: str | None = None
     tokens: dict[str, ModelTokens] = {}
     cost_usd: float = 0.0
     # A replay's saving: the executor health's full_run_cost_usd (mean of the task's
@@ -143,6 +149,9 @@ class RunView(Reply, kw_only=True):
     executor_version: int | None = None
     fell_back: bool = False
     result: str | None = None
+    # `result` is the head of an answer kept whole under `result_ref` (RunEvent's).
+    result_truncated: bool = False
+    result_ref: str | None = None
     tokens: dict[str, ModelTokens] = {}
     cost_usd: float = 0.0
     cost_saved_usd: float = 0.0

@@ -28,6 +28,8 @@ def fold(events: Iterable[RunEvent]) -> RunView | None:
             view.executor_version = event.executor_version
             view.fell_back = event.fell_back
             view.result = event.result
+            view.result_truncated = event.result_truncated
+            view.result_ref = event.result_ref
             view.tokens = event.tokens
             view.cost_usd = event.cost_usd
             view.cost_saved_usd = event.cost_saved_usd

@@ -45,8 +45,9 @@ from contracts.runs import (
 from contracts.tools import CloseSession, ExecTool, ListTools, SessionClosed, ToolList, ToolResult
 from services import __version__
 from services.compiler.fingerprint import task_fingerprint
-from services.kernel.bus import Bus, routed
-from services.kernel.codec import decode
+from services.kernel import blobs
+from services.kernel.bus import Bus, headers_size, routed
+from services.kernel.codec import decode, encode
 from services.kernel.consumers import (
     MaxDeliveries,
     Reject,
@@ -63,7 +64,7 @@ from services.kernel.logs import get_logger
 from services.kernel.replay_read import read_all
 from services.kernel.run_store import RunStore, TranscriptUnreadable
 from services.kernel.runtime import ServiceContext
-from services.kernel.secrets import redact, redact_struct
+from services.kernel.secrets import cut_text, redact, redact_struct
 from services.kernel.streams import DUPLICATE_WINDOW_S, KV_TTL_S
 from services.runner.accounting import Ledger, spent_before
 from services.runner.agent_loop import (
@@ -72,6 +73,12 @@ from services.runner.agent_loop import (
     SESSION_LOST,
     AgentLoop,
     AgentOutcome,
+)
+from services.runner.bounds import (
+    MAX_EVENT_ERROR_CHARS,
+    REF_PLACEHOLDER,
+    head_within,
+    json_size,
 )
 from services.runner.ports import PortError, Ports, RunScope, named_call
 from services.runner.replay import Replayer, ReplayResult
@@ -382,16 +389,46 @@ class Runner:
 
     async def publish(self, event: RunEvent, msg_id: str) -> None:
         # An answer or an error can quote what a tool read (a config file, a page):
-        # mask secrets before the event is kept.
+        # mask secrets before the event is kept, and before it is cut (half a secret
+        # is no longer recognised as one).
         if event.result:
             event.result = redact(event.result)
         if event.error:
-            event.error = redact(event.error)
+            event.error = cut_text(redact(event.error), MAX_EVENT_ERROR_CHARS)
         if event.replay is not None and event.replay.reason:
-            event.replay.reason = redact(event.replay.reason)  # it quotes tool errors
+            # It quotes tool errors.
+            event.replay.reason = cut_text(redact(event.replay.reason), MAX_EVENT_ERROR_CHARS)
+        headers = {s.HEADER_MSG_ID: msg_id}
+        await self._fit_result(event, headers)
         await self.bus.publish_event(
             s.run_event(event.task_id, event.run_id, event.event), event, msg_id=msg_id
         )
+
+    async def _fit_result(self, event: RunEvent, headers: dict[str, str]) -> None:
+        """An answer larger than the rest of the event leaves of one NATS message is
+        stored whole in the blob store, and the event carries its head and the
+        reference (only then: a subscriber wants the answer itself). Refused, the
+        publish would break the delivery, and the redelivered run would act again."""
+        if event.result is None:
+            return
+        sized = msgspec.structs.replace(
+            event, result="", result_truncated=True, result_ref=REF_PLACEHOLDER
+        )
+        rest = len(encode(sized)) - json_size("")
+        room = self.bus.nc.max_payload - headers_size(headers) - rest
+        if json_size(event.result) <= room:
+            return
+        whole = event.result.encode()
+        try:
+            event.result_ref = await blobs.put(self.bus.js, whole)
+        except Exception as exc:
+            # The run's ending matters more than the answer's tail: it goes out with the
+            # head, marked cut, and no reference (the tracer compiles nothing from it).
+            log.error("run_answer_unstored", size=len(whole), error=str(exc))
+        else:
+            log.info("run_answer_stored", size=len(whole), ref=event.result_ref)
+        event.result = head_within(event.result, room)
+        event.result_truncated = True
 
     async def enqueue(self, request: RunRequest) -> None:
         # Everything that can fail comes before the work request goes out: once queued,

@@ -13,7 +13,7 @@ import msgspec
 import structlog
 from anyio.abc import TaskStatus
 from nats.aio.msg import Msg
-from nats.js.errors import NotFoundError
+from nats.js.errors import NotFoundError, ObjectNotFoundError
 
 from contracts import subjects as s
 from contracts.base import utc_now
@@ -88,6 +88,10 @@ class Tracer:
                 self.bus.js, s.STREAM_ACTIVITY, s.tool_event(event.run_id, "finished")
             )
             tool_events = undecodable_skipped(tool_msgs)
+            if event.result_truncated:
+                # The event carries the answer's head: compiled from it, the executor's
+                # result step would write a cut answer on every replay.
+                event = await self._whole_answer(event)
             transcript = await self.runs.transcript(event.run_id)
             # Tools services publish their events without waiting for JetStream, so the
             # last call's event can land just after the run's completion: wait for every
@@ -130,6 +134,16 @@ class Tracer:
                 msg_id=f"trace:{event.run_id}",
             )
             log.info("trace_captured", steps=len(trace.steps))
+
+    async def _whole_answer(self, event: RunEvent) -> RunEvent:
+        """The completed event with its whole answer, read back from the blob store."""
+        if event.result_ref is None:
+            raise Reject("the run's answer was cut and not kept whole; no trace")
+        try:
+            whole = await blobs.get(self.bus.js, event.result_ref)
+        except (ObjectNotFoundError, NotFoundError, ValueError):
+            raise Reject(f"the run's answer {event.result_ref} is not in the blob store") from None
+        return msgspec.structs.replace(event, result=whole.decode())
 
     async def offload_large_outputs(self, trace: Trace) -> Trace:
         """Outputs over INLINE_OUTPUT_BYTES go to the blob store; then the largest of the

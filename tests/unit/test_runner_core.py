@@ -79,7 +79,8 @@ def test_run_view_folds_lifecycle_in_any_order() -> None:
     events = [
         RunEvent(
             **common, event="completed", at=t0 + timedelta(seconds=9), status="completed",
-            source="full_llm", result="done", cost_usd=0.5, duration_ms=9000,
+            source="full_llm", result="do", result_truncated=True, result_ref="sha256:ab",
+            cost_usd=0.5, duration_ms=9000,
             tokens={"claude-sonnet-5-5": ModelTokens(input_tokens=10, output_tokens=2)},
         ),
         RunEvent(**common, event="requested", at=t0, status="requested", origin="schedule"),
@@ -87,7 +88,8 @@ def test_run_view_folds_lifecycle_in_any_order() -> None:
     ]  # fmt: skip
     view = fold(events)
     assert view is not None
-    assert view.status == "completed" and view.result == "done" and view.cost_usd == 0.5
+    assert view.status == "completed" and view.result == "do" and view.cost_usd == 0.5
+    assert (view.result_truncated, view.result_ref) == (True, "sha256:ab")  # as the event says
     assert view.requested_at == t0 and view.finished_at == t0 + timedelta(seconds=9)
     assert view.origin == "schedule"  # who asked for it, though only `requested` says
     assert fold([]) is None
@@ -160,3 +162,16 @@ def test_an_abandoned_runs_error_never_carries_part_of_a_secret() -> None:
     error = abandon_error(RuntimeError(prefix + secret + " and more"))
     assert len(error) <= MAX_ABANDON_ERROR_CHARS
     assert "hunter2" not in error
+
+
+def test_an_answers_head_is_the_longest_prefix_that_fits_as_json() -> None:
+    from services.runner.bounds import head_within, json_size
+
+    # Escapes (a newline takes 2 bytes, a control character 6) and multi-byte
+    # characters make a byte budget fewer characters.
+    text = "é\n\x01ab" * 1000
+    for budget in (2, 3, 7, 100, 4097):
+        head = head_within(text, budget)
+        assert text.startswith(head) and json_size(head) <= budget
+        assert json_size(text[: len(head) + 1]) > budget  # one more would not fit
+    assert head_within("short", 100) == "short"
