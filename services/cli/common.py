@@ -58,6 +58,19 @@ def data_dir_problem(path: Path, what: str = "ROTE_DATA_DIR") -> str | None:
     return None
 
 
+def write_files(directory: Path, files: dict[str, str]) -> str | None:
+    """Write each name -> text into `directory` (already checked by `data_dir_problem`);
+    None, or why one file could not be written (a read-only file of another user, a
+    directory in its place, a full disk)."""
+    for name, text in files.items():
+        path = directory / name
+        try:
+            path.write_text(text)
+        except OSError as exc:
+            return f"cannot write {path}: {exc.strerror or exc}"
+    return None
+
+
 def _checked(
     parse: Callable[[str], T], noun: str, ok: Callable[[T], bool], rule: str
 ) -> Callable[[str], T]:

@@ -26,6 +26,7 @@ from services.cli.common import (
     load_settings,
     positive_seconds,
     replicas_problem,
+    write_files,
 )
 from services.kernel.bus import connect
 from services.kernel.secrets import redact, register_url_credentials
@@ -217,8 +218,9 @@ def run_streams(args: argparse.Namespace) -> int:
         print(f"rote: {problem}", file=sys.stderr)
         return 2
     files = stream_files(args.replicas)
-    for name, content in files.items():
-        (out / name).write_text(content)
+    if problem := write_files(out, files):
+        print(f"rote: {problem}", file=sys.stderr)
+        return 1
     stray = sorted(p.name for p in out.glob("*.json") if p.name not in files)
     for name in stray:
         print(f"rote infra: {out / name} is not a stream rote defines", file=sys.stderr)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from contracts.catalog import json_schemas
-from services.cli.common import data_dir_problem
+from services.cli.common import data_dir_problem, write_files
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -26,7 +26,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"rote: {problem}", file=sys.stderr)
         return 2
     schemas = json_schemas()
-    for name, schema in schemas.items():
-        (out / f"{name}.json").write_text(json.dumps(schema, indent=2, sort_keys=True) + "\n")
+    files = {
+        f"{name}.json": json.dumps(schema, indent=2, sort_keys=True) + "\n"
+        for name, schema in schemas.items()
+    }
+    if problem := write_files(out, files):
+        print(f"rote: {problem}", file=sys.stderr)
+        return 1
     print(f"wrote {len(schemas)} schemas to {out}")
     return 0

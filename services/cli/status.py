@@ -65,6 +65,13 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(infos, indent=2))
     else:
         print(render(url, infos, stats))
+    if not infos:
+        # Failing like "nothing running" above: scripts wait for services, not for NATS.
+        print(
+            f"rote: no service answered on NATS {redact(url)} within {args.wait:g} s",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

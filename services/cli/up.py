@@ -26,13 +26,28 @@ log = get_logger("rote.cli")
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    up = sub.add_parser("up", help="run every service in one process (embedded NATS by default)")
-    up.add_argument("--nats-url", help="use this NATS instead of the embedded one")
+    up = sub.add_parser(
+        "up",
+        help="run every service in one process (embedded NATS by default)",
+        description="Run every service in one process. Without --nats-url or ROTE_NATS_URL"
+        " it starts an embedded NATS with JetStream in ROTE_DATA_DIR (port 4222, or a free"
+        " one when that is taken; the first line printed says which). Stops on SIGINT"
+        " (Ctrl-C) or SIGTERM.",
+    )
+    up.add_argument("--nats-url", help="use this NATS (default: ROTE_NATS_URL, else embedded)")
     up.set_defaults(func=lambda args: run(args, list(SERVICE_MODULES), join=False, command="up"))
 
-    serve = sub.add_parser("serve", help="run one service")
+    serve = sub.add_parser(
+        "serve",
+        help="run one service",
+        description="Run one service. Without --nats-url or ROTE_NATS_URL it joins the"
+        " embedded NATS of a running `rote up` in the same ROTE_DATA_DIR, else starts its"
+        " own, and warns that only this machine can reach it. Stops on SIGINT or SIGTERM.",
+    )
     serve.add_argument("name", choices=list(SERVICE_MODULES), help="the service to run")
-    serve.add_argument("--nats-url", help="use this NATS instead of the embedded one")
+    serve.add_argument(
+        "--nats-url", help="use this NATS (default: ROTE_NATS_URL, else the embedded one)"
+    )
     serve.set_defaults(func=lambda args: run(args, [args.name], join=True, command="serve"))
 
 

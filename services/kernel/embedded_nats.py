@@ -204,6 +204,20 @@ class EmbeddedNats:
             f"nats-server not ready on port {self.port} within {self.ready_timeout}s"
         )
 
+    def exit_reason(self) -> str | None:
+        """None while the server runs (or before it starts); once it stopped on its own,
+        how it ended and, if it said, why."""
+        process = self.process
+        if process is None or process.poll() is None:
+            return None
+        code = process.returncode
+        if code < 0:  # a signal: whatever the server last logged is not why
+            with contextlib.suppress(ValueError):
+                return f"nats-server was killed by {signal.Signals(-code).name}"
+            return f"nats-server was killed by signal {-code}"
+        why = _why_it_stopped(self.store_dir / "nats-server.log") if code else ""
+        return f"nats-server exited with {code}" + (f": {why}" if _FAILURE_LINE.match(why) else "")
+
     def stop(self, timeout: float = 10.0) -> None:
         process, self.process = self.process, None
         if process is None or process.poll() is not None:

@@ -20,7 +20,12 @@ import anyio
 from anyio.abc import TaskGroup
 
 from services.kernel.bus import Bus, ConnectionLost, connect
-from services.kernel.embedded_nats import URL_FILE, EmbeddedNats, _server_info
+from services.kernel.embedded_nats import (
+    URL_FILE,
+    EmbeddedNats,
+    EmbeddedNatsError,
+    _server_info,
+)
 from services.kernel.logs import get_logger
 from services.kernel.secrets import redact
 from services.kernel.settings import Settings
@@ -40,6 +45,9 @@ SERVICE_MODULES: dict[str, str] = {
     "scheduler": "services.scheduler.service",
 }
 
+
+# How often a running stack checks that its embedded NATS is still there.
+EMBEDDED_CHECK_S = 0.5
 
 # The first and the longest pause between attempts to provision after a reconnect.
 PROVISION_RETRY_S = (1.0, 30.0)
@@ -134,6 +142,19 @@ async def _stop_when_lost(bus: Bus) -> None:
     )
 
 
+async def _stop_when_embedded_stops(embedded: EmbeddedNats) -> None:
+    """The embedded server is our own child: once it is gone nothing brings it back, and
+    the connection would try to reach it forever."""
+    while True:
+        await anyio.sleep(EMBEDDED_CHECK_S)
+        if reason := embedded.exit_reason():
+            break
+    raise EmbeddedNatsError(
+        f"the embedded NATS at {embedded.url} stopped ({reason}); stopping, so that a"
+        " supervisor can start rote again"
+    )
+
+
 async def _provision_on_reconnect(bus: Bus, replicas: int) -> None:
     """Provision again whenever the connection comes back. A server restarted without
     its JetStream store comes back empty: consumers re-create their own streams, but
@@ -202,6 +223,8 @@ async def open_stack(
                 embedded_nats=embedded is not None,
             )
             tg.start_soon(_stop_when_lost, bus)
+            if embedded is not None:
+                tg.start_soon(_stop_when_embedded_stops, embedded)
             tg.start_soon(_provision_on_reconnect, bus, replicas)
             for name, module in modules:
                 await tg.start(module.serve, ctx)

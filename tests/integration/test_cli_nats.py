@@ -188,3 +188,23 @@ def test_a_service_stopped_while_its_nats_is_gone_stops_cleanly(tmp_path: Path) 
             _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err[-3000:]
     assert "Traceback" not in err
+
+
+def test_status_on_a_nats_where_no_service_runs_fails_like_nothing_running(
+    tmp_path: Path,
+) -> None:
+    """Reached, but nothing answers: the same exit code as with no NATS at all, so that
+    `until rote status; do sleep 1; done` waits for the services, not just for NATS."""
+    with nats_server(tmp_path, "-js") as (_, port):
+        url = f"nats://127.0.0.1:{port}"
+        for args, out in [((), f"NATS {url}: 0 service instance(s)\n"), (("--json",), "[]\n")]:
+            done = subprocess.run(
+                _rote("status", "--nats-url", url, *args),
+                env=_env(tmp_path),
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert done.returncode == 1, (args, done.stderr)
+            assert done.stdout == out
+            assert done.stderr == f"rote: no service answered on NATS {url} within 0.5 s\n"

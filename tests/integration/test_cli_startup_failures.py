@@ -155,3 +155,17 @@ def test_a_port_that_cannot_be_used_is_one_line(tmp_path: Path) -> None:
             done = _run(_rote(*args), _env(tmp_path))
             assert done.returncode == code, (args, done.stderr[-2000:])
             assert text in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_an_output_file_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
+    """The directory is usable, one file in it is not (here a directory in its place;
+    elsewhere a read-only file of another user, a full disk): named, not a traceback."""
+    for args, blocker in [
+        (("schema", str(tmp_path / "schema")), tmp_path / "schema" / "CreateTask.json"),
+        (("infra", "streams", str(tmp_path / "streams")), tmp_path / "streams" / "ROTE_RUNS.json"),
+    ]:
+        blocker.mkdir(parents=True)
+        done = _run(_rote(*args), _env(tmp_path))
+        assert done.returncode == 1, (args, done.stderr[-2000:])
+        assert done.stderr.strip().startswith(f"rote: cannot write {blocker}: "), done.stderr
+        assert "Traceback" not in done.stderr

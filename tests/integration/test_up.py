@@ -239,3 +239,44 @@ def test_serve_with_rote_nats_url_does_not_warn(tmp_path: Path) -> None:
         banner, err = _serve_system(env)
     assert banner.startswith(f"rote serve: NATS {server.url} (external); services: system")
     assert "warning" not in err.lower(), err[-3000:]
+
+
+def test_a_stack_whose_embedded_nats_dies_stops_and_says_so(tmp_path: Path) -> None:
+    """The embedded server is rote's own child: nothing brings it back once it is
+    gone, so rote stops (for a supervisor to start it again) instead of trying to
+    reconnect to it forever while `rote status` says nothing is running."""
+    data_dir = tmp_path / "orphaned"
+    proc = subprocess.Popen(
+        _rote("serve", "system"),
+        env=_env(data_dir),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().startswith("rote serve: NATS nats://127.0.0.1:")
+        [nats_pid] = _nats_pids(data_dir / "nats")
+        os.kill(nats_pid, signal.SIGKILL)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1, err[-3000:]
+    lines = [line for line in err.splitlines() if line.startswith("rote:")]
+    assert len(lines) == 1 and "the embedded NATS" in lines[0] and "SIGKILL" in lines[0], err
+    assert "Traceback" not in err
+    assert not (data_dir / "nats.url").exists()
+
+
+def test_up_and_serve_help_say_which_nats_they_use_and_how_they_stop() -> None:
+    """What the README's command table says of them, where a user looks first."""
+    for command, words in [
+        ("up", ("ROTE_NATS_URL", "embedded NATS", "SIGINT", "SIGTERM")),
+        ("serve", ("ROTE_NATS_URL", "running `rote up`", "ROTE_DATA_DIR", "SIGTERM")),
+    ]:
+        done = subprocess.run(_rote(command, "--help"), capture_output=True, text=True)
+        assert done.returncode == 0
+        said = " ".join(done.stdout.split())
+        assert all(word in said for word in words), (command, said)
