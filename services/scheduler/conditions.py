@@ -16,9 +16,11 @@ How a number is read: U+2212 (the minus sign) is a minus; `,` and `.` group thou
 or mark decimals; no-break, thin and narrow no-break spaces group thousands, a plain
 space ends the number. When both `,` and `.` appear, the last one is the decimal mark
 (`$1,299.00` and `€1.299,00` -> 1299.0). A lone `,` followed by exactly three digits
-groups (`1,299` -> 1299), else it is the decimal mark (`12,5` -> 12.5); a lone `.` is
-always the decimal mark (`1.299` -> 1.299). A number whose groups are not of three
-digits is read up to its first separator.
+groups (`1,299` -> 1299; not after zero: `0,125` -> 0.125), else it is the decimal
+mark (`12,5` -> 12.5); a lone `.` is always the decimal mark (`1.299` -> 1.299). A
+number whose groups are not of three digits is read up to its first separator. A plain
+number (no group marks) may have an exponent (`5e-05`, `2.5E3`) unless a letter or digit
+follows it.
 """
 
 from __future__ import annotations
@@ -31,7 +33,11 @@ from typing import Any
 from contracts.tasks import Above, Below, Contains, NotContains, Predicate
 
 _GROUP_SPACES = "\u00a0\u2009\u202f"
-_NUMBER = re.compile(rf"([-+\u2212]?)(\d(?:[\d.,{_GROUP_SPACES}]*\d)?|\.\d+)")
+# An exponent counts only when no letter or digit follows it (`1e5abc` is a word).
+_NUMBER = re.compile(
+    rf"([-+\u2212]?)(\d(?:[\d.,{_GROUP_SPACES}]*\d)?|\.\d+)([eE][-+\u2212]?\d+(?!\w))?"
+)
+_PLAIN = re.compile(r"\d*\.?\d+")
 _SEPARATOR = re.compile(rf"[.,{_GROUP_SPACES}]")
 # Fields of a structured output that hold its main text, in order of preference.
 MAIN_TEXT_FIELDS = ("stdout", "text", "content")
@@ -199,8 +205,11 @@ def as_number(value: Any) -> float:
     match = _NUMBER.search(text)
     if match is None:
         raise ConditionError(f"no number in {text[:80]!r}")
-    sign, digits = match.groups()
-    number = _read(digits)
+    sign, digits, exponent = match.groups()
+    if exponent and _PLAIN.fullmatch(digits):
+        number = float(digits + exponent.replace("\u2212", "-"))
+    else:
+        number = _read(digits)
     return -number if sign in ("-", "\u2212") else number
 
 

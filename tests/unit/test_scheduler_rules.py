@@ -120,6 +120,13 @@ def test_a_number_test_that_cannot_tell_which_field_asks_for_a_path(output: obje
         ("temperature -3.5 C", -3.5),
         ("7,1999.00", 7.0),  # groups not of three: read up to the first separator
         (".5", 0.5),
+        # Scientific notation (as Python prints small and large floats) is one number.
+        ("5e-05", 5e-05),
+        ("ratio 2.5E-3", 0.0025),
+        ("-1e3 items", -1000.0),
+        ("\u22121.5e+2", -150.0),
+        ("1e5abc", 1.0),  # not a number in scientific notation: a word such as a hash
+        ("1,299e3", 1299.0),  # an exponent only on a plain number
     ],
 )
 def test_numbers_in_text(text: str, number: float) -> None:
