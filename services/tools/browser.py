@@ -394,8 +394,17 @@ class BrowserPool:
         errors: list[str] = []
         for executable in chromium_candidates(own, self.config.chromium):
             try:
+                # handle_sigint=False: a terminal's Ctrl-C reaches the driver too (it
+                # is in rote's process group), and by default it then closes the
+                # browser and exits on its own, racing rote's shutdown (and asyncio
+                # reports the driver's lost connection as a future never retrieved).
+                # Without it the driver ignores SIGINT; Chromium is in a process
+                # group of its own; rote's shutdown closes both.
                 browser = await pw.chromium.launch(
-                    executable_path=executable, headless=True, args=launch_args()
+                    executable_path=executable,
+                    headless=True,
+                    args=launch_args(),
+                    handle_sigint=False,
                 )
             except PlaywrightError as exc:
                 # Masked before the cut: half a secret would pass the later redact.

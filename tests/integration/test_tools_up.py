@@ -90,3 +90,44 @@ def test_rote_up_serves_tools_and_leaves_no_chromium(tmp_path: Path) -> None:
     while marked(marker) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert marked(marker) == []
+
+
+def test_ctrl_c_on_rote_up_stops_the_browser_without_noise(tmp_path: Path) -> None:
+    """A terminal's Ctrl-C (SIGINT to rote's whole process group, Playwright's driver
+    included) stops rote cleanly: exit 0, no asyncio "never retrieved" report of a
+    Playwright future on stderr, nothing left behind."""
+    marker = uuid.uuid4().hex
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROTE_")}
+    env.update(ROTE_DATA_DIR=str(tmp_path / "data"), ROTE_LOG_FORMAT="json", ROTE_TEST_MARK=marker)
+    err_path = tmp_path / "stderr"
+    with err_path.open("w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "services.cli", "up"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            start_new_session=True,  # a job of its own, as in a terminal
+        )
+    try:
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], 90)
+        assert ready, "rote up printed nothing within 90 s"
+        first = proc.stdout.readline()
+        assert first.startswith("rote up: NATS "), first
+        # A browser is up and in use (the driver handles SIGINT once it launched one).
+        anyio.run(_use_the_browser, first.split()[3], backend="asyncio")
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=30) == 0, err_path.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    stderr = err_path.read_text()
+    assert "never retrieved" not in stderr, stderr[-3000:]
+    assert "Connection closed while reading from the driver" not in stderr, stderr[-3000:]
+    assert "rote_stopped" in stderr
+    deadline = time.monotonic() + 5
+    while marked(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert marked(marker) == []
