@@ -7,6 +7,7 @@ looks like one to the redaction that runs on the reply later."""
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import signal
@@ -347,10 +348,16 @@ def _replace(path: Path, name: str, data: bytes, dir_fd: int) -> None:
             if stat.S_ISLNK(now.st_mode):
                 raise _symlink_refusal(path, name)
             _refuse_unless_regular(now, path)
+            # The rename needs only the directory writable: a file made read-only
+            # (0o444) is refused here, as writing into it would be.
+            if not os.access(name, os.W_OK, dir_fd=dir_fd, effective_ids=True):
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
         # A fixed-length name: one derived from `name` could pass the name length limit.
         spare = f".rote-write-{uuid.uuid4().hex}.tmp"
         with os.fdopen(os.open(spare, _SPARE_FLAGS, 0o644, dir_fd=dir_fd), "wb") as f:
-            if now is not None:  # the file keeps its permissions
+            if now is not None:  # the file keeps its owner (if ours to give) and mode
+                with suppress(PermissionError):  # not root: the writer owns the new file
+                    os.fchown(f.fileno(), now.st_uid, now.st_gid)
                 os.fchmod(f.fileno(), stat.S_IMODE(now.st_mode))
             f.write(data)
         os.rename(spare, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)

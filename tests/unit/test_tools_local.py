@@ -350,3 +350,56 @@ def test_a_write_that_fails_leaves_the_file_as_it_was(tmp_path: Path) -> None:
     # Neither emptied nor half overwritten, and no half-written new file (or spare).
     assert (tmp_path / "kept.txt").read_text() == "the first version"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.txt"]
+
+
+# Run in a process of its own, as a user permissions hold back (root writes anything):
+# a read-only file must stay as it is, though its directory lets a rename replace it.
+_WRITE_OVER_A_READ_ONLY_FILE = """
+import os, shutil, sys, tempfile
+from pathlib import Path
+from services.tools import local
+from services.tools.outcome import ToolFailure
+
+root = Path(tempfile.mkdtemp())
+try:
+    kept = root / "kept.txt"
+    kept.write_text("the first version")
+    kept.chmod(0o444)
+    if os.geteuid() == 0:
+        os.chown(root, 65534, 65534)
+        os.chown(kept, 65534, 65534)
+        os.setgid(65534)
+        os.setuid(65534)
+    try:
+        local.file_write(kept, "overwritten", root=root)
+        print("written")
+    except ToolFailure as failure:
+        print(failure.code)
+    print(kept.read_text(), oct(kept.stat().st_mode & 0o777))
+finally:
+    shutil.rmtree(root, ignore_errors=True)
+"""
+
+
+def test_a_read_only_file_is_not_written() -> None:
+    refused = subprocess.run(
+        [sys.executable, "-c", _WRITE_OVER_A_READ_ONLY_FILE],
+        cwd=Path(__file__).parents[2],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.stdout.splitlines() == ["io_error", "the first version 0o444"], refused.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a file to another user")
+def test_a_written_file_keeps_its_owner(tmp_path: Path) -> None:
+    # Written as root (a container) into a file someone else owns: it stays theirs.
+    kept = tmp_path / "theirs.txt"
+    kept.write_text("the first version")
+    os.chown(kept, 65534, 65534)
+    kept.chmod(0o640)
+    local.file_write(kept, "the second version", root=tmp_path)
+    st = kept.stat()
+    assert (st.st_uid, st.st_gid, oct(st.st_mode & 0o7777)) == (65534, 65534, "0o640")
+    assert kept.read_text() == "the second version"
