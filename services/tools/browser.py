@@ -6,7 +6,8 @@
   creating a context), so acquiring one is a dictionary pop.
 - Sessions idle for `idle_timeout_s` are closed; `close_session` closes one on request.
 - If Chromium dies, the calls in flight fail; the next acquire relaunches it and the
-  run continues in a fresh context.
+  run continues in a fresh context. Likewise when Playwright's driver dies (Chromium goes
+  with it), found out when a call fails (`check_connected`): a new driver is started.
 """
 
 from __future__ import annotations
@@ -443,6 +444,33 @@ class BrowserPool:
                 self._remember_lost(session)
         self._refill.set()
 
+    async def check_connected(self) -> None:
+        """After a failed call: is the browser still there? When Playwright's driver dies,
+        no `disconnected` fires and the browser still says it is connected, but every
+        call fails at once (target closed). Then it is handled as Chromium dying (which
+        it does, its pipe to the driver closed), and the driver is replaced too."""
+        browser, generation = self._browser, self._generation
+        if browser is None or not browser.is_connected() or self._closing:
+            return
+        try:
+            # A round trip to Chromium through the driver; one that hangs is no verdict.
+            with anyio.move_on_after(5):
+                cdp = await browser.new_browser_cdp_session()
+                await cdp.detach()
+            return
+        except PlaywrightError as exc:
+            error = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+        async with self._launch_lock:
+            if generation != self._generation or self._browser is not browser:
+                return  # relaunched (or found gone) meanwhile
+            log.warning("browser_unreachable", generation=generation, error=error)
+            self._on_disconnected(generation)
+            # Closes Chromium if only the probe failed; a dead driver has nothing to close.
+            with suppress(Exception), anyio.move_on_after(5, shield=True):
+                await browser.close()
+            log.warning("playwright_restarting")
+            await self._stop_playwright()  # the next launch starts a new driver
+
     # --- contexts ------------------------------------------------------------------------
 
     async def _new_warm(self) -> _Warm:
@@ -452,8 +480,12 @@ class BrowserPool:
         # Chromium, and the context it makes would belong to nobody, never closed. So
         # it runs to the end, bounded, and is closed if our caller was cancelled meanwhile.
         warm: _Warm | None = None
-        with anyio.move_on_after(CREATE_TIMEOUT_S, shield=True):
-            warm = await self._create(browser, generation)
+        try:
+            with anyio.move_on_after(CREATE_TIMEOUT_S, shield=True):
+                warm = await self._create(browser, generation)
+        except PlaywrightError:
+            await self.check_connected()  # the driver may be what is gone
+            raise
         if warm is None:
             raise BrowserUnavailable(
                 f"Chromium did not open a browser context within {CREATE_TIMEOUT_S:g}s"

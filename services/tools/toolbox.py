@@ -259,6 +259,10 @@ class ToolBox:
                     raise
                 finally:
                     session.between_calls()
+        except ToolFailure:
+            # A dead Playwright driver says nothing: a failed call is how it shows.
+            await self.browsers.check_connected()
+            raise
         finally:
             session.in_flight -= 1
             session.touch()

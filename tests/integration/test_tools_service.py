@@ -1253,5 +1253,59 @@ async def test_browser_relaunches_after_it_is_killed(tools: Tools, site: str, ga
     assert len(new_pids) == 1 and new_pids != pids
 
 
+def _driver_pids() -> list[int]:
+    """Our Playwright drivers: the node processes running `run-driver` (zombies aside)."""
+    pids = []
+    for pid in _descendants(os.getpid()):
+        try:
+            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, IndexError):
+            continue
+        if state != "Z" and b"run-driver" in raw:
+            pids.append(pid)
+    return pids
+
+
+async def test_browser_recovers_after_the_playwright_driver_is_killed(
+    tools: Tools, site: str, gate: Gate
+) -> None:
+    """The driver's death closes no browser Playwright knows of (no `disconnected`, and
+    the browser still says it is connected): every later call would fail for good."""
+    await tools.call("browser_navigate", {"url": f"{site}/setcookie?who=dora"}, run_id="run-d")
+    idle = await tools.call("browser_navigate", {"url": f"{site}/page2"}, run_id="run-idle")
+    assert idle.ok, idle.error
+    drivers, browsers = _driver_pids(), _browser_pids()
+    assert len(drivers) == 1 and len(browsers) == 1, (drivers, browsers)
+
+    async def in_flight() -> ToolResult:
+        return await tools.call("browser_navigate", {"url": gate.url(site)}, run_id="run-d")
+
+    results: list[ToolResult] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: _append(results, in_flight()))
+        await gate.wait_asked()
+        os.kill(drivers[0], signal.SIGKILL)
+    gate.opened.set()
+    assert len(results) == 1
+    assert not results[0].ok and results[0].error is not None
+    assert results[0].error.code in ("browser_closed", "navigation_failed", "browser_error")
+
+    # The next call works, soon, on a new driver and Chromium, in a fresh context.
+    with anyio.fail_after(10):
+        nav = await tools.call("browser_navigate", {"url": site + "/cookies"}, run_id="run-d")
+    assert nav.ok, nav.error
+    cookie = await tools.call("browser_extract", {"selector": "#cookie"}, run_id="run-d")
+    assert cookie.output == ["none"]
+    # A run whose page died with the driver is told so, as when Chromium dies.
+    lost = await tools.call("browser_extract", {"selector": "h1"}, run_id="run-idle")
+    assert not lost.ok and lost.error is not None and lost.error.code == "session_lost"
+    again = await tools.call("browser_navigate", {"url": site + "/page2"}, run_id="run-idle")
+    assert again.ok, again.error
+    new_drivers, new_browsers = _driver_pids(), _browser_pids()
+    assert len(new_drivers) == 1 and new_drivers != drivers
+    assert len(new_browsers) == 1 and new_browsers != browsers
+
+
 async def _append(results: list[ToolResult], call: Any) -> None:
     results.append(await call)
