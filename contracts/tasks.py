@@ -85,10 +85,17 @@ class ManualTrigger(Command, tag="manual", tag_field="kind", kw_only=True):
 
 class ConditionTrigger(Command, tag="condition", tag_field="kind", kw_only=True):
     """Every `every_s`, call `tool` with `input` through the tools service; when
-    `predicate` holds on its output, dispatch a run, then wait `cooldown_s`."""
+    `predicate` holds on its output, dispatch a run, then wait `cooldown_s`.
+
+    Each check has a browser session of its own, which starts blank: a browser tool
+    that acts on the current page (all but browser_navigate) needs `url`, the page
+    opened in that session before `tool` runs on it."""
 
     tool: NonEmptyStr
     input: dict[str, Any] = {}
+    # Optional for the tasks stored before it existed; required where it is needed by
+    # services/scheduler/triggers.validate (on create and update), not here.
+    url: NonEmptyStr | None = None
     predicate: Predicate
     every_s: PositiveFloat
     cooldown_s: NonNegativeFloat = 0.0

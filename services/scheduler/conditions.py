@@ -29,6 +29,7 @@ import json
 import re
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 from contracts.tasks import Above, Below, Contains, NotContains, Predicate
 
@@ -80,6 +81,42 @@ def refused_check(code: str, message: str, field: str | None) -> ConditionError:
     if code in BROKEN_CHECK_CODES and ours:
         return BrokenCheck(f"the tools service refuses the call ({code}): {message}")
     return ConditionError(f"the tools service could not make the call ({code}): {message}")
+
+
+# The one browser tool that opens a page itself; every other acts on the open one.
+NAVIGATE = "browser_navigate"
+
+
+def is_browser_tool(tool: str) -> bool:
+    return tool.startswith("browser_")
+
+
+def page_url_problem(tool: str, url: str | None) -> str | None:
+    """What is wrong with a condition's `url` for its `tool`, or None. Each check has a
+    browser session of its own, which starts blank: a tool acting on the current page
+    reads nothing there (a `not_contains` would hold every time) unless `url` opens
+    the page first; for any other tool `url` would be silently ignored."""
+    if url is None:
+        if is_browser_tool(tool) and tool != NAVIGATE:
+            return (
+                f"{tool} acts on the page open in the check's session, which starts blank:"
+                " give the page's `url`"
+            )
+        return None
+    if tool == NAVIGATE:
+        return "browser_navigate opens the page in its input: leave out `url`"
+    if not is_browser_tool(tool):
+        return f"`url` opens a page for a browser tool; {tool} is not one: leave out `url`"
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError:  # a malformed IPv6 host ("http://[::1")
+        return "`url` is not a valid URL"
+    if parts.scheme not in ("http", "https"):
+        return f"`url` must be an http(s) URL, not {parts.scheme or 'one without a scheme'}"
+    if not host:
+        return "`url` must name a host (https://example.com/page)"
+    return None
 
 
 def check_path(tool: str, predicate: Predicate) -> None:

@@ -57,7 +57,14 @@ from services.kernel.secrets import redact, redact_value
 from services.kernel.streams import KV_TTL_S
 from services.scheduler.application import Tasks
 from services.scheduler.clock import Clock, SystemClock
-from services.scheduler.conditions import ConditionError, refused_check
+from services.scheduler.conditions import (
+    NAVIGATE,
+    BrokenCheck,
+    ConditionError,
+    is_browser_tool,
+    page_url_problem,
+    refused_check,
+)
 from services.scheduler.engine import Scheduler, SchedulerConfig
 from services.scheduler.outbox import messages_for
 from services.scheduler.task import Task
@@ -124,31 +131,54 @@ class SchedulerRelay(EventRelay):
 
 def condition_checker(bus: Bus) -> Any:
     """A condition check is one tool call through the tools service, allowed only the
-    trigger's tool; a browser check closes its session afterwards."""
+    trigger's tool; with `url`, a browser_navigate to it first, in the check's own
+    session, and the tool after it on the process holding that page. Both share the
+    check's time. A browser check closes its session afterwards."""
 
     async def check(task_id: str, trigger: ConditionTrigger) -> Any:
+        if (problem := page_url_problem(trigger.tool, trigger.url)) is not None:
+            # Stored before `url` was required: it would test a blank page forever.
+            raise BrokenCheck(problem)
         check_id = f"cond-{uuid.uuid4().hex[:20]}"
-        call = ExecTool(
-            run_id=check_id,
-            task_id=task_id,
-            allowed_tools=[trigger.tool],
-            tool=trigger.tool,
-            input=trigger.input,
-            timeout_s=CONDITION_TIMEOUT_S,
-            source="condition",
-        )
+        allowed = [NAVIGATE, trigger.tool] if trigger.url else [trigger.tool]
+        deadline = anyio.current_time() + CONDITION_TIMEOUT_S
         served_by: str | None = None
-        try:
-            result = await bus.request(
-                s.TOOLS_EXEC, call, ToolResult, timeout=CONDITION_TIMEOUT_S + 5
+
+        async def call(tool: str, tool_input: dict[str, Any]) -> ToolResult:
+            nonlocal served_by
+            left = deadline - anyio.current_time()
+            if left < 1:
+                raise ConditionError(f"opening {trigger.url} took the check's whole time")
+            request = ExecTool(
+                run_id=check_id,
+                task_id=task_id,
+                allowed_tools=allowed,
+                tool=tool,
+                input=tool_input,
+                timeout_s=left,
+                source="condition",
             )
-            served_by = result.served_by
-        except RemoteError as exc:
-            # The code says whether the check itself is wrong (the engine pauses the
-            # task) or the service could not make it this time (checked again later).
-            raise refused_check(exc.code, exc.message, exc.info.field) from None
+            # The session (the page navigate opened) lives in one tools process: later
+            # calls go to it, as the runner pins a run's calls.
+            subject = s.tools_exec_on(served_by) if served_by else s.TOOLS_EXEC
+            try:
+                result = await bus.request(subject, request, ToolResult, timeout=left + 5)
+            except RemoteError as exc:
+                # The code says whether the check itself is wrong (the engine pauses the
+                # task) or the service could not make it this time (checked again later).
+                raise refused_check(exc.code, exc.message, exc.info.field) from None
+            served_by = result.served_by or served_by
+            return result
+
+        try:
+            if trigger.url:
+                opened = await call(NAVIGATE, {"url": trigger.url})
+                if not opened.ok:
+                    message = opened.error.message if opened.error else "navigation failed"
+                    raise ConditionError(f"could not open {trigger.url}: {message}")
+            result = await call(trigger.tool, trigger.input)
         finally:
-            if trigger.tool.startswith("browser_"):
+            if is_browser_tool(trigger.tool):
                 with anyio.CancelScope(shield=True):
                     # To the process holding the session: the shared subject reaches
                     # any of several, which would leave it to the idle reaper.

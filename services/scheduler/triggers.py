@@ -31,7 +31,7 @@ from contracts.tasks import (
     Trigger,
 )
 from services.kernel.codec import nesting_depth
-from services.scheduler.conditions import ConditionError, check_path
+from services.scheduler.conditions import ConditionError, check_path, page_url_problem
 
 # Anything faster is a busy loop, not a schedule.
 MIN_EVERY_S = 1.0
@@ -151,6 +151,8 @@ def validate(trigger: Trigger) -> Trigger:
                 check_path(tool, predicate)
             except ConditionError as exc:
                 raise TriggerError("trigger.predicate.path", str(exc)) from None
+            if (problem := page_url_problem(tool, trigger.url)) is not None:
+                raise TriggerError("trigger.url", problem)
             if nesting_depth(tool_input) > MAX_INPUT_NESTING:
                 raise TriggerError(
                     "trigger.input",

@@ -96,6 +96,7 @@ async def test_a_spec_too_large_for_the_bus_is_refused_and_later_tasks_run(
                 "kind": "condition",
                 "tool": "browser_extract",
                 "input": big_input,
+                "url": "https://shop.example/item",
                 "predicate": {"op": "contains", "text": "in stock"},
                 "every_s": 60,
             },
@@ -151,6 +152,7 @@ async def test_a_stored_event_too_large_for_the_bus_does_not_hold_back_the_rest(
         trigger=ConditionTrigger(
             tool="browser_extract",
             input={"selector": "x" * (bus.nc.max_payload + 1)},
+            url="https://shop.example/item",
             predicate=Above(value=1),
             every_s=3600,
         ),

@@ -325,7 +325,8 @@ async def test_task_replies_mask_a_password_in_the_spec_as_task_events_do(
         "trigger": {
             "kind": "condition",
             "tool": "browser_read_page",
-            "input": {"url": "https://deploy:hunter2pw@status.example.com/health"},
+            "input": {},
+            "url": "https://deploy:hunter2pw@status.example.com/health",
             "predicate": {"op": "contains", "text": "down"},
             "every_s": 3600,
         },

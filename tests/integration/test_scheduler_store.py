@@ -214,6 +214,7 @@ def test_a_condition_input_shaped_like_library_values_reads_back(
     trigger = ConditionTrigger(
         tool="browser_extract",
         input={"selector": ".price", "fields": lookalike},
+        url="https://shop.example/item",
         predicate=Above(value=10),
         every_s=60,
     )

@@ -49,6 +49,7 @@ TOO_LARGE: dict[str, dict[str, Any]] = {
             "kind": "condition",
             "tool": "browser_extract",
             "input": {"selector": "x" * 300_000},
+            "url": "https://shop.example/item",
             "predicate": {"op": "contains", "text": "in stock"},
             "every_s": 60,
         }
@@ -182,6 +183,7 @@ async def test_a_stored_condition_cooldown_too_long_to_compute_pauses_its_task(
     engine = Scheduler(app, clock, SchedulerConfig(), check_condition=check)
     trigger = ConditionTrigger(
         tool="browser_extract",
+        url="https://shop.example/item",
         predicate=Contains(text="In stock", path="text"),
         every_s=60,
         cooldown_s=1e308,

@@ -157,6 +157,7 @@ def _condition(every_s: float, cooldown_s: float) -> ConditionTrigger:
     return ConditionTrigger(
         tool="browser_extract",
         input={"selector": "#stock"},
+        url="https://shop.example/item",
         predicate=Contains(text="In stock", path="text"),
         every_s=every_s,
         cooldown_s=cooldown_s,
@@ -254,6 +255,7 @@ def _cheap(predicate: Any = None) -> ConditionTrigger:
     return ConditionTrigger(
         tool="browser_extract",
         input={"selector": ".price"},
+        url="https://shop.example/prices",
         predicate=predicate or Below(value=20),
         every_s=60,
     )

@@ -37,7 +37,8 @@ def spec(name: str, **fields: Any) -> CreateTask:
 def in_stock(text: str = "In stock") -> ConditionTrigger:
     return ConditionTrigger(
         tool="browser_extract",
-        input={"url": "https://shop.example/item"},
+        input={"selector": "#stock"},
+        url="https://shop.example/item",
         predicate=Contains(text=text),
         every_s=60,
         cooldown_s=0,
