@@ -29,13 +29,29 @@ from tests.leftovers import MARK_VARIABLE, wait_gone
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
+REPO = Path(__file__).resolve().parents[2]
+# A run's row: number, source, version, large/small tokens, cost, saved, duration, note.
+ROW = re.compile(
+    r"^\s*(\d+)\s+(full_llm|executor)\s+(v\d+|-)\s+(\d+)\s+(\d+)\s+"
+    r"(-?[\d.]+)\s+(-?[\d.]+)\s+([\d.]+)s(.*)$"
+)
+
+
+def demo_command() -> list[str]:
+    """The README's first command (`infra/dev demo`) where the tests run in the project's
+    own .venv, as `infra/dev test` and so CI runs them; elsewhere the same demo through
+    this interpreter, since infra/dev would build a .venv of its own first."""
+    if Path(sys.prefix).resolve() == (REPO / ".venv").resolve():
+        return [str(REPO / "infra" / "dev"), "demo", "--json"]
+    return [sys.executable, "-m", "services.cli", "demo", "--json"]
+
 
 def test_demo_walks_the_whole_life_of_a_task() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ROTE_", "ANTHROPIC_"))}
     marker = uuid.uuid4().hex
     env[MARK_VARIABLE] = marker
     done = subprocess.run(
-        [sys.executable, "-m", "services.cli", "demo", "--json"],
+        demo_command(),
         env=env,
         capture_output=True,
         text=True,
@@ -65,6 +81,28 @@ def test_demo_walks_the_whole_life_of_a_task() -> None:
             assert r["saved_usd"] > 0
         else:
             assert r["large_tokens"] > 0 and r["cost_usd"] > 0
+
+    # The table a newcomer reads says what the JSON says, a row per run, in order, with
+    # each compilation under the run it came from and the site change before run 4.
+    table = [
+        line
+        for line in out[: out.index("\n{")].splitlines()
+        if ROW.match(line) or "compiled v" in line or "site changes" in line
+    ]
+    assert [line.split()[0] for line in table] == [
+        "1", "compiled", "2", "3", "--", "4", "compiled", "5",
+    ]  # fmt: skip
+    printed = [ROW.match(line) for line in table if ROW.match(line)]
+    for shown, r in zip(printed, runs, strict=True):
+        assert shown is not None
+        number, source, version, large, small, cost, saved, secs, note = shown.groups()
+        assert (int(number), source) == (r["number"], r["source"])
+        assert version == (f"v{r['executor_version']}" if r["executor_version"] else "-")
+        assert (int(large), int(small)) == (r["large_tokens"], r["small_tokens"])
+        assert float(cost) == pytest.approx(r["cost_usd"], abs=1e-6)
+        assert float(saved) == pytest.approx(r["saved_usd"], abs=1e-6)
+        assert float(secs) == pytest.approx(r["duration_ms"] / 1000, abs=0.01)
+        assert ("fell back" in note) == r["fell_back"]
 
     total = sum(r["cost_usd"] for r in runs)
     assert summary["total_cost_usd"] == pytest.approx(total)

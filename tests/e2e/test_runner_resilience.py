@@ -17,6 +17,7 @@ from contracts.base import utc_now
 from contracts.llm import UsageEvent
 from contracts.runs import RunRequest, RunStarted, StartRun
 from contracts.tasks import TaskSpec
+from contracts.tools import CloseSession, SessionClosed, ToolEvent
 from contracts.traces import Trace, TraceCaptured
 from services.demo.site import DemoSite
 from services.kernel.bus import routed
@@ -60,6 +61,15 @@ async def test_bad_runs_end_with_their_reason(
         assert done.tokens["claude-sonnet-5-5"].calls == max_iterations
     if reason == "stuck":
         assert "3 times in a row" in (done.error or "")
+    # Whatever ended it, the run's browser context went with it: nothing is left to close.
+    started = await read_all(rig.stack.bus.js, s.STREAM_ACTIVITY, s.tool_event(run_id, "started"))
+    tools = [decode(m.data, ToolEvent).tool for m in started]
+    if reason != "llm_error":  # the others failed after the browser was in use
+        assert any(t.startswith("browser_") for t in tools), tools
+    closed = await rig.stack.bus.request(
+        s.TOOLS_CLOSE_SESSION, CloseSession(run_id=run_id), SessionClosed
+    )
+    assert closed.closed is False
 
 
 async def test_a_model_call_billed_but_unreadable_still_counts_in_the_runs_cost(

@@ -26,6 +26,7 @@ from nats.aio.msg import Msg
 from nats.js.errors import KeyNotFoundError
 
 from contracts import subjects as s
+from contracts.base import utc_now
 from contracts.executors import (
     ActiveExecutor,
     ExecutorEvent,
@@ -205,8 +206,10 @@ async def test_replay_outcomes_move_health(settings: Settings, bus: Bus) -> None
         # Full runs teach the compiler what a run costs; replays save against that.
         await publish_run(bus, "news", "full-1", "completed", source="full_llm", cost_usd=0.10)
         await publish_run(bus, "news", "full-2", "completed", source="full_llm", cost_usd=0.20)
-        await health_when(bus, "news", lambda h: h.full_run_cost_usd == pytest.approx(0.15))
+        fresh = await health_when(bus, "news", lambda h: h.full_run_cost_usd == pytest.approx(0.15))
+        assert fresh.last_used_at is None  # compiled, never replayed
 
+        before = utc_now()
         tokens = {"haiku": ModelTokens(input_tokens=300, output_tokens=20, cost_usd=0.002)}
         # The runner's figure (0.15 - 0.002) is the one health records.
         ok = replay(1, True, tokens=tokens, cost_usd=0.002)
@@ -217,6 +220,7 @@ async def test_replay_outcomes_move_health(settings: Settings, bus: Bus) -> None
         )
         got = await health_when(bus, "news", lambda h: h.success_count == 1)
         assert got.total_cost_saved_usd == pytest.approx(0.148)
+        assert got.last_used_at is not None and before <= got.last_used_at <= utc_now()
         succeeded = await until(lambda: executor_events(bus, "news", "replay_succeeded"))
         assert succeeded[0].tokens == 320 and succeeded[0].cost_saved_usd == pytest.approx(0.148)
 

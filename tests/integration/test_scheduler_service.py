@@ -74,6 +74,7 @@ class StandInRunner:
         self.cost_usd = cost_usd
         self.silent = False
         self.requests: list[RunRequest] = []
+        self.msg_ids: list[str | None] = []  # each request's Nats-Msg-Id, in order
         self.in_flight: set[str] = set()
         self.most_in_flight = 0
         self.completed: list[str] = []
@@ -104,6 +105,7 @@ class StandInRunner:
         request = decode(msg.data, RunRequest)
         await msg.ack()
         self.requests.append(request)
+        self.msg_ids.append((msg.headers or {}).get("Nats-Msg-Id"))
         if self.silent:
             return
         self.in_flight.add(request.run_id)
@@ -221,6 +223,8 @@ async def test_a_task_created_with_a_raw_nats_req_payload_runs_on_its_schedule(
         first, second = runner.requests[:2]
         assert (first.origin, first.spec.prompt) == ("schedule", view.spec.prompt)
         assert (second.requested_at - first.requested_at).total_seconds() >= 1.9
+        # Each request is de-duplicated by its run_id: a resend of one is stored once.
+        assert runner.msg_ids[:2] == [first.run_id, second.run_id]
 
         requested = await stream_events(
             bus, s.run_events_of("acme-price", first.run_id, "requested"), RunEvent, 1

@@ -16,6 +16,7 @@ import struct
 import threading
 import time
 import uuid
+import zlib
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -443,11 +444,31 @@ async def test_screenshot_is_a_png_stored_by_sha256(tools: Tools, site: str) -> 
     assert hashlib.sha256(data).hexdigest() == shot.output["sha256"]
     assert shot.metadata.blob == f"sha256:{shot.output['sha256']}"
     assert path.is_relative_to(tools.settings.data_dir)
-    # PNG signature, then the IHDR chunk: the viewport's size.
+    # It decodes as a PNG of the viewport's size.
+    assert decode_png_size(data) == (1280, 800)
+
+
+def decode_png_size(data: bytes) -> tuple[int, int]:
+    """Reads a PNG whole, as a viewer would (signature, every chunk's CRC, the image data
+    inflated to exactly one filtered row per line), and gives its width and height."""
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    length, kind = struct.unpack(">I4s", data[8:16])
-    assert (length, kind) == (13, b"IHDR")
-    assert struct.unpack(">II", data[16:24]) == (1280, 800)
+    chunks: list[tuple[bytes, bytes]] = []
+    at = 8
+    while at < len(data):
+        length, kind = struct.unpack(">I4s", data[at : at + 8])
+        body = data[at + 8 : at + 8 + length]
+        (crc,) = struct.unpack(">I", data[at + 8 + length : at + 12 + length])
+        assert zlib.crc32(kind + body) == crc, f"bad CRC in {kind!r}"
+        chunks.append((kind, body))
+        at += 12 + length
+    assert chunks[0][0] == b"IHDR" and chunks[-1][0] == b"IEND"
+    width, height, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", chunks[0][1])
+    assert depth == 8 and interlace == 0
+    channels = {0: 1, 2: 3, 4: 2, 6: 4}[colour]
+    pixels = zlib.decompress(b"".join(body for kind, body in chunks if kind == b"IDAT"))
+    assert len(pixels) == height * (1 + width * channels)
+    assert all(pixels[row * (1 + width * channels)] <= 4 for row in range(height))  # filters
+    return width, height
 
 
 async def test_two_runs_at_once_do_not_share_cookies(tools: Tools, site: str) -> None:

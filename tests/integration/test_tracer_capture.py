@@ -98,17 +98,19 @@ async def publish_run(
     without_events: frozenset[int] = frozenset(),
     extra_events: tuple[bytes, ...] = (),
     task_id: str = "t1",
+    source: str = "full_llm",
+    ending: str = "completed",
     **completed: Any,
 ) -> None:
-    """A completed full-LLM run as the runner and the tools service leave it on the bus;
-    `completed`: more fields of its completed event."""
+    """A run as the runner and the tools service leave it on the bus: by default a
+    completed full-LLM run; `completed`: more fields of its last event."""
 
     def run_event(name: str, **fields: Any) -> RunEvent:
         return RunEvent(task_id=task_id, run_id=run_id, event=name, at=utc_now(), **fields)  # type: ignore[arg-type]
 
     await bus.publish_event(
         s.run_event(task_id, run_id, "started"),
-        run_event("started", status="running", source="full_llm", spec=SPEC),
+        run_event("started", status="running", source=source, spec=SPEC),
         msg_id=f"{run_id}:started",
     )
     for i, call in enumerate(calls):
@@ -130,9 +132,9 @@ async def publish_run(
     if transcript is not None:
         await RunStore(bus).save_transcript(encode(transcript), run_id)
     await bus.publish_event(
-        s.run_event(task_id, run_id, "completed"),
-        run_event("completed", status="completed", source="full_llm", result="7-2", **completed),
-        msg_id=f"{run_id}:completed",
+        s.run_event(task_id, run_id, ending),  # type: ignore[arg-type]
+        run_event(ending, status=ending, source=source, result="7-2", **completed),
+        msg_id=f"{run_id}:{ending}",
     )
 
 
@@ -195,6 +197,25 @@ async def test_an_undecodable_tool_event_is_skipped_not_fatal(
     skipped = [e for e in written_logs if e.get("event") == "tool_event_undecodable"]
     assert len(skipped) >= 2 and all(e["level"] == "warning" for e in skipped)
     assert not [e for e in written_logs if e.get("event") == "handler_failed"]
+
+
+async def test_only_a_completed_full_llm_run_leaves_a_trace(settings: Settings, bus: Bus) -> None:
+    # A replay compiles nothing new; a failed full run is no recipe to replay.
+    calls = news_calls()
+    async with tracer(settings, bus):
+        for run_id, source, ending in [
+            ("r-replayed", "executor", "completed"),
+            ("r-failed", "full_llm", "failed"),
+            ("r-full", "full_llm", "completed"),
+        ]:
+            transcript = transcript_of(run_id, calls, {})
+            await publish_run(
+                bus, run_id, calls, transcript=transcript, source=source, ending=ending
+            )
+        await until(lambda: captured(bus, "r-full"))
+        await anyio.sleep(0.5)  # the two before it had their turn first
+        assert await captured(bus, "r-replayed") is None
+        assert await captured(bus, "r-failed") is None
 
 
 async def test_a_successful_call_without_its_event_is_not_captured(

@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 
 from contracts.errors import ErrorInfo
@@ -31,6 +32,7 @@ from services.kernel.codec import encode
 from services.runner.accounting import Ledger
 from services.runner.agent_loop import (
     AGENT_MAX_TOKENS,
+    SYSTEM_PROMPT,
     AgentLoop,
     AgentOutcome,
     elided_note,
@@ -279,6 +281,50 @@ async def test_a_finished_answer_is_the_runs_result(stop_reason: str) -> None:
     model = Model(lambda r: reply([TextBlock(text="Title: Example")], stop_reason))
     outcome = await run(scope_of(model))
     assert outcome.ok and outcome.result == "Title: Example"
+
+
+# --- what the model is given ------------------------------------------------------------
+
+
+async def test_the_model_gets_the_system_prompt_the_task_and_only_the_allowed_tools() -> None:
+    catalogue = {
+        "browser_read_page": TOOL,
+        "shell_exec": ToolDefinition(name="shell_exec", description="run", input_schema={}),
+    }
+    asked: list[list[str]] = []
+
+    async def list_tools(names: list[str]) -> list[ToolDefinition]:
+        asked.append(list(names))
+        return [catalogue[n] for n in names]
+
+    texts: list[str] = []
+
+    async def publish(event: TextEvent) -> None:
+        texts.append(event.text)
+
+    model = Model(
+        lambda r: (
+            reply(tool_turn(0), "tool_use")
+            if len(r.messages) == 1
+            else reply([TextBlock(text="Done.")], "end_turn")
+        )
+    )
+    scope = scope_of(model, prompt="Read page 0", publish_text=publish)
+    scope = replace(
+        scope,
+        spec=msgspec.structs.replace(scope.spec, allowed_tools=["browser_read_page"]),
+        ports=replace(scope.ports, list_tools=list_tools),
+    )
+    outcome = await run(scope)
+    assert outcome.ok and outcome.result == "Done."
+    assert asked == [["browser_read_page"]]
+    assert len(model.requests) == 2
+    for request in model.requests:
+        assert request.system == SYSTEM_PROMPT
+        assert [t.name for t in request.tools] == ["browser_read_page"]
+        assert request.messages[0] == Message(role="user", content="Read page 0")
+    # Every text block the model wrote is a text event, in order, the answer last.
+    assert texts == ["Reading page 0.", "Done."]
 
 
 # --- the text event is best effort -------------------------------------------------------

@@ -14,12 +14,14 @@ import msgspec
 
 from contracts import subjects
 from contracts.catalog import CONTRACTS
+from contracts.tasks import Trigger
 from services.cli import build_parser
 from services.kernel import secrets
 from services.kernel.runtime import SERVICE_MODULES
 from services.kernel.secrets import MIN_SCANNED_SECRET_CHARS, MIN_SECRET_CHARS, secret_floor
 from services.kernel.settings import Settings
 from services.scheduler.engine import COMMANDS as INTAKE_COMMANDS
+from services.scheduler.triggers import TriggerError, validate
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "infra" / "README.md").read_text()
@@ -271,6 +273,20 @@ def test_every_documented_payload_decodes_as_its_contract() -> None:
             msgspec.json.decode(payload.replace("…", "x").encode(), type=contract)
         except msgspec.ValidationError as exc:
             raise AssertionError(f"{doc}: {subject} '{payload}': {exc}") from None
+
+
+def test_every_documented_trigger_is_one_the_scheduler_takes() -> None:
+    triggers = [
+        (doc, found)
+        for doc, text in DOCS.items()
+        for found in re.findall(r'`(\{"kind":"[a-z]+"[^`]*\})`', text)
+    ]
+    assert any('"condition"' in found for _, found in triggers)
+    for doc, found in triggers:
+        try:
+            validate(msgspec.json.decode(found.encode(), type=Trigger))
+        except (msgspec.ValidationError, TriggerError) as exc:
+            raise AssertionError(f"{doc}: {found}: {exc}") from None
 
 
 def test_the_nats_micro_commands_name_rote_services() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -69,3 +70,90 @@ def test_tracebacks_and_rendered_values_show_no_secret(tmp_path: Path) -> None:
     assert all("locals" not in frame for frame in error["frames"])
     assert lines[1]["holder"] == "Holder([redacted])"
     assert "nats_url='nats://rote:[redacted]@nats.internal:4222'" in lines[1]["settings"]
+
+
+FORMATS_SCRIPT = """
+import structlog
+from services.cli.common import load_settings
+from services.kernel.logs import configure_logging, get_logger
+
+load_settings()
+configure_logging("json")  # a second configuration is ignored: the first one holds
+with structlog.contextvars.bound_contextvars(run_id="run-7", task_id="news"):
+    get_logger("test").info("step_done", tool="browser_extract", key="sk-ant-" + "x" * 40)
+"""
+
+
+def _log_formats_env(tmp_path: Path, fmt: str) -> dict[str, str]:
+    return {**os.environ, "ROTE_LOG_FORMAT": fmt, "ROTE_DATA_DIR": str(tmp_path)}
+
+
+def test_auto_writes_json_lines_to_a_pipe_with_the_bound_ids(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", FORMATS_SCRIPT],
+        cwd=REPO,
+        env=_log_formats_env(tmp_path, "auto"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    (line,) = [json.loads(text) for text in done.stderr.splitlines()]
+    assert line["event"] == "step_done" and line["level"] == "info"
+    assert (line["run_id"], line["task_id"]) == ("run-7", "news")
+    assert "sk-ant-xxxx" not in done.stderr
+
+
+def _console_line(text: str) -> str:
+    (line,) = [ln for ln in text.splitlines() if "step_done" in ln]
+    return line
+
+
+def test_console_format_is_readable_text_with_the_bound_ids(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", FORMATS_SCRIPT],
+        cwd=REPO,
+        env=_log_formats_env(tmp_path, "console"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    line = _console_line(done.stderr)
+    assert not line.lstrip().startswith("{")  # not JSON, though configured as json later
+    assert "run_id=run-7" in line and "task_id=news" in line and "tool=browser_extract" in line
+    assert "\x1b[" not in line  # no colours written to a pipe
+    assert "sk-ant-xxxx" not in done.stderr
+
+
+def test_auto_on_a_terminal_is_the_console(tmp_path: Path) -> None:
+    import pty
+
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", FORMATS_SCRIPT],
+            cwd=REPO,
+            env=_log_formats_env(tmp_path, "auto"),
+            stdout=subprocess.DEVNULL,
+            stderr=follower,
+        )
+        os.close(follower)
+        chunks: list[bytes] = []
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # the terminal closed: the process is done writing
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        os.close(leader)
+    # Colour codes sit between the key and its value on a terminal: strip them first.
+    text = re.sub(r"\x1b\[[0-9;]*m", "", b"".join(chunks).decode())
+    line = _console_line(text)
+    assert not line.lstrip().startswith("{")
+    assert "run_id=run-7" in line and "task_id=news" in line
+    assert "sk-ant-xxxx" not in text
