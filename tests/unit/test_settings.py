@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from services.kernel.settings import Settings, SettingsError, nats_url_problem, web_origin
@@ -13,6 +15,31 @@ def test_defaults_when_nothing_is_set() -> None:
     assert settings.replay_retries == 1
     assert settings.replay_backoff_s == 1.0
     assert settings.daily_budget_usd is None
+
+
+def test_the_defaults_of_where_and_how_rote_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", "/home/ada")
+    settings = Settings.from_env({})
+    assert settings.data_dir == Path("/home/ada/.local/share/rote")
+    assert settings.nats_url is None  # the embedded server
+    assert (settings.event_store, settings.log_format) == ("sqlite", "auto")
+    assert settings.prices_file is None  # the built-in price table
+    assert Settings.from_env({"XDG_DATA_HOME": "/srv/data"}).data_dir == Path("/srv/data/rote")
+
+
+def test_locations_come_from_the_environment() -> None:
+    settings = Settings.from_env(
+        {
+            "ROTE_DATA_DIR": "/var/lib/rote",
+            "ROTE_PRICES_FILE": "/etc/rote/prices.json",
+            "ROTE_NATS_URL": "nats://10.0.0.5:4222",
+            "ROTE_EVENT_STORE": "postgresql://rote@db/rote",
+        }
+    )
+    assert settings.data_dir == Path("/var/lib/rote")
+    assert settings.prices_file == Path("/etc/rote/prices.json")
+    assert settings.nats_url == "nats://10.0.0.5:4222"
+    assert settings.event_store == "postgresql://rote@db/rote"
 
 
 def test_values_in_range_are_taken() -> None:
