@@ -92,9 +92,8 @@ def test_demo_walks_the_whole_life_of_a_task() -> None:
     assert [line.split()[0] for line in table] == [
         "1", "compiled", "2", "3", "--", "4", "compiled", "5",
     ]  # fmt: skip
-    printed = [ROW.match(line) for line in table if ROW.match(line)]
+    printed = [shown for line in table if (shown := ROW.match(line))]
     for shown, r in zip(printed, runs, strict=True):
-        assert shown is not None
         number, source, version, large, small, cost, saved, secs, note = shown.groups()
         assert (int(number), source) == (r["number"], r["source"])
         assert version == (f"v{r['executor_version']}" if r["executor_version"] else "-")

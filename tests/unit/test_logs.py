@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import re
 import subprocess
 import sys
@@ -88,20 +89,26 @@ def _log_formats_env(tmp_path: Path, fmt: str) -> dict[str, str]:
     return {**os.environ, "ROTE_LOG_FORMAT": fmt, "ROTE_DATA_DIR": str(tmp_path)}
 
 
-def test_auto_writes_json_lines_to_a_pipe_with_the_bound_ids(tmp_path: Path) -> None:
+def _log_to_a_pipe(tmp_path: Path, fmt: str) -> str:
+    """What FORMATS_SCRIPT writes on stderr when that is a pipe."""
     done = subprocess.run(
         [sys.executable, "-c", FORMATS_SCRIPT],
         cwd=REPO,
-        env=_log_formats_env(tmp_path, "auto"),
+        env=_log_formats_env(tmp_path, fmt),
         capture_output=True,
         text=True,
         timeout=60,
         check=True,
     )
-    (line,) = [json.loads(text) for text in done.stderr.splitlines()]
+    return done.stderr
+
+
+def test_auto_writes_json_lines_to_a_pipe_with_the_bound_ids(tmp_path: Path) -> None:
+    stderr = _log_to_a_pipe(tmp_path, "auto")
+    (line,) = [json.loads(text) for text in stderr.splitlines()]
     assert line["event"] == "step_done" and line["level"] == "info"
     assert (line["run_id"], line["task_id"]) == ("run-7", "news")
-    assert "sk-ant-xxxx" not in done.stderr
+    assert "sk-ant-xxxx" not in stderr
 
 
 def _console_line(text: str) -> str:
@@ -110,25 +117,15 @@ def _console_line(text: str) -> str:
 
 
 def test_console_format_is_readable_text_with_the_bound_ids(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", FORMATS_SCRIPT],
-        cwd=REPO,
-        env=_log_formats_env(tmp_path, "console"),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    line = _console_line(done.stderr)
+    stderr = _log_to_a_pipe(tmp_path, "console")
+    line = _console_line(stderr)
     assert not line.lstrip().startswith("{")  # not JSON, though configured as json later
     assert "run_id=run-7" in line and "task_id=news" in line and "tool=browser_extract" in line
     assert "\x1b[" not in line  # no colours written to a pipe
-    assert "sk-ant-xxxx" not in done.stderr
+    assert "sk-ant-xxxx" not in stderr
 
 
 def test_auto_on_a_terminal_is_the_console(tmp_path: Path) -> None:
-    import pty
-
     leader, follower = pty.openpty()
     try:
         proc = subprocess.Popen(

@@ -9,17 +9,13 @@ import pytest
 from services.kernel.settings import Settings, SettingsError, nats_url_problem, web_origin
 
 
-def test_defaults_when_nothing_is_set() -> None:
+def test_defaults_when_nothing_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", "/home/ada")
     settings = Settings.from_env({})
     assert settings.max_concurrent == 2
     assert settings.replay_retries == 1
     assert settings.replay_backoff_s == 1.0
     assert settings.daily_budget_usd is None
-
-
-def test_the_defaults_of_where_and_how_rote_runs(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HOME", "/home/ada")
-    settings = Settings.from_env({})
     assert settings.data_dir == Path("/home/ada/.local/share/rote")
     assert settings.nats_url is None  # the embedded server
     assert (settings.event_store, settings.log_format) == ("sqlite", "auto")
