@@ -11,6 +11,12 @@ from contracts.errors import ErrorInfo
 from contracts.llm import ToolDefinition
 
 
+# The error code of a call that needs the run's browser page when the tools process
+# holding it is gone: the page is blank now, and a read of it would look like an empty
+# result, so the call fails instead until the run navigates again.
+SESSION_LOST = "session_lost"
+
+
 class ListTools(Command, kw_only=True):
     """rote.api.tools.list; `names` narrows the catalogue (e.g. to a task's allowed tools)."""
 

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import structlog
 
+from services.dev.standin.server import StandinServer
 from services.kernel.bus import Bus, connect
 from services.kernel.embedded_nats import EmbeddedNats, free_port
 from services.kernel.logs import configure_logging
 from services.kernel.settings import Settings
-from services.standin.server import StandinServer
 
 configure_logging("json", os.environ.get("ROTE_TEST_LOG_LEVEL", "warning"))
 

@@ -1,13 +1,14 @@
-"""`rote bench`: every benchmark in tests/bench, one JSON document and one table.
+"""`rote bench`: every benchmark in services/dev/bench, one JSON document and one table.
 
-Benchmarks live beside the tests (they need the test sites and helpers), so this runs
-from a source checkout. The cost and overhead targets are ratios of two things measured
-in the same run (a replay vs a full run on the same page state, a replayed step vs a raw
-NATS round trip), so they hold on any machine that is not starved. The throughput
-(runs/s), health rebuild (ms) and browser acquire (ms) targets are absolute thresholds:
-they depend on the machine, which the JSON records. With several sections, each runs in
-a fresh interpreter: what one leaves behind (a heap, browser processes, threads) must
-not weigh on the next one's timings.
+The benchmarks ship with rote (services/dev/bench, beside the demo sites and the
+stand-in model they drive), so this runs from an installed package as from a checkout.
+The cost and overhead targets are ratios of two things measured in the same run (a
+replay vs a full run on the same page state, a replayed step vs a raw NATS round trip),
+so they hold on any machine that is not starved. The throughput (runs/s), health
+rebuild (ms) and browser acquire (ms) targets are absolute thresholds: they depend on
+the machine, which the JSON records. With several sections, each runs in a fresh
+interpreter: what one leaves behind (a heap, browser processes, threads) must not weigh
+on the next one's timings.
 """
 
 from __future__ import annotations
@@ -53,13 +54,6 @@ def section_names(only: list[str] | None) -> list[str]:
     return list(dict.fromkeys(ALIASES.get(name, name) for name in only or SECTIONS))
 
 
-def _checkout_root() -> Path:
-    root = Path(__file__).resolve().parents[2]
-    if not (root / "tests" / "bench" / "harness.py").exists():
-        raise SystemExit("rote bench runs from a source checkout (tests/bench is not here)")
-    return root
-
-
 def _in_own_process(harness: Any, name: str, quick: bool) -> Any:
     """Run one section as `rote bench --only NAME` in a child and read its JSON back."""
     with tempfile.TemporaryDirectory(prefix="rote-bench-") as tmp:
@@ -85,13 +79,11 @@ def run(args: argparse.Namespace) -> int:
         if problem:
             print(f"rote bench: {problem}", file=sys.stderr)
             return 2
-    root = _checkout_root()
-    sys.path.insert(0, str(root))
-    harness = importlib.import_module("tests.bench.harness")
+    harness = importlib.import_module("services.dev.bench.harness")
     names = section_names(args.only)
     started = time.perf_counter()
     if len(names) == 1:
-        module = importlib.import_module(f"tests.bench.bench_{names[0]}")
+        module = importlib.import_module(f"services.dev.bench.bench_{names[0]}")
         print(f"running {names[0]}...", file=sys.stderr, flush=True)
         sections = [anyio.run(module.run, args.quick, backend="asyncio")]
     else:

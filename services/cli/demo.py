@@ -15,11 +15,11 @@ import anyio
 from anyio.abc import TaskGroup
 
 from services.cli.common import data_dir_problem, describe_failure, load_settings
-from services.demo.scenario import DemoReport, run_demo
-from services.demo.site import DemoSite
+from services.dev.demo.scenario import DemoReport, run_demo
+from services.dev.demo.site import DemoSite
+from services.dev.standin.server import StandinServer
 from services.kernel.logs import get_logger
 from services.kernel.settings import Settings
-from services.standin.server import StandinServer
 
 log = get_logger("rote.cli")
 

@@ -9,7 +9,7 @@ import sys
 from types import FrameType
 
 from services.cli.common import load_settings, port
-from services.standin.server import StandinServer
+from services.dev.standin.server import StandinServer
 
 DEFAULT_PORT = 8765
 

@@ -9,7 +9,7 @@ import sys
 import threading
 
 from services.cli.common import port
-from services.demo.site import DemoSite
+from services.dev.demo.site import DemoSite
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -51,8 +51,6 @@ from contracts.executors import (
 )
 from contracts.tasks import OnceTrigger, TaskSpec
 from contracts.traces import Trace, TraceStep
-from services.compiler import references
-from services.compiler.cost import estimate_call
 from services.compiler.dataflow import (
     Container,
     Context,
@@ -68,12 +66,14 @@ from services.compiler.dataflow import (
     list_position,
     provenance,
 )
-from services.compiler.expectations import shape_of, text_items
-from services.compiler.fingerprint import task_fingerprint
-from services.compiler.references import Path, Ref, escape
-from services.compiler.toolkinds import is_content, is_read, navigates, value_kind
-from services.llm.pricing import PriceTable
-from services.runner.quality import quality_prompt
+from services.executor import references
+from services.executor.cost import estimate_call
+from services.executor.expectations import shape_of, text_items
+from services.executor.fingerprint import task_fingerprint
+from services.executor.quality import quality_prompt
+from services.executor.references import Path, Ref, escape
+from services.executor.toolkinds import is_content, is_read, navigates, value_kind
+from services.kernel.pricing import PriceTable
 
 # An extract on replay must find at least this share of what the first run found, and a
 # page read this share of its lines, up to MIN_ITEMS_CAP (or, for an extract, the items

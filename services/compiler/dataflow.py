@@ -36,9 +36,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 from urllib.parse import urljoin
 
-from services.compiler import references, urlparts
-from services.compiler.references import Encoding, Path
-from services.compiler.toolkinds import Kind
+from services.compiler import urlparts
+from services.executor import references
+from services.executor.references import Encoding, Path
+from services.executor.toolkinds import Kind
 
 # Letters and digits of any script (\w without "_", so snake_case splits into words).
 _TOKEN = re.compile(r"[^\W_]+")

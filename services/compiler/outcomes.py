@@ -1,5 +1,6 @@
-"""What a run event tells the compiler: a replay outcome (for an executor's health) and
-the cost of a full LLM run (for what replays save). Pure."""
+"""What a run event tells the compiler about an executor's health: the replay outcome
+it carries. (The cost of a full run, which replays are measured against, is
+services/executor/cost.py.) Pure."""
 
 from __future__ import annotations
 
@@ -45,15 +46,3 @@ def replay_report(run: RunEvent) -> ReplayReport | None:
         cost_usd=replay.cost_usd,
         cost_saved_usd=run.cost_saved_usd if replay.ok else 0.0,
     )
-
-
-def full_run_cost(run: RunEvent) -> float | None:
-    """The cost of a completed full LLM run (a fallback's failed replay and a
-    redelivered run's dead attempts not included), or None when the event is not one."""
-    if run.event != "completed" or run.source != "full_llm":
-        return None
-    if run.loop_cost_usd is not None:
-        return max(0.0, round(run.loop_cost_usd, 9))
-    # An event from before loop_cost_usd: its cost_usd may hold dead attempts too.
-    replay_cost = run.replay.cost_usd if run.replay is not None else 0.0
-    return max(0.0, round(run.cost_usd - replay_cost, 9))

@@ -44,6 +44,7 @@ from services.compiler import health as h
 from services.compiler import outcomes, views
 from services.compiler.compile import compile
 from services.compiler.store import ExecutorAggregate, ExecutorStore
+from services.executor.cost import full_run_cost
 from services.kernel import blobs
 from services.kernel.consumers import Reject, consume, durable_config
 from services.kernel.endpoints import Endpoint, start_service, stop_service
@@ -51,11 +52,11 @@ from services.kernel.errors import ServiceError
 from services.kernel.event_store import application_env, open_application
 from services.kernel.lease import Lease
 from services.kernel.logs import get_logger
+from services.kernel.pricing import PriceTable, PriceTableError, default_table, load_price_table
 from services.kernel.relay import EventRelay, Outgoing
 from services.kernel.runtime import ServiceContext
 from services.kernel.settings import Settings
 from services.kernel.streams import KV_TTL_S
-from services.llm.pricing import PriceTable, PriceTableError, default_table, load_price_table
 
 log = get_logger("rote.compiler")
 
@@ -155,7 +156,7 @@ class Compiler:
                 if events:
                     self.relay.wake()
                     log.info("replay_recorded", ok=report.ok, version=report.version)
-            cost = outcomes.full_run_cost(run)
+            cost = full_run_cost(run)
             if cost is not None:
                 _, events = await anyio.to_thread.run_sync(
                     partial(

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from services.compiler.references import Encoding
+from services.executor.references import Encoding
 
 _ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/?#]*", re.IGNORECASE)
 _ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")

@@ -10,7 +10,8 @@ from typing import Any
 import msgspec
 
 from contracts.errors import ErrorInfo, status_for
-from services.kernel.secrets import cut_text, redact
+from services.kernel.secrets import redact
+from services.kernel.text import cut_text
 
 _FIELD_AT = re.compile(r"at `\$\.?(?P<path>[^`]*)`")
 _UNKNOWN_FIELD = re.compile(r"unknown field `(?P<name>[^`]+)`")

@@ -305,19 +305,6 @@ def redact(text: str, *, query: bool = True) -> str:
     return _KEY_SHAPES.sub(MASK, text)
 
 
-def cut_text(text: str, max_chars: int) -> str:
-    """`text` at most `max_chars` long, ending in an ellipsis when it was cut: for a
-    string read as one piece (a title, a URL, a message), where the mark would not fit.
-    Secrets are masked before a cut: half a password (a URL's, cut inside its userinfo)
-    no longer looks like one to the redaction that runs later."""
-    if len(text) <= max_chars:
-        return text
-    text = redact(text)
-    if len(text) <= max_chars:
-        return text
-    return text[: max_chars - 1] + "\u2026"
-
-
 def redact_value(value: Any, *, query: bool = True) -> Any:
     """Redact every string inside a JSON-like value (see `redact` for `query`)."""
     if isinstance(value, str):

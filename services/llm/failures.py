@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import anthropic
 
-from services.kernel.secrets import cut_text, redact
+from services.kernel.secrets import redact
+from services.kernel.text import cut_text
 
 # What a failure quotes of a successful answer that is no message.
 MAX_ANSWER_EXCERPT_CHARS = 200

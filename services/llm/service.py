@@ -20,6 +20,7 @@ from services.kernel.codec import encode
 from services.kernel.endpoints import Endpoint, start_service, stop_service
 from services.kernel.errors import ServiceError
 from services.kernel.logs import get_logger
+from services.kernel.pricing import PriceTable, PriceTableError, load_price_table
 from services.kernel.replies import Replies
 from services.kernel.runtime import ServiceContext
 from services.kernel.secrets import redact, register_credentials
@@ -32,7 +33,6 @@ from services.llm.messages import (
     content_from_api,
     usage_from_api,
 )
-from services.llm.pricing import PriceTable, PriceTableError, load_price_table
 
 log = get_logger("rote.llm")
 

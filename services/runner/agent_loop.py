@@ -50,9 +50,6 @@ FATAL_TOOL_CODES = {"unavailable", "timeout"}
 # when the model API is slow, which a task's own huge conversation can cause; not
 # "auth": a bad key fails every run, and pausing the tasks makes that loud.
 UNSERVED_LLM_CODES = {"unavailable", "rate_limited", "overloaded", "upstream"}
-# A browser call whose session died with its tools process (the port refuses to run it
-# on a fresh, blank page): the model reads it and navigates again; not fatal.
-SESSION_LOST = "session_lost"
 DEFAULT_TOOL_TIMEOUT_S = 60.0
 # The longest one tool call may take (ExecTool.timeout_s's bound).
 MAX_TOOL_TIMEOUT_S = 600.0

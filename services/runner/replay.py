@@ -18,15 +18,13 @@ import anyio
 from contracts.errors import status_for
 from contracts.executors import ConditionStep, Executor, LlmStep, ResultStep, ToolStep
 from contracts.llm import CompleteRequest, Message
-from contracts.tools import ExecTool, ToolMetadata
-from services.compiler import references
-from services.compiler.expectations import check_all, condition_holds
-from services.compiler.toolkinds import acts, safe_to_retry
-from services.runner import quality
+from contracts.tools import SESSION_LOST, ExecTool, ToolMetadata
+from services.executor import quality, references
+from services.executor.expectations import check_all, condition_holds
+from services.executor.toolkinds import acts, safe_to_retry
 from services.runner.accounting import Ledger
 from services.runner.agent_loop import (
     MAX_TOOL_TIMEOUT_S,
-    SESSION_LOST,
     answer_problem,
     call_timeout,
     final_text,
@@ -349,7 +347,7 @@ class Replayer:
 
     async def _check_quality(self, step: ResultStep, answer: str) -> None:
         """TaskSpec.quality_check: a replayed answer the small model finds unlike the
-        original one in form fails the replay (services/runner/quality.py)."""
+        original one in form fails the replay (services/executor/quality.py)."""
         prompt = quality.quality_prompt(self.spec.prompt, step.example, answer)
         said = await self._small_model(step.index, prompt, purpose="quality_check")
         verdict = quality.parse_verdict(said, content=f"{step.example}\n{answer}")

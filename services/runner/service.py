@@ -1,8 +1,9 @@
 """The runner service: consumes rote.work.runs (a durable pull consumer shared by every
 runner process), runs each request, and publishes the run's lifecycle.
 
-Endpoints: rote.api.runs.start (enqueue a run from an inline task spec),
-rote.api.runs.get (a run's latest state, from its events) and rote.api.runs.transcript.
+Endpoints: rote.api.runs.get (a run's latest state, from its events) and
+rote.api.runs.transcript. (rote.api.runs.start, a run of an inline spec, is the
+scheduler's: it checks the spec as tasks.create does.)
 """
 
 from __future__ import annotations
@@ -37,14 +38,12 @@ from contracts.runs import (
     RunRef,
     RunRequest,
     RunSource,
-    RunStarted,
     RunView,
-    StartRun,
     Transcript,
 )
-from contracts.tools import CloseSession, ExecTool, ListTools, SessionClosed, ToolList, ToolResult
+from contracts.tools import ExecTool, ListTools, ToolList, ToolResult
 from services import __version__
-from services.compiler.fingerprint import task_fingerprint
+from services.executor.fingerprint import task_fingerprint
 from services.kernel import blobs
 from services.kernel.bus import Bus, headers_size, routed
 from services.kernel.codec import decode, encode
@@ -58,33 +57,30 @@ from services.kernel.consumers import (
 )
 from services.kernel.endpoints import Endpoint, start_service, stop_service
 from services.kernel.errors import RemoteError, ServiceError
-from services.kernel.ids import new_run_id, slug
 from services.kernel.lease import Lease, LeaseLost, run_key
 from services.kernel.logs import get_logger
 from services.kernel.replay_read import read_all
 from services.kernel.run_store import RunStore, TranscriptUnreadable
 from services.kernel.runtime import ServiceContext
-from services.kernel.secrets import cut_text, redact, redact_struct
+from services.kernel.secrets import redact, redact_struct
 from services.kernel.streams import DUPLICATE_WINDOW_S, KV_TTL_S
+from services.kernel.text import cut_text, json_size
+from services.kernel.tools_client import ToolsClient
 from services.runner.accounting import Ledger, spent_before
 from services.runner.agent_loop import (
     DEFAULT_TOOL_TIMEOUT_S,
     MAX_TOOL_TIMEOUT_S,
-    SESSION_LOST,
     AgentLoop,
     AgentOutcome,
 )
 from services.runner.bounds import (
     MAX_EVENT_ERROR_CHARS,
     REF_PLACEHOLDER,
-    head_within,
-    json_size,
 )
 from services.runner.ports import PortError, Ports, RunScope, named_call
 from services.runner.replay import Replayer, ReplayResult
 from services.runner.run_view import fold
 from services.runner.transcript import TranscriptRecorder
-from services.scheduler.spec import checked_spec
 
 log = get_logger("rote.runner")
 
@@ -224,27 +220,7 @@ def _billed(exc: RemoteError) -> CompleteReply | None:
 def bus_ports(bus: Bus, executors: ExecutorCache | None = None) -> Ports:
     """The runner's view of the llm, tools and compiler services, over NATS."""
     executors = executors or ExecutorCache(bus, ttl_s=0.0)
-    # run_id -> the tools process holding that run's browser session. The first call
-    # of a run goes to the tools queue group; later ones go to whoever answered it.
-    tools_of_run: dict[str, str] = {}
-    # Runs that used the browser: only those have a session to close.
-    browsing: set[str] = set()
-    # Runs whose browser session died with its tools process. Until the run navigates
-    # again, its browser calls would run on a fresh, blank page and "succeed" with
-    # nothing (an empty extract), so they are refused with SESSION_LOST instead.
-    lost: set[str] = set()
-
-    def session_lost(request: ExecTool) -> PortError | None:
-        """The error for a call that needs the run's lost page; None if it may go on."""
-        if request.run_id not in lost or not request.tool.startswith("browser_"):
-            return None
-        if request.tool == "browser_navigate":  # starts a page of its own
-            return None
-        return PortError(
-            SESSION_LOST,
-            "the browser session was lost (its tools service stopped); the page is blank"
-            " now: navigate again",
-        )
+    tools = ToolsClient(bus)
 
     async def complete(request: CompleteRequest) -> CompleteReply:
         try:
@@ -258,64 +234,14 @@ def bus_ports(bus: Bus, executors: ExecutorCache | None = None) -> Ports:
         except RemoteError as exc:
             raise PortError(exc.code, exc.message, billed=_billed(exc)) from None
 
-    async def send_tool_call(subject: str, request: ExecTool, timeout: float) -> ToolResult:
-        # Just after a NATS reconnect, no responder does not mean no tools process: ours
-        # came back first and theirs is on its way (with the run's page intact). The
-        # call was not delivered, so the bus sends it again until its reconnect grace
-        # is over; only then is the process taken for gone.
-        return await bus.request(
-            subject, request, ToolResult, timeout=timeout, retry_undelivered=True
-        )
-
     async def exec_tool(request: ExecTool) -> ToolResult:
-        timeout = request.timeout_s + 15
-        run_id = request.run_id
-        had_session = run_id in browsing
-        if request.tool.startswith("browser_"):
-            browsing.add(run_id)
-        if refused := session_lost(request):
-            raise refused
-        pinned = tools_of_run.get(run_id)
         try:
-            if pinned is not None:
-                try:
-                    result = await send_tool_call(s.tools_exec_on(pinned), request, timeout)
-                except RemoteError as exc:
-                    if exc.code != "unavailable":
-                        raise
-                    # That process is gone (still no responder after the reconnect
-                    # grace), and the session with it. A call that does not need the
-                    # session's page starts afresh elsewhere; one that does is refused
-                    # until the run navigates again.
-                    log.warning("tools_instance_gone", instance=pinned, session=had_session)
-                    tools_of_run.pop(run_id, None)
-                    if had_session:
-                        lost.add(run_id)
-                    if refused := session_lost(request):
-                        raise refused from None
-                    result = await send_tool_call(s.TOOLS_EXEC, request, timeout)
-            else:
-                result = await send_tool_call(s.TOOLS_EXEC, request, timeout)
+            return await tools.call(request, timeout=request.timeout_s + 15)
         except RemoteError as exc:
             raise PortError(exc.code, exc.message) from None
-        if request.tool == "browser_navigate":
-            lost.discard(run_id)  # a page of its own again
-        if result.served_by:
-            tools_of_run[run_id] = result.served_by
-        return result
 
     async def close_session(run_id: str, attempt: int) -> None:
-        pinned = tools_of_run.pop(run_id, None)
-        lost.discard(run_id)  # whatever comes next starts from a fresh session anyway
-        if run_id not in browsing:
-            return
-        browsing.discard(run_id)
-        subject = s.tools_close_session_on(pinned) if pinned else s.TOOLS_CLOSE_SESSION
-        try:
-            closing = CloseSession(run_id=run_id, attempt=attempt)
-            await bus.request(subject, closing, SessionClosed, timeout=10)
-        except RemoteError as exc:
-            log.warning("close_session_failed", error=exc.message)
+        await tools.close(run_id, attempt)
 
     async def list_tools(names: list[str]) -> list[ToolDefinition]:
         try:
@@ -427,23 +353,8 @@ class Runner:
             log.error("run_answer_unstored", size=len(whole), error=str(exc))
         else:
             log.info("run_answer_stored", size=len(whole), ref=event.result_ref)
-        event.result = head_within(event.result, room)
+        event.result = cut_text(event.result, room, mark="", size=json_size)
         event.result_truncated = True
-
-    async def enqueue(self, request: RunRequest) -> None:
-        # Everything that can fail comes before the work request goes out: once queued,
-        # the run runs, whatever this caller is then told.
-        requested = RunEvent(
-            task_id=request.task_id,
-            run_id=request.run_id,
-            event="requested",
-            at=request.requested_at,
-            status="requested",
-            spec=redact_struct(request.spec),
-            origin=request.origin,
-        )
-        await self.bus.publish_event(s.WORK_RUNS, request, msg_id=request.run_id)
-        await self.publish(requested, msg_id=f"{request.run_id}:requested")
 
     async def handle(self, request: RunRequest, msg: Msg) -> None:
         attempt = msg.metadata.num_delivered if msg.metadata else 1
@@ -973,25 +884,6 @@ class Runner:
 
     # --- endpoints ---------------------------------------------------------------------
 
-    async def start(self, command: StartRun) -> RunStarted:
-        # The checks tasks.create applies (trigger rules, input nesting, size): a spec
-        # the scheduler refuses would break this run the same way.
-        spec = checked_spec(command.spec)
-        task_id = command.task_id or slug(command.spec.name)
-        run_id = command.run_id or new_run_id()
-        if await self.store.last_event(run_id) is not None:
-            raise ServiceError("conflict", f"run {run_id} already exists", field="run_id")
-        await self.enqueue(
-            RunRequest(
-                run_id=run_id,
-                task_id=task_id,
-                spec=spec,
-                requested_at=utc_now(),
-                origin="operator",
-            )
-        )
-        return RunStarted(run_id=run_id, task_id=task_id)
-
     async def get(self, ref: RunRef) -> RunView:
         view = fold(await self.store.events(ref.run_id))
         if view is None:
@@ -1027,7 +919,6 @@ async def serve(
         version=__version__,
         description="Runs tasks: replays executors, falls back to the full LLM loop",
         endpoints=[
-            Endpoint("start", s.RUNS_START, StartRun, runner.start, description="enqueue a run"),
             Endpoint("get", s.RUNS_GET, RunRef, runner.get, description="a run's latest state"),
             Endpoint(
                 "transcript",

@@ -32,6 +32,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from contracts.tasks import Above, Below, Contains, NotContains, Predicate
+from services.kernel.tools_client import NAVIGATE, is_browser_tool
 
 _GROUP_SPACES = "\u00a0\u2009\u202f"
 # An exponent counts only when no letter or digit follows it (`1e5abc` is a word).
@@ -81,14 +82,6 @@ def refused_check(code: str, message: str, field: str | None) -> ConditionError:
     if code in BROKEN_CHECK_CODES and ours:
         return BrokenCheck(f"the tools service refuses the call ({code}): {message}")
     return ConditionError(f"the tools service could not make the call ({code}): {message}")
-
-
-# The one browser tool that opens a page itself; every other acts on the open one.
-NAVIGATE = "browser_navigate"
-
-
-def is_browser_tool(tool: str) -> bool:
-    return tool.startswith("browser_")
 
 
 def page_url_problem(tool: str, url: str | None) -> str | None:

@@ -3,6 +3,7 @@ recorded task events (plus run requests) out through the store's notification lo
 
     rote.api.tasks.create|update|pause|resume|delete|run|get|list   micro endpoints
     rote.api.runs.list                                              the run ledger
+    rote.api.runs.start                     one run of an inline spec (adhoc.py)
     rote.intake.tasks.<verb>        durable, in order; refusals on rote.evt.task.rejected
     rote.evt.run.*.*.{started,completed,failed}    durable; outcomes free the slots
     rote.evt.task.<task_id>.<event>, rote.evt.run.<task>.<run>.requested, rote.work.runs
@@ -24,7 +25,7 @@ from nats.aio.msg import Msg
 from contracts import subjects as s
 from contracts.base import utc_now
 from contracts.executors import ExecutorEvent
-from contracts.runs import ListRuns, RunEvent
+from contracts.runs import ListRuns, RunEvent, StartRun
 from contracts.tasks import (
     ConditionTrigger,
     CreateTask,
@@ -34,7 +35,7 @@ from contracts.tasks import (
     TaskRejected,
     UpdateTask,
 )
-from contracts.tools import CloseSession, ExecTool, SessionClosed, ToolResult
+from contracts.tools import ExecTool, ToolResult
 from services import __version__
 from services.kernel.bus import Bus
 from services.kernel.codec import decode, encode
@@ -55,13 +56,14 @@ from services.kernel.relay import EventRelay
 from services.kernel.runtime import ServiceContext
 from services.kernel.secrets import redact, redact_value
 from services.kernel.streams import KV_TTL_S
+from services.kernel.tools_client import ToolsClient
+from services.scheduler.adhoc import AdHocRuns
 from services.scheduler.application import Tasks
 from services.scheduler.clock import Clock, SystemClock
 from services.scheduler.conditions import (
     NAVIGATE,
     BrokenCheck,
     ConditionError,
-    is_browser_tool,
     page_url_problem,
     refused_check,
 )
@@ -132,8 +134,10 @@ class SchedulerRelay(EventRelay):
 def condition_checker(bus: Bus) -> Any:
     """A condition check is one tool call through the tools service, allowed only the
     trigger's tool; with `url`, a browser_navigate to it first, in the check's own
-    session, and the tool after it on the process holding that page. Both share the
-    check's time. A browser check closes its session afterwards."""
+    session, and the tool after it on the process holding that page (the shared tools
+    client pins them, as it pins a run's calls). Both share the check's time. A browser
+    check closes its session afterwards."""
+    tools = ToolsClient(bus)
 
     async def check(task_id: str, trigger: ConditionTrigger) -> Any:
         if (problem := page_url_problem(trigger.tool, trigger.url)) is not None:
@@ -142,10 +146,8 @@ def condition_checker(bus: Bus) -> Any:
         check_id = f"cond-{uuid.uuid4().hex[:20]}"
         allowed = [NAVIGATE, trigger.tool] if trigger.url else [trigger.tool]
         deadline = anyio.current_time() + CONDITION_TIMEOUT_S
-        served_by: str | None = None
 
         async def call(tool: str, tool_input: dict[str, Any]) -> ToolResult:
-            nonlocal served_by
             left = deadline - anyio.current_time()
             if left < 1:
                 raise ConditionError(f"opening {trigger.url} took the check's whole time")
@@ -158,17 +160,12 @@ def condition_checker(bus: Bus) -> Any:
                 timeout_s=left,
                 source="condition",
             )
-            # The session (the page navigate opened) lives in one tools process: later
-            # calls go to it, as the runner pins a run's calls.
-            subject = s.tools_exec_on(served_by) if served_by else s.TOOLS_EXEC
             try:
-                result = await bus.request(subject, request, ToolResult, timeout=left + 5)
+                return await tools.call(request, timeout=left + 5)
             except RemoteError as exc:
                 # The code says whether the check itself is wrong (the engine pauses the
                 # task) or the service could not make it this time (checked again later).
                 raise refused_check(exc.code, exc.message, exc.info.field) from None
-            served_by = result.served_by or served_by
-            return result
 
         try:
             if trigger.url:
@@ -178,17 +175,8 @@ def condition_checker(bus: Bus) -> Any:
                     raise ConditionError(f"could not open {trigger.url}: {message}")
             result = await call(trigger.tool, trigger.input)
         finally:
-            if is_browser_tool(trigger.tool):
-                with anyio.CancelScope(shield=True):
-                    # To the process holding the session: the shared subject reaches
-                    # any of several, which would leave it to the idle reaper.
-                    subject = (
-                        s.tools_close_session_on(served_by) if served_by else s.TOOLS_CLOSE_SESSION
-                    )
-                    try:
-                        await bus.request(subject, CloseSession(run_id=check_id), SessionClosed)
-                    except Exception as exc:  # the idle timeout closes it anyway
-                        log.debug("condition_session_close_failed", error=str(exc))
+            with anyio.CancelScope(shield=True):
+                await tools.close(check_id)
         if not result.ok:
             message = result.error.message if result.error else "tool failed"
             raise ConditionError(f"{trigger.tool} failed: {message}")
@@ -327,7 +315,7 @@ async def _wait_for_backlog(bus: Bus, stream: str, consumer: str) -> None:
     log.warning("run_backlog_not_drained", waited_s=BACKLOG_WAIT_S)
 
 
-def endpoints(engine: Scheduler) -> list[Endpoint]:
+def endpoints(engine: Scheduler, adhoc: AdHocRuns) -> list[Endpoint]:
     def tasks(verb: str, subject: str, request: type, handler: Any, description: str) -> Endpoint:
         return Endpoint(
             f"tasks_{verb}", subject, request, handler, concurrent=True, description=description
@@ -349,6 +337,14 @@ def endpoints(engine: Scheduler) -> list[Endpoint]:
             engine.runs,
             concurrent=True,
             description="the run ledger, newest first",
+        ),
+        Endpoint(
+            "runs_start",
+            s.RUNS_START,
+            StartRun,
+            adhoc.start,
+            concurrent=True,
+            description="run an inline spec once, with no task",
         ),
     ]
 
@@ -459,7 +455,7 @@ async def _serve(
                 name="rote-scheduler",
                 version=__version__,
                 description="Tasks, their triggers, and the dispatch of their runs",
-                endpoints=endpoints(engine),
+                endpoints=endpoints(engine, AdHocRuns(ctx.bus)),
                 task_group=ctx.task_group,
                 metadata={
                     "max_concurrent": str(config.max_concurrent),

@@ -1,6 +1,6 @@
 """The checks a task spec passes before anything acts on it: its trigger is valid (the
 rules of triggers.validate) and it fits one bus message. Pure: the scheduler applies
-them to tasks.create/update, the runner to rote.api.runs.start's inline spec, so a spec
+them to tasks.create/update and to rote.api.runs.start's inline spec (adhoc.py), so a spec
 the scheduler refuses is not run through the back door either."""
 
 from __future__ import annotations

@@ -515,7 +515,7 @@ class Task(Aggregate):
 
 class UntrackedRuns(Aggregate):
     """Outcomes of runs no task was waiting for, one aggregate per UTC day: runs started
-    outside the scheduler (rote.api.runs.start) and late outcomes of abandoned runs.
+    by rote.api.runs.start (no task) and late outcomes of abandoned runs.
     They cost money too, so the daily budget and the ledger must see them."""
 
     @staticmethod

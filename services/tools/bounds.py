@@ -11,9 +11,7 @@ from typing import Any
 import msgspec
 
 from contracts.tools import ToolMetadata
-from services.kernel.secrets import cut_text, redact
-
-TRUNCATION_MARK = "\n[... truncated]"
+from services.kernel.text import TRUNCATION_MARK, cut_text
 
 # Metadata strings the page chooses (its title, its URL) ride in every reply and
 # finished event beside the bounded output, and become replay expectations: held to
@@ -45,17 +43,6 @@ def _well_formed_value(value: Any) -> Any:
     return value
 
 
-def bound_text(text: str, max_chars: int) -> tuple[str, bool]:
-    """`text` cut to `max_chars` plus a mark. Masked before the cut, as in cut_text: a
-    secret cut in half would pass the redaction that runs on the output later."""
-    if len(text) <= max_chars:
-        return text, False
-    text = redact(text)
-    if len(text) <= max_chars:
-        return text, True
-    return text[:max_chars] + TRUNCATION_MARK, True
-
-
 def bound_metadata(metadata: ToolMetadata) -> ToolMetadata:
     """The metadata with its page-chosen strings cut (the same object if none was)."""
     url = None if metadata.url is None else cut_text(well_formed(metadata.url), MAX_URL_CHARS)
@@ -76,8 +63,8 @@ def _cut_key(key: Any, max_string: int, taken: dict[Any, Any]) -> tuple[Any, boo
     `#n` suffix, so no entry silently replaces another."""
     if not isinstance(key, str):
         return key, False
-    cut_key, cut = bound_text(key, max_string)
-    if cut:
+    cut_key = cut_text(key, max_string + len(TRUNCATION_MARK), mark=TRUNCATION_MARK)
+    if cut := cut_key != key:
         n, unique = 2, cut_key
         while unique in taken:
             unique, n = f"{cut_key}#{n}", n + 1
@@ -87,7 +74,10 @@ def _cut_key(key: Any, max_string: int, taken: dict[Any, Any]) -> tuple[Any, boo
 
 def _cut(value: Any, max_string: int, max_items: int) -> tuple[Any, bool]:
     if isinstance(value, str):
-        return bound_text(value, max_string)
+        # `max_string` of its text, then the mark. Masking a secret on the way counts as
+        # a cut: the output is not what was read.
+        bounded = cut_text(value, max_string + len(TRUNCATION_MARK), mark=TRUNCATION_MARK)
+        return bounded, bounded != value
     if isinstance(value, list):
         cut = len(value) > max_items
         items = []

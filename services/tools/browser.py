@@ -35,7 +35,7 @@ from playwright.async_api import (
 from playwright.async_api import Error as PlaywrightError
 
 from services.kernel.logs import get_logger
-from services.kernel.secrets import cut_text
+from services.kernel.text import cut_text
 from services.tools.frame_loads import FrameLoads
 from services.tools.vault import SecretField
 

@@ -20,8 +20,8 @@ from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 from contracts import tools as t
 from contracts.tools import ToolMetadata
-from services.kernel.secrets import cut_text
-from services.tools.bounds import MAX_QUOTED_URL_CHARS, bound_text
+from services.kernel.text import TRUNCATION_MARK, cut_text
+from services.tools.bounds import MAX_QUOTED_URL_CHARS
 from services.tools.browser import Session
 from services.tools.extraction import (
     EXTRACT_JS,
@@ -434,9 +434,10 @@ async def read_page(
         with suppress(PlaywrightError):  # navigated or removed meanwhile
             parts.append(str(await frame.evaluate(READ_PAGE_JS)))
     raw = "\n\n".join(part for part in parts if part.strip())
-    text, truncated = bound_text(readable_text(raw), limits.max_page_chars)
+    readable = readable_text(raw)
+    text = cut_text(readable, limits.max_page_chars + len(TRUNCATION_MARK), mark=TRUNCATION_MARK)
     title = await _title(page)
-    return Outcome(text, ToolMetadata(url=page.url, title=title), truncated)
+    return Outcome(text, ToolMetadata(url=page.url, title=title), text != readable)
 
 
 async def extract(

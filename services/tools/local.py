@@ -25,8 +25,8 @@ from contracts.tools import ToolMetadata
 from services.kernel.errors import ServiceError
 from services.kernel.logs import get_logger
 from services.kernel.secrets import is_secret_name, redact, url_credentials
+from services.kernel.text import TRUNCATION_MARK, cut_text
 from services.tools import leftovers
-from services.tools.bounds import TRUNCATION_MARK
 from services.tools.outcome import Outcome, ToolFailure
 
 log = get_logger("rote.tools.local")
@@ -315,7 +315,9 @@ def file_read(path: Path, *, root: Path, max_chars: int) -> Outcome:
     truncated = more or len(text) > max_chars
     if truncated:
         whole = not more and len(text) <= wanted
-        text = _masked(text[:wanted], whole=whole)[:max_chars] + TRUNCATION_MARK
+        # `max_chars` of the file's text, then the mark.
+        shown = _masked(text[:wanted], whole=whole)
+        text = cut_text(shown, max_chars + len(TRUNCATION_MARK), mark=TRUNCATION_MARK)
     return Outcome(text, ToolMetadata(), truncated)
 
 

@@ -32,7 +32,7 @@ from functools import cache
 from pathlib import Path
 
 from services.kernel.errors import ServiceError
-from services.kernel.secrets import cut_text
+from services.kernel.text import cut_text
 
 
 def check_allowed(tool: str, allowed_tools: Iterable[str]) -> None:

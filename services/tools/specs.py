@@ -13,7 +13,7 @@ from contracts import tools as t
 from contracts.llm import ToolDefinition
 from services.kernel.codec import nesting_depth
 from services.kernel.errors import ServiceError, validation_error
-from services.kernel.secrets import cut_text
+from services.kernel.text import cut_text
 from services.tools.bounds import MAX_QUOTED_URL_CHARS
 
 Kind = Literal["browser", "local"]

@@ -17,10 +17,10 @@ from playwright.async_api import Error as PlaywrightError
 
 from contracts import tools as t
 from contracts.errors import ErrorInfo
-from contracts.tools import ExecTool, ToolResult
+from contracts.tools import SESSION_LOST, ExecTool, ToolResult
 from services.kernel.errors import MAX_MESSAGE_CHARS, ServiceError
-from services.kernel.secrets import cut_text
 from services.kernel.settings import Settings, SettingsError
+from services.kernel.text import cut_text
 from services.tools import local, policy
 from services.tools.bounds import bound_metadata, bound_value, well_formed
 from services.tools.browser import BrowserConfig, BrowserPool, BrowserUnavailable, Session
@@ -224,7 +224,7 @@ class ToolBox:
                     if session.lost:
                         if call.tool != "browser_navigate":
                             raise ToolFailure(
-                                "session_lost",
+                                SESSION_LOST,
                                 "the browser restarted and this run's page was lost (its"
                                 " cookies too); the page is blank now: navigate again",
                             )

@@ -26,7 +26,7 @@ from contracts.runs import RunEvent, Transcript
 from contracts.tasks import TaskSpec
 from contracts.tools import ToolEvent, ToolMetadata
 from contracts.traces import PREVIEW_CHARS, Trace, TraceStep
-from services.compiler.outcomes import full_run_cost
+from services.executor.cost import full_run_cost
 
 
 def preview(output: Any) -> str:

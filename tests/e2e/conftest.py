@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from services.demo.site import DemoSite
+from services.dev.demo.site import DemoSite
+from services.dev.standin.server import StandinServer
 from services.kernel.runtime import Stack, open_stack
 from services.kernel.settings import Settings
-from services.standin.server import StandinServer
 
 
 @pytest.fixture
@@ -38,7 +38,7 @@ def stack_settings(settings: Settings) -> Settings:
 async def rig(
     stack_settings: Settings, site: DemoSite, standin: StandinServer
 ) -> AsyncIterator[Rig]:
-    names = ["system", "llm", "tools", "compiler", "tracer", "runner"]
+    names = ["system", "llm", "tools", "compiler", "tracer", "runner", "scheduler"]
     async with open_stack(stack_settings, names) as stack:
         yield Rig(stack=stack, site=site, standin=standin, settings=stack_settings)
 

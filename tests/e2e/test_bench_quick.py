@@ -45,7 +45,7 @@ def test_quick_bench_has_every_section(tmp_path: Path) -> None:
     # The cost targets compare a replay with a full run on the same page state, both
     # through the stand-in model: ratios that do not depend on the machine, so even the
     # quick run must meet them. The other targets are times; only a full run on a quiet
-    # machine says whether they hold (tests/bench/results/full.json).
+    # machine says whether they hold (services/dev/bench/results/full.json).
     cost = document["sections"]["cost"]["metrics"]
     targeted = [m for m in cost if m["target"] is not None]
     assert len(targeted) >= 4

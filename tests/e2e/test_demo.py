@@ -20,11 +20,11 @@ import pytest
 
 from contracts import subjects as s
 from contracts.executors import ExecutorEvent
-from services.demo import scenario
-from services.demo.scenario import TASK_ID
+from services.dev.demo import scenario
+from services.dev.demo.scenario import TASK_ID
+from services.dev.standin.server import StandinServer
 from services.kernel.bus import Bus
 from services.kernel.streams import ensure_streams
-from services.standin.server import StandinServer
 from tests.leftovers import MARK_VARIABLE, wait_gone
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -289,7 +289,7 @@ def _assert_interrupted(demo: _Demo, started: float) -> str:
 def _without_standin_request_errors(err: str) -> str:
     # The stand-in model's HTTP server prints a traceback when a request's client went
     # away mid-answer (the llm service's call cancelled by the stop): the stand-in's own
-    # known fault, not rote's shutdown; rare, and left to services/standin.
+    # known fault, not rote's shutdown; rare, and left to services/dev/standin.
     return re.sub(
         r"-{40}\nException occurred during processing of request from .*?\n-{40}\n",
         "",

@@ -10,7 +10,7 @@ from contracts.runs import RunRef, RunStarted, RunView, StartRun, Transcript
 from contracts.tasks import TaskSpec
 from contracts.tools import CloseSession, SessionClosed
 from contracts.traces import TraceCaptured, TraceRef, TraceReply
-from services.demo.site import stories
+from services.dev.demo.site import stories
 from services.kernel.codec import decode
 from services.kernel.replay_read import read_all
 from tests.e2e.conftest import Rig

@@ -11,7 +11,7 @@ import pytest
 from contracts import subjects as s
 from contracts.runs import RunEvent, RunStarted, StartRun
 from contracts.tasks import TaskSpec
-from services.demo.pages import PageServer, Rendered
+from services.dev.demo.pages import PageServer, Rendered
 from tests.e2e.conftest import Rig
 from tests.e2e.helpers import run_events, wait_finished
 from tests.e2e.test_replay_lifecycle import SONNET, wait_compiled

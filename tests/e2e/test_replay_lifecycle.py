@@ -10,7 +10,7 @@ from contracts import subjects as s
 from contracts.executors import ExecutorEvent, ExecutorHealth, ExecutorRef
 from contracts.runs import RunEvent, RunStarted, StartRun
 from contracts.tasks import TaskSpec
-from services.demo.site import stories
+from services.dev.demo.site import stories
 from services.kernel.bus import Bus
 from services.kernel.codec import decode
 from services.kernel.replay_read import read_all

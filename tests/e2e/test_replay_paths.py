@@ -31,23 +31,23 @@ from contracts.runs import RunEvent, RunStarted, StartRun
 from contracts.tasks import TaskSpec
 from contracts.tools import ExecTool, ToolEvent
 from services.compiler.store import ExecutorStore
-from services.demo.corpus import SITES, TASKS_BY_ID, SiteServer
-from services.demo.site import DemoSite, stories
+from services.dev.bench.corpus_oracle import expected_answer as oracle_answer
+from services.dev.demo.corpus import SITES, TASKS_BY_ID, SiteServer
+from services.dev.demo.site import DemoSite, stories
+from services.dev.standin.server import StandinServer
 from services.kernel.bus import Bus, routed
 from services.kernel.codec import decode
 from services.kernel.event_store import application_env
 from services.kernel.replay_read import read_all
 from services.kernel.runtime import Stack, open_stack
 from services.kernel.settings import Settings
-from services.standin.server import StandinServer
-from tests.bench.corpus_oracle import expected_answer as oracle_answer
 from tests.e2e.helpers import run_events, wait_finished
 from tests.e2e.test_replay_lifecycle import executor_events, wait_compiled
 from tests.hand_built_replay import hand_built_executor
 
 pytestmark = [pytest.mark.anyio, pytest.mark.browser, pytest.mark.slow]
 
-SERVICES = ["system", "llm", "tools", "compiler", "tracer", "runner"]
+SERVICES = ["system", "llm", "tools", "compiler", "tracer", "runner", "scheduler"]
 SONNET = "claude-sonnet-5-5"
 HAIKU = "claude-haiku-5-5"
 

@@ -19,13 +19,13 @@ from contracts.runs import RunRequest, RunStarted, StartRun
 from contracts.tasks import TaskSpec
 from contracts.tools import CloseSession, SessionClosed, ToolEvent
 from contracts.traces import Trace, TraceCaptured
-from services.demo.site import DemoSite
+from services.dev.demo.site import DemoSite
+from services.dev.standin.server import StandinServer
 from services.kernel.bus import routed
 from services.kernel.codec import decode
 from services.kernel.replay_read import read_all
 from services.kernel.runtime import open_stack
 from services.kernel.settings import Settings
-from services.standin.server import StandinServer
 from tests.e2e.conftest import Rig
 from tests.e2e.helpers import run_events, wait_finished, wait_for, work_queue_settled
 
@@ -112,7 +112,7 @@ async def test_a_run_past_its_deadline_ends_with_deadline(rig: Rig) -> None:
 async def test_a_run_whose_tools_service_is_gone_ends_with_tool_error(
     stack_settings: Settings, site: DemoSite, standin: StandinServer
 ) -> None:
-    names = ["system", "llm", "compiler", "tracer", "runner"]  # no tools service
+    names = ["system", "llm", "compiler", "tracer", "runner", "scheduler"]  # no tools service
     async with open_stack(stack_settings, names) as stack:
         spec = TaskSpec(name="news", prompt=f"Open {site.url}/news and report the top 3 headlines")
         run_id = await start(stack.bus, spec)
@@ -209,7 +209,7 @@ def _runner_process(
 async def test_killed_runner_run_is_redelivered_and_completes_once(
     stack_settings: Settings, site: DemoSite, standin: StandinServer, tmp_path: Path
 ) -> None:
-    names = ["system", "llm", "tools", "compiler", "tracer"]
+    names = ["system", "llm", "tools", "compiler", "tracer", "scheduler"]
     async with open_stack(stack_settings, names) as stack:
         first = _runner_process(stack_settings, tmp_path / "r1", standin.url)
         assert first.stdout is not None
@@ -272,7 +272,7 @@ async def test_a_runner_stopped_mid_run_hands_the_run_to_another_at_once(
 ) -> None:
     """A rolling restart: the stopped runner gives its run back as it stops, so the
     other runner takes it over now, not once the (here 2 min) ack wait has passed."""
-    names = ["system", "llm", "tools", "compiler", "tracer"]
+    names = ["system", "llm", "tools", "compiler", "tracer", "scheduler"]
     async with open_stack(stack_settings, names) as stack:
         first = _runner_process(stack_settings, tmp_path / "r1", standin.url, ack_wait_s=120)
         second: subprocess.Popen[bytes] | None = None
@@ -315,7 +315,7 @@ async def test_tracer_restarted_mid_run_captures_the_same_trace(
     stack_settings: Settings, site: DemoSite, standin: StandinServer
 ) -> None:
     spec = TaskSpec(name="news", prompt=f"Open {site.url}/news and report the top 3 headlines")
-    names = ["system", "llm", "tools", "compiler", "runner"]
+    names = ["system", "llm", "tools", "compiler", "runner", "scheduler"]
     async with open_stack(stack_settings, names) as stack:
         async with open_stack(stack_settings, ["tracer"]):
             calm = await start(stack.bus, spec, "calm")

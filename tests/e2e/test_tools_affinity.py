@@ -10,13 +10,13 @@ from contracts import subjects as s
 from contracts.runs import RunStarted, StartRun
 from contracts.tasks import TaskSpec
 from contracts.tools import ToolEvent
-from services.demo.site import DemoSite, stories
+from services.dev.demo.site import DemoSite, stories
+from services.dev.standin.server import StandinServer
 from services.kernel.codec import decode
 from services.kernel.discovery import gather
 from services.kernel.replay_read import read_all
 from services.kernel.runtime import open_stack
 from services.kernel.settings import Settings
-from services.standin.server import StandinServer
 from tests.e2e.helpers import wait_finished
 
 pytestmark = [pytest.mark.anyio, pytest.mark.browser, pytest.mark.slow]
@@ -32,7 +32,7 @@ async def test_runs_stay_on_the_tools_process_holding_their_session(
     expected = "Top 3 headlines:\n" + "\n".join(
         f"{i}. {st.title}" for i, st in enumerate(stories(0)[:3], 1)
     )
-    names = ["system", "llm", "tools", "compiler", "tracer", "runner"]
+    names = ["system", "llm", "tools", "compiler", "tracer", "runner", "scheduler"]
     async with open_stack(stack_settings, names) as stack, open_stack(stack_settings, ["tools"]):
         # Every instance answers; ask again until both have (a busy one may answer late).
         with anyio.fail_after(30):

@@ -133,7 +133,7 @@ class Stand:
 @pytest.fixture
 async def runner_bus(settings: Settings) -> AsyncIterator[Bus]:
     # A short ack wait: a delivery that broke is redelivered within the test.
-    async with open_stack(settings.with_(runner_ack_wait_s=3.0), ["runner"]) as stack:
+    async with open_stack(settings.with_(runner_ack_wait_s=3.0), ["runner", "scheduler"]) as stack:
         yield stack.bus
 
 

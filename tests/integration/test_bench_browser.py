@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from services.dev.bench import bench_browser
 from services.tools.browser import BrowserConfig, BrowserPool, Session
-from tests.bench import bench_browser
 
 pytestmark = [pytest.mark.anyio, pytest.mark.browser]
 

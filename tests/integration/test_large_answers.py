@@ -71,7 +71,7 @@ FULL_ANSWER = "\n".join(part(n) for n in range(PARTS))
 @pytest.fixture
 async def runner_bus(settings: Settings) -> AsyncIterator[Bus]:
     # A short ack wait: a delivery that broke would be redelivered within the test.
-    async with open_stack(settings.with_(runner_ack_wait_s=3.0), ["runner"]) as stack:
+    async with open_stack(settings.with_(runner_ack_wait_s=3.0), ["runner", "scheduler"]) as stack:
         yield stack.bus
 
 

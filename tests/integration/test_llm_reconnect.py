@@ -17,6 +17,7 @@ from contracts.llm import ToolDefinition, UsageEvent
 from contracts.runs import RunStarted, StartRun
 from contracts.tasks import TaskSpec
 from contracts.tools import ExecTool, SessionClosed, ToolList, ToolResult
+from services.dev.standin.server import StandinServer
 from services.kernel.bus import Bus, connect, routed
 from services.kernel.codec import decode, encode
 from services.kernel.embedded_nats import EmbeddedNats, free_port
@@ -25,7 +26,6 @@ from services.kernel.replay_read import read_all
 from services.kernel.run_store import RunStore
 from services.kernel.runtime import open_stack
 from services.kernel.settings import Settings
-from services.standin.server import StandinServer
 
 pytestmark = pytest.mark.anyio
 
@@ -132,7 +132,10 @@ async def test_a_model_reply_lost_to_a_nats_restart_ends_the_run_promptly_paid_o
             )
             # The first model call answers 1.5 s after it arrives: NATS is away by then.
             model.inject(latency_ms=1500, latency_count=1)
-            async with open_stack(settings, ["llm"]), open_stack(settings, ["runner"]) as runner:
+            async with (
+                open_stack(settings, ["llm"]),
+                open_stack(settings, ["runner", "scheduler"]) as runner,
+            ):
                 bus = await connect(server.url, name="test")
                 await serve_tools(bus)
                 # The runner comes back last (its next attempt 5 s after a failed one,

@@ -30,16 +30,16 @@ from contracts.llm import (
     ToolUseBlock,
     UsageEvent,
 )
+from services.dev.standin.policy import CANDIDATE_SELECTORS
+from services.dev.standin.server import StandinServer
 from services.kernel.bus import Bus
 from services.kernel.codec import decode
 from services.kernel.embedded_nats import free_port
 from services.kernel.errors import RemoteError
+from services.kernel.pricing import load_price_table
 from services.kernel.runtime import Stack, open_stack
 from services.kernel.settings import Settings
 from services.llm.calls import CallFailed, ModelCaller, make_client
-from services.llm.pricing import load_price_table
-from services.standin.policy import CANDIDATE_SELECTORS
-from services.standin.server import StandinServer
 
 pytestmark = pytest.mark.anyio
 

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import anthropic
 import pytest
 
-from services.standin.server import StandinServer
+from services.dev.standin.server import StandinServer
 
 TOOLS = [
     {"name": name, "description": name, "input_schema": {"type": "object"}}

@@ -1,6 +1,7 @@
-"""What the runner's endpoints do with input they cannot carry or read: a spec too big
-for a run request, or one tasks.create would refuse, is refused up front with nothing
-queued, and an unreadable event among a run's events does not break the run's view."""
+"""What the run endpoints do with input they cannot carry or read: a spec too big for a
+run request, or one tasks.create would refuse, is refused up front by runs.start with
+nothing queued, and an unreadable event among a run's events does not break the run's
+view (runs.get) or transcript."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from contracts.tasks import MAX_SPEC_BYTES, ConditionTrigger, Contains, CronTrig
 from services.kernel.errors import RemoteError
 from services.kernel.runtime import open_stack
 from services.kernel.settings import Settings
-from services.runner import service as runner_service
+from services.scheduler import adhoc
 from tests.e2e.helpers import stored
 
 pytestmark = pytest.mark.anyio
@@ -36,7 +37,7 @@ async def test_a_spec_too_big_for_a_run_request_is_refused(settings: Settings) -
         every_s=60,
     )
     spec = TaskSpec(name="big", prompt="check the disk", trigger=check)
-    async with open_stack(settings, ["runner"]) as stack:
+    async with open_stack(settings, ["scheduler"]) as stack:
         with pytest.raises(RemoteError) as refused:
             await stack.bus.request(s.RUNS_START, StartRun(spec=spec), RunView)
         assert (refused.value.code, refused.value.status) == ("too_large", 413)
@@ -72,7 +73,7 @@ def _nested(depth: int) -> str:
 async def test_a_spec_tasks_create_would_refuse_is_refused_and_nothing_is_queued(
     settings: Settings, spec: str, field: str, says: str
 ) -> None:
-    async with open_stack(settings, ["runner"]) as stack:
+    async with open_stack(settings, ["scheduler"]) as stack:
         with pytest.raises(RemoteError) as refused:
             await stack.bus.request(s.RUNS_START, f'{{"spec": {spec}}}'.encode(), RunStarted)
         assert (refused.value.code, refused.value.status) == ("invalid_request", 400)
@@ -91,7 +92,7 @@ async def test_a_run_whose_requested_event_cannot_be_made_is_not_queued(
     def broken(value: object, **_: object) -> None:
         raise RecursionError("maximum recursion depth exceeded")
 
-    monkeypatch.setattr(runner_service, "redact_struct", broken)
+    monkeypatch.setattr(adhoc, "redact_struct", broken)
     request = RunRequest(
         run_id="r-broken",
         task_id="t",
@@ -101,14 +102,14 @@ async def test_a_run_whose_requested_event_cannot_be_made_is_not_queued(
     )
     async with open_stack(settings, []) as stack:
         with pytest.raises(RecursionError):
-            await runner_service.Runner(stack.context).enqueue(request)
+            await adhoc.AdHocRuns(stack.bus).enqueue(request)
         assert (await stack.bus.js.stream_info(s.STREAM_WORK)).state.messages == 0
 
 
 async def test_a_valid_inline_spec_runs_with_its_trigger_as_stored(settings: Settings) -> None:
     # The same checks normalise too: the queued spec is the one tasks.create would store.
     spec = TaskSpec(name="n", prompt="p", trigger=CronTrigger(expr="  0 9 * * *  "))
-    async with open_stack(settings, ["runner"]) as stack:
+    async with open_stack(settings, ["scheduler"]) as stack:
         await stack.bus.request(s.RUNS_START, StartRun(spec=spec, run_id="r-ok"), RunStarted)
         requested = s.run_events_of(run_id="r-ok", event="requested")
         (event,) = await stored(stack.bus, s.STREAM_RUNS, requested, RunEvent)

@@ -48,7 +48,8 @@ from contracts.runs import (
 )
 from contracts.tasks import TaskSpec
 from contracts.tools import ExecTool, SessionClosed, ToolList, ToolMetadata, ToolResult
-from services.compiler.outcomes import full_run_cost, replay_report
+from services.compiler.outcomes import replay_report
+from services.executor.cost import full_run_cost
 from services.kernel.bus import Bus, routed
 from services.kernel.codec import decode, encode
 from services.kernel.consumers import durable_config
@@ -84,7 +85,7 @@ class Watch:
 async def runner_bus(settings: Settings) -> AsyncIterator[Bus]:
     # A short ack wait: a delivery not kept in progress would be redelivered within a test.
     # (Not shorter: a stalled test process must not miss the in-progress heartbeat.)
-    async with open_stack(settings.with_(runner_ack_wait_s=3.0), ["runner"]) as stack:
+    async with open_stack(settings.with_(runner_ack_wait_s=3.0), ["runner", "scheduler"]) as stack:
         yield stack.bus
 
 
@@ -427,7 +428,7 @@ async def test_a_run_whose_runner_stops_during_every_delivery_still_ends(
     async def no_tools(msg: Msg) -> None:
         await msg.respond(encode(ToolList(tools=[])))
 
-    async with open_stack(settings, ["system"]) as side:
+    async with open_stack(settings, ["system", "scheduler"]) as side:
         await side.bus.nc.subscribe(s.LLM_COMPLETE, cb=never_answers)
         await side.bus.nc.subscribe(s.TOOLS_LIST, cb=no_tools)
         await routed(side.bus.nc)
@@ -695,7 +696,9 @@ async def test_a_run_outlives_a_shorter_ack_wait_another_runner_set(
         durable_config(s.CONSUMER_RUNNER, filter_subjects=[s.WORK_RUNS], ack_wait_s=8.0),
     )
     with capture_logs() as logs:
-        async with open_stack(settings.with_(runner_ack_wait_s=30.0), ["runner"]) as stack:
+        async with open_stack(
+            settings.with_(runner_ack_wait_s=30.0), ["runner", "scheduler"]
+        ) as stack:
             differs = [e for e in logs if e["event"] == "runner_ack_wait_differs"]
             assert [(e["configured_s"], e["consumer_s"]) for e in differs] == [(30.0, 8.0)]
             # The other runner's value is back (its idle check restores its config).

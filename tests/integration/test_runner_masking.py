@@ -44,7 +44,7 @@ async def test_a_secret_in_an_operators_spec_is_masked_in_the_run_events(
     settings: Settings,
 ) -> None:
     prompt = f"Check postgresql://app:{PASSWORD}@db.internal/prod with token {TOKEN}"
-    async with open_stack(settings, ["runner"]) as stack:
+    async with open_stack(settings, ["runner", "scheduler"]) as stack:
         bus = stack.bus
         work = await bus.nc.subscribe(s.WORK_RUNS)
         started = await bus.request(

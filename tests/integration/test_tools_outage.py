@@ -10,7 +10,7 @@
 
 The runner and scheduler are real; the model and the tools processes are stand-ins at
 the bus boundary (rote.api.llm.complete, rote.api.tools.*); in one test of a lost session
-the model is rote's own stand-in (services/standin) behind the real llm service.
+the model is rote's own stand-in (services/dev/standin) behind the real llm service.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from contracts.llm import (
 from contracts.runs import RunEvent, RunList, RunStarted, StartRun
 from contracts.tasks import RunAccepted, TaskSpec, TaskView
 from contracts.tools import CloseSession, ExecTool, SessionClosed, ToolList, ToolResult
+from services.dev.standin.server import StandinServer
 from services.kernel.bus import Bus, routed
 from services.kernel.codec import decode, encode
 from services.kernel.runtime import open_stack
@@ -49,7 +50,6 @@ from services.runner.ports import RunScope
 from services.runner.replay import Replayer
 from services.runner.service import bus_ports
 from services.runner.transcript import TranscriptRecorder
-from services.standin.server import StandinServer
 from tests.e2e.helpers import wait_finished
 from tests.hand_built_replay import hand_built_executor
 
@@ -218,7 +218,7 @@ async def test_runs_failed_by_a_tools_outage_do_not_pause_the_task(settings: Set
 async def test_a_session_lost_mid_run_is_an_error_the_model_sees_not_a_blank_page(
     settings: Settings,
 ) -> None:
-    async with open_stack(settings, ["runner"]) as stack:
+    async with open_stack(settings, ["runner", "scheduler"]) as stack:
         bus = stack.bus
         first, second = ToolsProcess(bus, "first"), ToolsProcess(bus, "second")
         await first.start()
@@ -300,7 +300,7 @@ async def test_the_standin_navigates_again_after_a_session_lost_and_answers(
 ) -> None:
     # rote's stand-in model plays the run, as in the demo, and the tools process dies
     # after the stand-in's first probe: its next probe is refused with session_lost.
-    async with open_stack(settings, ["llm", "runner"]) as stack:
+    async with open_stack(settings, ["llm", "runner", "scheduler"]) as stack:
         bus = stack.bus
         second = NewsProcess(bus, "second")
         first = NewsProcess(bus, "first", dies_at=1, heir=second)

@@ -15,11 +15,10 @@ import anyio
 import nats
 import pytest
 
-from contracts.tools import ExecTool
+from contracts.tools import SESSION_LOST, ExecTool
 from services.kernel import bus as bus_module
 from services.kernel.bus import Bus, connect
 from services.kernel.embedded_nats import EmbeddedNats, free_port
-from services.runner.agent_loop import SESSION_LOST
 from services.runner.ports import PortError, Ports
 from services.runner.service import bus_ports
 from tests.integration.test_llm_reconnect import kill, restart

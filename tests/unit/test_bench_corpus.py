@@ -1,10 +1,10 @@
-"""The cost benchmark's corpus (services/demo/corpus.py), checked without a browser.
+"""The cost benchmark's corpus (services/dev/demo/corpus.py), checked without a browser.
 
 Every page renders on every layout; every task prompt parses in the stand-in model's
 vocabulary; on every layout a full run finds what the task needs by the stand-in's own
 candidate lists; a redesign breaks the recorded selector exactly for the tasks the
 corpus says it breaks; and the content changes from edition to edition. Pages are read
-by tests/bench/corpus_oracle.py (a small DOM and the stand-in's policy functions).
+by services/dev/bench/corpus_oracle.py (a small DOM and the stand-in's policy functions).
 """
 
 from __future__ import annotations
@@ -15,9 +15,7 @@ import math
 import pytest
 
 from services.compiler.compile import MIN_ITEMS_FRACTION
-from services.demo.corpus import FORMS, LAYOUTS, SITES, TASKS, CorpusTask, Layout, SiteServer
-from services.standin import policy
-from tests.bench.corpus_oracle import (
+from services.dev.bench.corpus_oracle import (
     ORIGIN,
     Visit,
     expected_answer,
@@ -30,6 +28,8 @@ from tests.bench.corpus_oracle import (
     select,
     state,
 )
+from services.dev.demo.corpus import FORMS, LAYOUTS, SITES, TASKS, CorpusTask, Layout, SiteServer
+from services.dev.standin import policy
 
 EDITIONS = range(10)
 

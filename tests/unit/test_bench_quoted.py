@@ -8,11 +8,11 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from services.demo.corpus import TASKS_BY_ID
-from tests.bench.harness import percentile, quartiles
+from services.dev.bench.harness import percentile, quartiles
+from services.dev.demo.corpus import TASKS_BY_ID
 
 ROOT = Path(__file__).resolve().parents[2]
-RESULT = ROOT / "tests/bench/results/full.json"
+RESULT = ROOT / "services/dev/bench/results/full.json"
 TIMES = "\N{MULTIPLICATION SIGN}"  # as the README writes ratios
 TO = "\N{EN DASH}"  # and ranges
 WORST = "cost/worst task's median replay / full"

@@ -10,7 +10,7 @@ import pytest
 
 from services.cli import build_parser
 from services.cli.bench import SECTIONS, section_names
-from tests.bench.harness import Metric, Section, section_from_json, to_json
+from services.dev.bench.harness import Metric, Section, section_from_json, to_json
 
 
 @pytest.mark.parametrize(

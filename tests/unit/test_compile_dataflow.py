@@ -9,7 +9,6 @@ import pytest
 
 from contracts.executors import Executor, LlmStep, ResultStep, ToolStep
 from contracts.traces import Trace, TraceStep
-from services.compiler import references
 from services.compiler.compile import compile
 from services.compiler.dataflow import (
     Context,
@@ -19,6 +18,7 @@ from services.compiler.dataflow import (
     judge_lists,
     provenance,
 )
+from services.executor import references
 from tests.unit.test_compile import SITE, _navigated, _step, _trace, simulate
 
 ITEMS = ["a1", "b2", "c3", "d4", "e5"]

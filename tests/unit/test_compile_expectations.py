@@ -1,4 +1,4 @@
-"""The checks a replay makes after each step (services.compiler.expectations)."""
+"""The checks a replay makes after each step (services.executor.expectations)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from contracts.executors import (
     ValueLike,
 )
 from contracts.tools import ToolMetadata
-from services.compiler.expectations import check, check_all, condition_holds, shape_of
+from services.executor.expectations import check, check_all, condition_holds, shape_of
 
 PRODUCTS = [{"name": "Widget", "price": "$12"}, {"name": "Gizmo", "price": "$3"}]
 

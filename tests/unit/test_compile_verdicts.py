@@ -16,9 +16,9 @@ import pytest
 
 from contracts.executors import Executor, MinItems, ResultStep, Skip, ToolStep
 from contracts.traces import Trace
-from services.compiler import expectations
 from services.compiler.compile import compile
 from services.compiler.dataflow import asks_verdict
+from services.executor import expectations
 from tests.unit.test_compile import SITE, _navigated, _step, _trace, kinds, load, simulate
 
 UP = "Service status\nWater: up\nParking: up\nLibraries: up\nA local site."

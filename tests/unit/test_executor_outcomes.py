@@ -8,7 +8,8 @@ from typing import Any
 import msgspec
 
 from contracts.runs import ModelTokens, ReplayOutcome, RunEvent
-from services.compiler.outcomes import full_run_cost, replay_report
+from services.compiler.outcomes import replay_report
+from services.executor.cost import full_run_cost
 
 AT = datetime(2025, 6, 1, tzinfo=UTC)
 

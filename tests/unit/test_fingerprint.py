@@ -11,7 +11,7 @@ from contracts.executors import Executor
 from contracts.tasks import IntervalTrigger, TaskSpec
 from contracts.traces import Trace
 from services.compiler.compile import compile
-from services.compiler.fingerprint import task_fingerprint
+from services.executor.fingerprint import task_fingerprint
 
 TRACE = Path(__file__).parent.parent / "data" / "traces" / "news_top3.json"
 

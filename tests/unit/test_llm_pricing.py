@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from contracts.llm import Usage
-from services.llm.pricing import PriceTable, PriceTableError, load_price_table
+from services.kernel.pricing import PriceTable, PriceTableError, load_price_table
 
 TABLE = load_price_table(None)
 M = 1_000_000

@@ -12,7 +12,7 @@ import pytest
 from contracts.executors import ResultStep
 from contracts.llm import CompleteReply, CompleteRequest
 from contracts.tasks import TaskSpec
-from services.runner.quality import Verdict, parse_verdict
+from services.executor.quality import Verdict, parse_verdict
 from services.runner.replay import Replayer
 from tests.hand_built_replay import hand_built_executor, offline_scope, small_model_reply
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.compiler import references as r
-from services.compiler.references import Ref
+from services.executor import references as r
+from services.executor.references import Ref
 from tests.strategies import json_values
 
 OUTPUTS: dict[int, Any] = {

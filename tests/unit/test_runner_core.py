@@ -162,16 +162,3 @@ def test_an_abandoned_runs_error_never_carries_part_of_a_secret() -> None:
     error = abandon_error(RuntimeError(prefix + secret + " and more"))
     assert len(error) <= MAX_ABANDON_ERROR_CHARS
     assert "hunter2" not in error
-
-
-def test_an_answers_head_is_the_longest_prefix_that_fits_as_json() -> None:
-    from services.runner.bounds import head_within, json_size
-
-    # Escapes (a newline takes 2 bytes, a control character 6) and multi-byte
-    # characters make a byte budget fewer characters.
-    text = "é\n\x01ab" * 1000
-    for budget in (2, 3, 7, 100, 4097):
-        head = head_within(text, budget)
-        assert text.startswith(head) and json_size(head) <= budget
-        assert json_size(text[: len(head) + 1]) > budget  # one more would not fit
-    assert head_within("short", 100) == "short"

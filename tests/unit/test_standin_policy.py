@@ -8,9 +8,8 @@ from typing import Any
 
 import pytest
 
-from services.runner.agent_loop import SESSION_LOST as RUNNER_SESSION_LOST
-from services.runner.quality import Verdict, parse_verdict, quality_prompt
-from services.standin.policy import (
+from contracts.tools import SESSION_LOST as RUNNER_SESSION_LOST
+from services.dev.standin.policy import (
     CANDIDATE_RECORDS,
     CANDIDATE_SELECTORS,
     MAX_SESSION_RESTARTS,
@@ -26,6 +25,7 @@ from services.standin.policy import (
     parse_price,
     read_conversation,
 )
+from services.executor.quality import Verdict, parse_verdict, quality_prompt
 
 BROWSER = frozenset(
     {
@@ -441,7 +441,7 @@ def test_a_truncation_note_after_json_output_is_ignored() -> None:
 def test_answer_again_prompt_answers_from_todays_data() -> None:
     # The compiler's llm result step for a form task: the stand-in must answer in the
     # same form as the full run, from the fresh page text it is given.
-    from services.standin.policy import Answer, Conversation, decide
+    from services.dev.standin.policy import Answer, Conversation, decide
 
     prompt = (
         "Task (for context): Open <url>, fill the form with name=Ada, plan=pro and report "
@@ -519,7 +519,7 @@ def test_verdicts_dressed_in_markdown_or_punctuation_are_read(said: str, verdict
 # --- a session lost mid-run -------------------------------------------------------------
 
 # What the model reads when the runner refuses a browser call whose tools process died
-# (services/runner/service.py, bus_ports: PortError(SESSION_LOST, ...) as "code: message").
+# (services/kernel/tools_client.py), as the runner shows PortError(SESSION_LOST, ...).
 LOST = (
     f"{RUNNER_SESSION_LOST}: the browser session was lost (its tools service stopped); the"
     " page is blank now: navigate again"

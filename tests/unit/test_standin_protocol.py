@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from services.standin import protocol
-from services.standin.policy import Answer, ToolCall
-from services.standin.signing import DEFAULT_KEY
+from services.dev.standin import protocol
+from services.dev.standin.policy import Answer, ToolCall
+from services.dev.standin.signing import DEFAULT_KEY
 
 KEY = DEFAULT_KEY
 TOOLS = [{"name": "browser_navigate", "description": "d", "input_schema": {"type": "object"}}]

@@ -10,13 +10,12 @@ from hypothesis import strategies as st
 
 from contracts.tools import ToolMetadata
 from services.kernel.secrets import MASK, register_secret
+from services.kernel.text import TRUNCATION_MARK, cut_text
 from services.tools.bounds import (
     MAX_TITLE_CHARS,
     MAX_URL_CHARS,
     bound_metadata,
-    bound_text,
     bound_value,
-    cut_text,
     encoded_size,
 )
 from services.tools.extraction import FieldSpec, parse_field_spec, readable_text
@@ -28,12 +27,12 @@ from tests.strategies import json_values
 def test_short_values_are_untouched() -> None:
     value = {"a": ["x", 1, None], "b": "y"}
     assert bound_value(value, 1000) == (value, False)
-    assert bound_text("abc", 3) == ("abc", False)
+    assert cut_text("abc", 3, mark=TRUNCATION_MARK) == "abc"
 
 
 def test_long_text_is_cut_and_says_so() -> None:
-    text, cut = bound_text("é" * 100, 10)
-    assert cut and text.startswith("é" * 10) and text.endswith("[... truncated]")
+    text = cut_text("é" * 100, 10 + len(TRUNCATION_MARK), mark=TRUNCATION_MARK)
+    assert text == "é" * 10 + "\n[... truncated]"
 
 
 def test_long_lists_and_strings_fit_the_budget() -> None:
@@ -136,8 +135,10 @@ def test_a_secret_in_an_output_is_masked_before_the_output_is_cut() -> None:
     secret = "s3cr3t-" + "k" * 40
     register_secret(secret)
     page = "x" * 90 + secret + "y" * 100
-    text, cut = bound_text(page, 100)  # the cut falls inside the secret
-    assert cut and "s3cr3t" not in text and text.startswith("x" * 90 + MASK)
+    # The cut falls inside the secret.
+    text = cut_text(page, 100 + len(TRUNCATION_MARK), mark=TRUNCATION_MARK)
+    assert text.endswith(TRUNCATION_MARK)
+    assert "s3cr3t" not in text and text.startswith("x" * 90 + MASK)
     bounded, cut = bound_value({"text": page}, 160)
     assert cut and "s3cr3t" not in bounded["text"]
 

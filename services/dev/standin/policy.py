@@ -43,7 +43,7 @@ scheme://... with no spaces or commas; <N> is digits or one..ten):
    by lines "step_N (<tool>): <value>". Answers the task from that data exactly as the
    full run would have answered it from the same tool outputs.
 11. A quality-check prompt for replayed answers, as rote's runner writes it
-   (services/runner/quality.py): "Quality check of a replayed answer", then
+   (services/executor/quality.py): "Quality check of a replayed answer", then
    "<earlier_answer>...</earlier_answer>" and "<new_answer>...</new_answer>". Answers
    "PASS: ..." when the new answer has the earlier one's form — the same words before
    the first line's colon, the same number of lines, and numbered items that are
@@ -80,6 +80,8 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+from contracts.tools import SESSION_LOST
 
 # Item selectors tried, in order, for "top N" tasks.
 CANDIDATE_SELECTORS: list[str] = [
@@ -131,10 +133,9 @@ TRUNCATION_NOTE = "\n[output truncated]"
 STUCK_CALL: tuple[str, dict[str, Any]] = ("browser_click", {"selector": "#rote-standin-stuck"})
 MAX_EXTRACT_ITEMS = 20
 READ_LINES = 20
-# The error code the runner gives a browser call whose session died with its tools
-# process (services/runner/agent_loop.py SESSION_LOST); the model reads it as
-# "session_lost: <message>" and must navigate again.
-SESSION_LOST = "session_lost"
+# A browser call whose session died with its tools process fails with SESSION_LOST
+# (contracts/tools.py); the model reads it as "session_lost: <message>" and must
+# navigate again.
 # Session losses the script starts over from; at the next one it answers that it could not
 # finish instead of navigating forever.
 MAX_SESSION_RESTARTS = 3

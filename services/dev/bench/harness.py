@@ -81,7 +81,7 @@ def _proc_field(path: str, key: str) -> str | None:
 def _commit() -> str | None:
     """The code measured: HEAD, marked dirty when the tree has uncommitted changes, so
     a committed result says which commit produced it."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     try:
         head = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10

@@ -36,10 +36,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from services.dev.standin import policy, protocol
+from services.dev.standin.signing import DEFAULT_KEY
 from services.kernel.logs import get_logger
 from services.kernel.secrets import redact
-from services.standin import policy, protocol
-from services.standin.signing import DEFAULT_KEY
 
 log = get_logger("rote.standin")
 

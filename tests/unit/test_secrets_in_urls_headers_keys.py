@@ -1,5 +1,6 @@
-"""Secrets that slipped past masking: credentials in a URL fragment, a URL password
-holding a `"`, secrets cut in half before the redaction ran, and dict keys."""
+"""Masking in the harder places: credentials in a URL fragment, a URL password holding
+a `"`, a secret cut in half (masked before the cut), Authorization headers, and dict
+keys."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ outcomes) in a SQLite file, the default store. Rebuilding is what every lookup d
 fresh application loads the aggregate (the latest snapshot and the events after it) and
 folds the events into its health. Target: <= 20 ms at 10k events with snapshots.
 
-    python -m tests.bench.bench_health [--quick]
+    python -m services.dev.bench.bench_health [--quick]
 """
 
 from __future__ import annotations
@@ -25,11 +25,13 @@ from contracts.traces import Trace
 from services.compiler import health as h
 from services.compiler.compile import compile
 from services.compiler.store import ExecutorStore
+from services.dev.bench.harness import Metric, Section, render_table, to_json
 from services.kernel.event_store import application_env
 from services.kernel.settings import Settings
-from tests.bench.harness import Metric, Section, render_table, to_json
 
-TRACE = Path(__file__).parent.parent / "data" / "traces" / "news_top3.json"
+# A full run of the demo's "top 3 headlines" task (a copy of tests/data/traces/news_top3.json,
+# shipped with the bench so that it runs from an installed package).
+TRACE = Path(__file__).parent / "trace_news_top3.json"
 TARGET_MS = 20.0
 SNAPSHOT_EVERY = 50
 BATCH = 250

@@ -21,7 +21,7 @@ from contracts.executors import (
     ValueLike,
 )
 from contracts.tools import ToolMetadata
-from services.compiler import references
+from services.executor import references
 
 
 def text_items(text: str) -> int:

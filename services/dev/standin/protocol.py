@@ -27,8 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from services.standin import signing
-from services.standin.policy import Answer, ApiFailure, Decision, ToolCall
+from services.dev.standin import signing
+from services.dev.standin.policy import Answer, ApiFailure, Decision, ToolCall
 
 SAMPLING_PARAMETERS = ("temperature", "top_p", "top_k")
 EFFORTS = ("low", "medium", "high", "xhigh", "max")

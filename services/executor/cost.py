@@ -1,12 +1,14 @@
 """What a replay is expected to cost: tokens of the small-model calls it makes, priced
-with the llm service's price table (services/llm/pricing.py, pure)."""
+with the price table (services/kernel/pricing.py), and what a full run cost, which
+replays are measured against. Pure."""
 
 from __future__ import annotations
 
 import math
 
 from contracts.llm import Usage
-from services.llm.pricing import PriceTable, cost, default_table
+from contracts.runs import RunEvent
+from services.kernel.pricing import PriceTable, cost, default_table
 
 # A rough, model-independent rule of thumb for English and JSON: ~4 characters a token.
 CHARS_PER_TOKEN = 4
@@ -34,3 +36,15 @@ def estimate_call(
     )
     price = table.price(table.resolve(model)) or table.price(FALLBACK_MODEL)
     return usage, (cost(price, usage) if price is not None else 0.0)
+
+
+def full_run_cost(run: RunEvent) -> float | None:
+    """The cost of a completed full LLM run (a fallback's failed replay and a
+    redelivered run's dead attempts not included), or None when the event is not one."""
+    if run.event != "completed" or run.source != "full_llm":
+        return None
+    if run.loop_cost_usd is not None:
+        return max(0.0, round(run.loop_cost_usd, 9))
+    # An event from before loop_cost_usd: its cost_usd may hold dead attempts too.
+    replay_cost = run.replay.cost_usd if run.replay is not None else 0.0
+    return max(0.0, round(run.cost_usd - replay_cost, 9))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from services.compiler.references import Path
+from services.executor.references import Path
 
 Kind = Literal["structure", "url", "label", "data", "local", "generic"]
 

@@ -1,4 +1,4 @@
-"""Local tools hardening: command patterns never lead out of the directory they name,
+"""Local tools stay contained: command patterns never lead out of the directory they name,
 nothing a command starts outlives its call (even outside its process group), and a
 secret straddling a cut is masked whole, never shown in half."""
 

@@ -25,6 +25,7 @@ from contracts.base import utc_now
 from contracts.executors import Executor, ExecutorStats, ResultStep, ToolStep
 from contracts.tasks import TaskSpec
 from contracts.tools import ExecTool
+from services.dev.bench.harness import QUARTILE_METHOD, Metric, Section, percentile, quartiles
 from services.kernel.bus import routed
 from services.kernel.codec import encode
 from services.kernel.embedded_nats import EmbeddedNats, free_port
@@ -34,7 +35,6 @@ from services.runner.ports import RunScope
 from services.runner.replay import Replayer
 from services.runner.service import bus_ports
 from services.runner.transcript import TranscriptRecorder
-from tests.bench.harness import QUARTILE_METHOD, Metric, Section, percentile, quartiles
 
 ECHO = "bench.echo"
 # The same step counts in both modes, so a quick result measures the same thing as a
@@ -186,8 +186,8 @@ if __name__ == "__main__":
     import sys
     from dataclasses import asdict
 
+    from services.dev.bench.harness import render_table
     from services.kernel.logs import configure_logging
-    from tests.bench.harness import render_table
 
     configure_logging("json", "warning")  # as `rote bench`: a log line per step would be timed
     section = anyio.run(run, "--quick" in sys.argv, backend="asyncio")

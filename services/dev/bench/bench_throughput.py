@@ -22,13 +22,13 @@ from contracts.runs import RunEvent, RunRequest
 from contracts.tasks import TaskSpec
 from contracts.tools import ToolMetadata
 from contracts.traces import Trace, TraceCaptured, TraceStep
+from services.dev.bench.harness import Metric, Section
+from services.dev.bench.processes import serving
 from services.kernel.bus import Bus, connect, routed
 from services.kernel.codec import decode, encode
 from services.kernel.embedded_nats import EmbeddedNats, free_port
 from services.kernel.ids import new_run_id
 from services.kernel.streams import ensure_streams
-from tests.bench.harness import Metric, Section
-from tests.bench.processes import serving
 
 TASK = "bench-noop"
 SLOTS = "32"
@@ -152,7 +152,7 @@ if __name__ == "__main__":
     import json
     from dataclasses import asdict
 
-    from tests.bench.harness import render_table
+    from services.dev.bench.harness import render_table
 
     section = anyio.run(run, False, backend="asyncio")
     print(json.dumps(asdict(section), indent=2))

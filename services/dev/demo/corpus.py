@@ -1,10 +1,10 @@
-"""Local sites and recurring tasks for the cost benchmark (tests/bench/bench_cost.py).
+"""Local sites and recurring tasks for the cost benchmark (services/dev/bench/bench_cost.py).
 
 Eight small sites, each rendered in three layouts (v1 -> v2 -> v3) and in numbered
 editions. An edition changes the content (new stories, moved prices, fresh reference
 numbers), so a replay must read the page again; a layout change is a redesign: the list
 a task reads moves to markup that a *different* entry of the stand-in model's candidate
-lists finds (services/standin/policy.py CANDIDATE_SELECTORS and CANDIDATE_RECORDS), so
+lists finds (services/dev/standin/policy.py CANDIDATE_SELECTORS and CANDIDATE_RECORDS), so
 the selector a compiled executor recorded finds nothing any more. Forms keep their
 field names through a redesign, page reads use no selector and an extract of a class
 every layout keeps still matches: those tasks survive layout changes, as they would on
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
 
-from services.demo.pages import PageServer, Rendered
+from services.dev.demo.pages import PageServer, Rendered
 
 Layout = Literal["v1", "v2", "v3"]
 LAYOUTS: tuple[Layout, ...] = ("v1", "v2", "v3")

@@ -1,6 +1,7 @@
-"""Replays that succeeded with a broken answer or input, and URL values the compiler
-missed: blank fields, unencoded and encoded URL values, names copied out of a longer
-text into a URL or a command."""
+"""Blank values and values inside URLs and commands: a field that comes back blank
+fails the replay rather than a broken answer or input; a value the run wrote into a URL
+(encoded or not) or a command becomes a reference encoded for where it goes; names
+copied out of a longer text are decided again."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ from contracts.llm import CompleteReply, CompleteRequest
 from contracts.tasks import TaskSpec
 from contracts.tools import ExecTool, ToolMetadata, ToolResult
 from contracts.traces import Trace, TraceStep
-from services.compiler import references
 from services.compiler.compile import compile
+from services.executor import references
 from services.runner.replay import Replayer, ReplayResult
 from tests.hand_built_replay import hand_built_executor, offline_scope, small_model_reply
 

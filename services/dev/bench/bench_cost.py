@@ -3,7 +3,7 @@
 The whole stack runs in-process (an embedded NATS with JetStream; system, llm, tools,
 compiler, tracer, runner; real Chromium; SQLite event stores in a temporary data dir)
 with the stand-in model over HTTP through the anthropic SDK. Each corpus task
-(services/demo/corpus.py) gets its own local site and runs on a schedule: the content
+(services/dev/demo/corpus.py) gets its own local site and runs on a schedule: the content
 edition advances every run, and the layout changes before the runs the task names (a
 redesign). For every run, on the same page state:
 
@@ -12,7 +12,7 @@ redesign). For every run, on the same page state:
             the next version) when the replay breaks;
   baseline  the same prompt under a one-time task id (trigger `once`, which the compiler
             never compiles): always a full LLM run. Its answer is also checked against
-            what tests/bench/corpus_oracle.py expects from the page, offline.
+            what services/dev/bench/corpus_oracle.py expects from the page, offline.
 
 Costs are the runner's own accounting (tokens x list prices) from each run's completed
 event. Targets: median replay cost <= 1 % of the full run on the same page state; answer
@@ -22,7 +22,7 @@ always-full. Quick mode (3 tasks x 4 runs, one redesign) lets a rote run that ra
 full loop stand as its own baseline; the full benchmark runs every baseline and checks
 that such pairs are the same conversation.
 
-    python -m tests.bench.bench_cost [--quick]
+    python -m services.dev.bench.bench_cost [--quick]
 """
 
 from __future__ import annotations
@@ -47,19 +47,19 @@ from contracts.base import utc_now
 from contracts.executors import ExecutorEvent
 from contracts.runs import RunEvent, RunStarted, StartRun
 from contracts.tasks import OnceTrigger, TaskSpec
-from services.compiler.outcomes import full_run_cost
-from services.demo.corpus import SITES, TASKS, TASKS_BY_ID, CorpusTask, Layout, SiteServer
+from services.dev.bench.corpus_oracle import expected_answer
+from services.dev.bench.harness import Metric, Section, render_table, to_json
+from services.dev.demo.corpus import SITES, TASKS, TASKS_BY_ID, CorpusTask, Layout, SiteServer
+from services.dev.standin.server import StandinServer
+from services.executor.cost import full_run_cost
 from services.kernel.bus import Bus, routed
 from services.kernel.embedded_nats import EmbeddedNats, free_port
 from services.kernel.logs import configure_logging
 from services.kernel.replay_read import read_all
 from services.kernel.runtime import open_stack
 from services.kernel.settings import Settings
-from services.standin.server import StandinServer
-from tests.bench.corpus_oracle import expected_answer
-from tests.bench.harness import Metric, Section, render_table, to_json
 
-SERVICES = ["system", "llm", "tools", "compiler", "tracer", "runner"]
+SERVICES = ["system", "llm", "tools", "compiler", "tracer", "runner", "scheduler"]
 RUNS = 10
 QUICK_RUNS = 4
 QUICK_TASKS = ("gazette-top3", "kitchen-stock", "townhall-signup")

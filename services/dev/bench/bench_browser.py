@@ -6,7 +6,7 @@ same Chromium, interleaved, so drift affects them alike; before each acquire the
 refilled (the steady state between runs), so neither is timed beside a context the pool
 is building in the background. Target: pooled p50 <= 50 ms.
 
-    python -m tests.bench.bench_browser [--quick]
+    python -m services.dev.bench.bench_browser [--quick]
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import time
 
 import anyio
 
+from services.dev.bench.harness import Metric, Section, percentile, render_table, to_json
 from services.kernel.logs import configure_logging
 from services.tools.browser import BrowserConfig, BrowserPool
-from tests.bench.harness import Metric, Section, percentile, render_table, to_json
 
 TARGET_P50_MS = 50.0
 

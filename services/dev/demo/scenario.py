@@ -19,15 +19,15 @@ from contracts.executors import ExecutorEvent, ExecutorHealth, ExecutorRef
 from contracts.llm import ModelsReply
 from contracts.runs import RunEvent
 from contracts.tasks import CreateTask, RunAccepted, RunTask, TaskView
-from services.compiler.outcomes import full_run_cost
-from services.demo.site import DemoSite
+from services.dev.demo.site import DemoSite
+from services.executor.cost import full_run_cost
 from services.kernel.bus import Bus
 from services.kernel.codec import decode
 from services.kernel.embedded_nats import free_port
 from services.kernel.replay_read import read_all
 from services.kernel.runtime import open_stack
-from services.kernel.secrets import cut_text
 from services.kernel.settings import Settings
+from services.kernel.text import cut_text
 
 TASK_ID = "demo-news"
 RUNS = 5

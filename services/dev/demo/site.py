@@ -19,7 +19,7 @@ import html
 from dataclasses import dataclass
 from typing import Literal
 
-from services.demo.pages import PageServer
+from services.dev.demo.pages import PageServer
 
 Layout = Literal["v1", "v2"]
 
