@@ -10,7 +10,6 @@ from contracts.base import Command, Event, NonEmptyStr, Reply, SubjectToken, Utc
 from contracts.errors import ErrorInfo
 from contracts.llm import ToolDefinition
 
-
 # The error code of a call that needs the run's browser page when the tools process
 # holding it is gone: the page is blank now, and a read of it would look like an empty
 # result, so the call fails instead until the run navigates again.
