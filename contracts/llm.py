@@ -85,7 +85,9 @@ class RequestToolUseBlock(ToolUseBlock, forbid_unknown_fields=True):
 class RequestToolResultBlock(ToolResultBlock, forbid_unknown_fields=True):
     # Every field again, in the same order: a redefined field alone would move first.
     tool_use_id: str
-    content: str | list[RequestTextBlock] = ""
+    # Narrower than the reply's block type, on purpose: a request holds only what may be
+    # sent. Type checkers see a field redefined; msgspec decodes by this annotation.
+    content: str | list[RequestTextBlock] = ""  # type: ignore[assignment]
     is_error: bool = False
 
 
@@ -100,7 +102,7 @@ RequestContentBlock = (
 
 class RequestMessage(Message, forbid_unknown_fields=True):
     role: Literal["user", "assistant"]
-    content: str | list[RequestContentBlock]
+    content: str | list[RequestContentBlock]  # type: ignore[assignment]  # narrowed, as above
 
 
 class RequestToolDefinition(ToolDefinition, forbid_unknown_fields=True):
@@ -225,7 +227,7 @@ class PriceFileModel(ModelPrice, forbid_unknown_fields=True):
     """A ModelPrice as the file gives it."""
 
     id: NonEmptyStr
-    bands: list[PriceFileBand]
+    bands: list[PriceFileBand]  # type: ignore[assignment]  # narrowed: strict in a file
     # Absent: as the built-in table says for this id (a new price is no new retirement
     # date); null: the model does not retire.
     retires_on: date | msgspec.UnsetType | None = msgspec.UNSET  # type: ignore[assignment]

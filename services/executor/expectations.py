@@ -44,6 +44,7 @@ def check(
     """None when the expectation holds, else why it does not (a replay failure reason).
     `outputs` (earlier steps' outputs by index) is needed by InList."""
     meta = metadata or ToolMetadata()
+    got: Any
     match expectation:
         case MinItems(count=count) if isinstance(output, str):
             # A page read is a list of lines: an empty page or a one-line placeholder

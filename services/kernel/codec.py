@@ -42,7 +42,10 @@ def decoder(type_: Any) -> Decoder:
 
 
 def decode(data: bytes | str, type_: type[T]) -> T:
-    return decoder(type_).decode(data)  # type: ignore[no-any-return]
+    # Any type is a cache key (hashable), a union such as `A | B` too.
+    key: Any = type_
+    result: T = decoder(key).decode(data)
+    return result
 
 
 def decode_stored(data: str | Any, type_: type[T]) -> T:

@@ -23,6 +23,7 @@ import time
 import uuid
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from services.kernel.logs import get_logger
 
@@ -84,7 +85,8 @@ def _server_info(host: str, port: int, timeout: float = 0.5) -> dict[str, object
     if not line.startswith(b"INFO "):
         return None
     try:
-        return json.loads(line[5:])  # type: ignore[no-any-return]
+        info: dict[str, Any] = json.loads(line[5:])
+        return info
     except ValueError:
         return None
 

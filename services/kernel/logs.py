@@ -73,4 +73,5 @@ def configure_logging(fmt: str = "auto", level: str = "info", stream: TextIO | N
 
 
 def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:
-    return structlog.get_logger(name)  # type: ignore[no-any-return]
+    logger: structlog.typing.FilteringBoundLogger = structlog.get_logger(name)
+    return logger

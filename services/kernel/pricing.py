@@ -97,8 +97,8 @@ def check_price(price: ModelPrice) -> None:
     limits = [band.up_to_prompt_tokens for band in price.bands]
     if limits[-1] is not None:
         raise PriceTableError(f"{where}: the last band must have no up_to_prompt_tokens")
-    bounded = limits[:-1]
-    if any(limit is None for limit in bounded):
+    bounded = [limit for limit in limits[:-1] if limit is not None]
+    if len(bounded) != len(limits) - 1:
         raise PriceTableError(f"{where}: only the last band may be unbounded")
     if bounded != sorted(bounded) or len(set(bounded)) != len(bounded):
         raise PriceTableError(f"{where}: band limits must increase")

@@ -126,7 +126,7 @@ class Replies(Generic[T]):
     async def _first(self, key: Hashable, entry: _Call[T], call: Callable[[], Awaitable[T]]) -> T:
         self._running[key] = entry
         try:
-            entry.reply = await call()
+            reply = entry.reply = await call()
         except self.remember as exc:
             entry.error = exc
             raise
@@ -135,7 +135,7 @@ class Replies(Generic[T]):
             if entry.reply is not None or entry.error is not None:
                 self._keep(key, entry)
             entry.done.set()
-        return entry.reply
+        return reply
 
     def _keep(self, key: Hashable, entry: _Call[T]) -> None:
         entry.finished = True

@@ -8,7 +8,7 @@ generated from STREAMS.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from nats.js import JetStreamContext
 from nats.js.api import (
@@ -125,6 +125,8 @@ def _differs(want: StreamConfig, have: StreamConfig) -> list[str]:
     in infra/streams/*.json) whose value on the server is another."""
     wanted, held = want.as_dict(), have.as_dict()
     changed = []
+    a: Any
+    b: Any
     for name, a in wanted.items():
         b = held.get(name)
         if name == "subjects":
