@@ -271,7 +271,7 @@ def test_a_stack_whose_embedded_nats_dies_stops_and_says_so(tmp_path: Path) -> N
 
 
 def test_up_and_serve_help_say_which_nats_they_use_and_how_they_stop() -> None:
-    """What the README's command table says of them, where a user looks first."""
+    """What the command table (services/cli/README.md) says of them, where a user looks first."""
     for command, words in [
         ("up", ("ROTE_NATS_URL", "embedded NATS", "SIGINT", "SIGTERM")),
         ("serve", ("ROTE_NATS_URL", "running `rote up`", "ROTE_DATA_DIR", "SIGTERM")),

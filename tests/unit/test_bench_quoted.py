@@ -1,5 +1,6 @@
-"""The README quotes the committed full benchmark run: every number it takes from that
-run's JSON is checked against the JSON, so a re-run cannot leave an old number behind."""
+"""The benchmarks' README (services/dev/bench/README.md) quotes the committed full run:
+every number it takes from that run's JSON is checked against the JSON, so a re-run
+cannot leave an old number behind."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from services.dev.demo.corpus import TASKS_BY_ID
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULT = ROOT / "services/dev/bench/results/full.json"
+QUOTING = ROOT / "services/dev/bench/README.md"
 TIMES = "\N{MULTIPLICATION SIGN}"  # as the README writes ratios
 TO = "\N{EN DASH}"  # and ranges
 WORST = "cost/worst task's median replay / full"
@@ -34,8 +36,8 @@ def _metrics(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _readme() -> str:
-    """README.md with every run of whitespace as one space: a quote may wrap lines."""
-    return " ".join((ROOT / "README.md").read_text().split())
+    """The bench README with every run of whitespace as one space: a quote may wrap lines."""
+    return " ".join(QUOTING.read_text().split())
 
 
 def _target(metric: dict[str, Any]) -> str:

@@ -1,8 +1,9 @@
-"""The operator docs and examples in infra/ name what the code really has: every setting,
-every service, an environment file rote accepts, and (README.md, which infra/README.md
-refers to) the rule saying which environment variables hold secrets. Every `rote`
-command the docs show exists with its flags, and every subject and request payload they
-show exists and decodes as its contract (tests/e2e/test_readme_cli.py runs the loop)."""
+"""The docs name what the code really has. infra/: every setting, every service, an
+environment file rote accepts; services/kernel/README.md (which infra/README.md refers
+to): the rule saying which environment variables hold secrets. In README.md, infra/ and
+the README.md beside each package: every `rote` command shown exists with its flags, and
+every subject, request payload and trigger shown exists and decodes as its contract
+(tests/e2e/test_readme_cli.py runs the loop)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from services.scheduler.triggers import TriggerError, validate
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "infra" / "README.md").read_text()
-MAIN_README = (ROOT / "README.md").read_text()
+SECRETS_DOC = (ROOT / "services" / "kernel" / "README.md").read_text()
 SETTINGS_SOURCE = (ROOT / "services" / "kernel" / "settings.py").read_text()
 
 
@@ -73,17 +74,17 @@ SECRETS_INTRO = "An environment variable holds one when its name says so"
 
 
 def secret_rule() -> tuple[dict[str, str], str]:
-    """The README's bullets on secret names (by their text before the first `:`), and
-    the paragraph after them."""
-    start = MAIN_README.index(SECRETS_INTRO)
-    bullets_start = MAIN_README.index("\n\n* ", start) + 2
-    bullets_end = MAIN_README.index("\n\n", bullets_start)
-    after_end = MAIN_README.index("\n\n", bullets_end + 2)
+    """The kernel README's bullets on secret names (by their text before the first `:`),
+    and the paragraph after them."""
+    start = SECRETS_DOC.index(SECRETS_INTRO)
+    bullets_start = SECRETS_DOC.index("\n\n* ", start) + 2
+    bullets_end = SECRETS_DOC.index("\n\n", bullets_start)
+    after_end = SECRETS_DOC.index("\n\n", bullets_end + 2)
     bullets = {}
-    for bullet in MAIN_README[bullets_start:bullets_end].removeprefix("* ").split("\n* "):
+    for bullet in SECRETS_DOC[bullets_start:bullets_end].removeprefix("* ").split("\n* "):
         head, _, body = bullet.partition(":")
         bullets[head] = " ".join(body.split())
-    return bullets, " ".join(MAIN_README[bullets_end:after_end].split())
+    return bullets, " ".join(SECRETS_DOC[bullets_end:after_end].split())
 
 
 def names(text: str) -> set[str]:
@@ -129,19 +130,23 @@ def test_the_readme_states_what_else_is_masked() -> None:
     assert f"also masked on its own, from {MIN_SCANNED_SECRET_CHARS} characters" in after
 
 
-def test_the_infra_guide_refers_to_the_readme_for_secret_names() -> None:
-    assert "\n## Configuration\n" in MAIN_README
+def test_the_infra_guide_refers_to_the_kernel_readme_for_secret_names() -> None:
+    assert "\n## Secrets\n" in SECRETS_DOC
     start = README.index("Which variables count as secrets")
     paragraph = README[start : README.find("\n\n", start) % (len(README) + 1)]
-    assert "(../README.md#configuration)" in paragraph
-    assert not names(paragraph), "the rule is stated once, in README.md"
+    assert "(../services/kernel/README.md#secrets)" in paragraph
+    assert not names(paragraph), "the rule is stated once, in services/kernel/README.md"
 
 
 # --- commands, subjects and payloads the docs show ----------------------------------------
 
 DOCS = {
     path.relative_to(ROOT).as_posix(): path.read_text()
-    for path in [ROOT / "README.md", *sorted((ROOT / "infra").rglob("*.md"))]
+    for path in [
+        ROOT / "README.md",
+        *sorted((ROOT / "infra").rglob("*.md")),
+        *sorted((ROOT / "services").rglob("README.md")),
+    ]
 }
 SERVICE_SOURCES = {
     path.parent.name: path.read_text() for path in (ROOT / "services").glob("*/service.py")
