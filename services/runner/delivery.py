@@ -44,6 +44,9 @@ TRANSCRIPT_SAVE_S = 5.0
 
 
 class RunDelivery:
+    """Runs the deliveries of run requests, one `execute` call each (any number at once:
+    it keeps no state of its own between them)."""
+
     def __init__(
         self,
         *,
