@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import msgspec
@@ -24,8 +25,11 @@ from contracts.llm import (
     CompleteRequest,
     ContentBlock,
     Message,
+    RequestMessage,
+    RequestToolDefinition,
     TextBlock,
     TextEvent,
+    ToolDefinition,
     ToolResultBlock,
     ToolUseBlock,
 )
@@ -151,7 +155,19 @@ def elided_note(chars: int) -> str:
     return f"[output of an earlier call elided to fit the request: {chars} chars]"
 
 
-def _chars(content: str | list[TextBlock]) -> int:
+def request_messages(messages: list[Message]) -> list[RequestMessage]:
+    """`messages` as CompleteRequest types them. Its fields name the strict twins the
+    llm service decodes into; built here, a request encodes any Message by its shape
+    (as the contract says), so this only tells the type checker so."""
+    return cast(list[RequestMessage], messages)
+
+
+def request_tools(tools: list[ToolDefinition]) -> list[RequestToolDefinition]:
+    """`tools` as CompleteRequest types them (see request_messages)."""
+    return cast(list[RequestToolDefinition], tools)
+
+
+def _chars(content: str | Sequence[TextBlock]) -> int:
     return len(content) if isinstance(content, str) else sum(len(b.text) for b in content)
 
 
@@ -163,12 +179,12 @@ def fit_request(request: CompleteRequest, max_bytes: int) -> tuple[CompleteReque
     size = len(encode(request))
     if size <= max_bytes:
         return request, 0
-    messages = list(request.messages)
+    messages: list[Message] = list(request.messages)
     elided = 0
     for index, message in enumerate(messages):
         if message.role != "user" or isinstance(message.content, str):
             continue
-        blocks = list(message.content)
+        blocks: list[ContentBlock] = list(message.content)
         for position, block in enumerate(blocks):
             if not isinstance(block, ToolResultBlock):
                 continue
@@ -184,7 +200,7 @@ def fit_request(request: CompleteRequest, max_bytes: int) -> tuple[CompleteReque
                 break
         messages[index] = Message(role=message.role, content=blocks)
         if size <= max_bytes:
-            return msgspec.structs.replace(request, messages=messages), elided
+            return msgspec.structs.replace(request, messages=request_messages(messages)), elided
     return None
 
 
@@ -246,83 +262,19 @@ class AgentLoop:
         self.transcript.message(messages[0])
         stuck = StuckDetector()
 
-        max_bytes = self.ports.max_payload - PAYLOAD_HEADROOM
         while self.iterations < self.spec.max_iterations:
             if ended := self._out_of_time():
                 return ended
             self.iterations += 1
-            request = CompleteRequest(
-                model=self.spec.model,
-                system=SYSTEM_PROMPT,
-                messages=messages,
-                tools=tools,
-                run_id=self.run_id,
-                task_id=self.task_id,
-                purpose="agent",
-                max_tokens=AGENT_MAX_TOKENS,
-            )
-            # `messages` stays whole (the record); only what is sent is fitted.
-            fitted = fit_request(request, max_bytes)
-            if fitted is None:
-                return self._outcome(
-                    False,
-                    reason="llm_error",
-                    error=f"the conversation does not fit one model request of {max_bytes}"
-                    " bytes, even with every earlier tool output elided",
-                )
-            request, elided = fitted
-            if elided:
-                log.info("llm_request_fitted", elided_outputs=elided, max_bytes=max_bytes)
-            try:
-                reply = await self.ports.complete(request)
-            except PortError as exc:
-                if exc.billed is not None:
-                    self.ledger.add(exc.billed)
-                return self._outcome(
-                    False,
-                    reason="llm_error",
-                    error=f"{exc.code}: {exc.message}",
-                    infrastructure=exc.code in UNSERVED_LLM_CODES,
-                )
-            self.ledger.add(reply)
-            assistant = Message(role="assistant", content=list(reply.content))
-            messages.append(assistant)
-            self.transcript.message(assistant)
-            for block in reply.content:
-                if isinstance(block, TextBlock) and block.text.strip():
-                    await self._publish_text(block.text)
-
+            reply = await self._ask(messages, tools)
+            if isinstance(reply, AgentOutcome):
+                return reply
             uses = [b for b in reply.content if isinstance(b, ToolUseBlock)]
-            if uses and (how := UNRUNNABLE_STOPS.get(reply.stop_reason or "")):
-                return self._outcome(
-                    False,
-                    reason="llm_error",
-                    error=f"the model's turn was {how} (stop_reason {reply.stop_reason});"
-                    " nothing was run",
-                )
-            if not uses:
-                answer = final_text(reply.content)
-                problem = answer_problem(reply, answer)
-                if problem is not None:
-                    return self._outcome(False, reason="llm_error", error=problem)
-                return self._outcome(True, result=answer)
-
-            results: list[ContentBlock] = []
-            for use in uses:
-                if ended := self._out_of_time():
-                    return ended
-                result_block, error, fatal = await self._call_tool(use)
-                results.append(result_block)
-                if fatal:  # the tools service itself is gone, not the task's doing
-                    return self._outcome(
-                        False, reason="tool_error", error=error, infrastructure=True
-                    )
-                if stuck.observe(use.name, use.input, error):
-                    return self._outcome(
-                        False,
-                        reason="stuck",
-                        error=f"{use.name} failed {stuck.limit} times in a row: {error}",
-                    )
+            if ended := self._turn_ends_run(reply, uses):
+                return ended
+            results = await self._run_tools(uses, stuck)
+            if isinstance(results, AgentOutcome):
+                return results
             user = Message(role="user", content=results)
             messages.append(user)
             self.transcript.message(user)
@@ -332,6 +284,93 @@ class AgentLoop:
             reason="max_iterations",
             error=f"no answer after {self.spec.max_iterations} model turns",
         )
+
+    async def _ask(
+        self, messages: list[Message], tools: list[ToolDefinition]
+    ) -> CompleteReply | AgentOutcome:
+        """One model turn on the conversation so far: its reply, added to `messages`
+        (and the record); or the run's end when the call cannot be made or fails."""
+        max_bytes = self.ports.max_payload - PAYLOAD_HEADROOM
+        request = CompleteRequest(
+            model=self.spec.model,
+            system=SYSTEM_PROMPT,
+            messages=request_messages(messages),
+            tools=request_tools(tools),
+            run_id=self.run_id,
+            task_id=self.task_id,
+            purpose="agent",
+            max_tokens=AGENT_MAX_TOKENS,
+        )
+        # `messages` stays whole (the record); only what is sent is fitted.
+        fitted = fit_request(request, max_bytes)
+        if fitted is None:
+            return self._outcome(
+                False,
+                reason="llm_error",
+                error=f"the conversation does not fit one model request of {max_bytes}"
+                " bytes, even with every earlier tool output elided",
+            )
+        request, elided = fitted
+        if elided:
+            log.info("llm_request_fitted", elided_outputs=elided, max_bytes=max_bytes)
+        try:
+            reply = await self.ports.complete(request)
+        except PortError as exc:
+            if exc.billed is not None:
+                self.ledger.add(exc.billed)
+            return self._outcome(
+                False,
+                reason="llm_error",
+                error=f"{exc.code}: {exc.message}",
+                infrastructure=exc.code in UNSERVED_LLM_CODES,
+            )
+        self.ledger.add(reply)
+        assistant = Message(role="assistant", content=list(reply.content))
+        messages.append(assistant)
+        self.transcript.message(assistant)
+        for block in reply.content:
+            if isinstance(block, TextBlock) and block.text.strip():
+                await self._publish_text(block.text)
+        return reply
+
+    def _turn_ends_run(self, reply: CompleteReply, uses: list[ToolUseBlock]) -> AgentOutcome | None:
+        """The run's end at this turn: its answer (no tool call), or a turn whose tool
+        calls must not run; None when its tool calls are to run."""
+        if uses and (how := UNRUNNABLE_STOPS.get(reply.stop_reason or "")):
+            return self._outcome(
+                False,
+                reason="llm_error",
+                error=f"the model's turn was {how} (stop_reason {reply.stop_reason});"
+                " nothing was run",
+            )
+        if uses:
+            return None
+        answer = final_text(reply.content)
+        problem = answer_problem(reply, answer)
+        if problem is not None:
+            return self._outcome(False, reason="llm_error", error=problem)
+        return self._outcome(True, result=answer)
+
+    async def _run_tools(
+        self, uses: list[ToolUseBlock], stuck: StuckDetector
+    ) -> list[ContentBlock] | AgentOutcome:
+        """The turn's tool calls, in order: their results for the model; or the run's
+        end (out of time, the tools service gone, or stuck)."""
+        results: list[ContentBlock] = []
+        for use in uses:
+            if ended := self._out_of_time():
+                return ended
+            result_block, error, fatal = await self._call_tool(use)
+            results.append(result_block)
+            if fatal:  # the tools service itself is gone, not the task's doing
+                return self._outcome(False, reason="tool_error", error=error, infrastructure=True)
+            if stuck.observe(use.name, use.input, error):
+                return self._outcome(
+                    False,
+                    reason="stuck",
+                    error=f"{use.name} failed {stuck.limit} times in a row: {error}",
+                )
+        return results
 
     async def _publish_text(self, text: str) -> None:
         """Best effort: the text event is for watchers (the transcript keeps the text),

@@ -4,8 +4,18 @@ is redelivered and runs again). No NATS here: service.py stores what is cut off.
 
 from __future__ import annotations
 
+from services.kernel.secrets import redact
+
 # An error quotes what broke the run (a tool's error, a model's refusal), each bounded
 # where it comes from; this bounds what they add up to in one event.
 MAX_EVENT_ERROR_CHARS = 4000
 # A stand-in for the reference the event will carry, to measure the event with it.
 REF_PLACEHOLDER = "sha256:" + "0" * 64
+# Bound what an unexpected error adds to an abandoned run's event.
+MAX_ABANDON_ERROR_CHARS = 500
+
+
+def abandon_error(failure: BaseException) -> str:
+    """What an abandoned run's event says broke it: masked before it is cut, since a
+    secret cut in half would no longer be recognised as one."""
+    return redact(f"{type(failure).__name__}: {failure}")[:MAX_ABANDON_ERROR_CHARS]

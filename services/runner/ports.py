@@ -1,8 +1,8 @@
 """What a run needs from the rest of rote, as plain async callables.
 
 The agent loop and the replay are written against these, so they can be read and
-tested without NATS; service.py supplies implementations that call the llm and tools
-services over the bus.
+tested without NATS; adapters.py supplies implementations that call the llm, tools and
+compiler services over the bus.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import msgspec
 
 from contracts.executors import ActiveExecutor
 from contracts.llm import CompleteReply, CompleteRequest, TextEvent, ToolDefinition
+from contracts.runs import RunEvent
 from contracts.tasks import TaskSpec
 from contracts.tools import ExecTool, ToolResult
 from services.runner.transcript import TranscriptRecorder
@@ -49,6 +50,12 @@ class Ports:
     # The largest request, in bytes, `complete` can carry (the bus's max payload; NATS
     # defaults to 1 MB): the agent loop fits its conversation under it.
     max_payload: int = DEFAULT_MAX_PAYLOAD
+
+
+# Publishes one of the run's lifecycle events under its Nats-Msg-Id. The service masks
+# secrets in it and fits a large answer into the blob store; an attempt publishes
+# `replay_failed` through it while it runs, before falling back to the full loop.
+PublishRunEvent = Callable[[RunEvent, str], Awaitable[None]]
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from services.runner.agent_loop import (
     answer_problem,
     call_timeout,
     final_text,
+    request_messages,
     time_left,
 )
 from services.runner.ports import PortError, RunScope
@@ -235,6 +236,8 @@ class Replayer:
             await anyio.sleep(self.backoff_s * attempt)
 
     async def _step(self, step: ToolStep | LlmStep) -> Any:
+        output: Any
+        metadata: ToolMetadata | None
         if isinstance(step, ToolStep):
             # Every value filled in must be there: the compiler referred to values the
             # original run had, and a blank one today is a changed page, not an input.
@@ -252,8 +255,8 @@ class Replayer:
             step.index, references.render_text(step.prompt, self.outputs)
         )
         if step.tool is None:
-            output: Any = text
-            metadata: ToolMetadata | None = None
+            output = text
+            metadata = None
         else:
             try:
                 tool_input = json.loads(text)
@@ -264,7 +267,8 @@ class Replayer:
             output, metadata = await self._tool(step.index, step.tool, tool_input)
         reason = check_all(step.expect, output, metadata, self.outputs)
         if reason is not None:
-            raise StepFailed(step.index, reason, retryable=not acts(step.tool))
+            # A judgement step without a tool acted on nothing: trying it again is safe.
+            raise StepFailed(step.index, reason, retryable=step.tool is None or not acts(step.tool))
         return output
 
     async def _result(self, step: ResultStep) -> str:
@@ -367,7 +371,7 @@ class Replayer:
             reply = await self.ports.complete(
                 CompleteRequest(
                     model=self.executor.small_model or self.spec.small_model,
-                    messages=[Message(role="user", content=prompt)],
+                    messages=request_messages([Message(role="user", content=prompt)]),
                     max_tokens=max_tokens,
                     effort="low",
                     run_id=self.run_id,

@@ -44,7 +44,7 @@ from services.kernel.errors import RemoteError
 from services.kernel.runtime import ServiceContext
 from services.kernel.settings import Settings
 from services.kernel.streams import ensure_streams
-from services.runner.service import ExecutorCache
+from services.runner.adapters import ExecutorCache
 from tests.e2e.helpers import stored
 
 pytestmark = pytest.mark.anyio

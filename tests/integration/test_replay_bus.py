@@ -29,9 +29,10 @@ from services.kernel.codec import decode, encode
 from services.kernel.run_store import RunStore
 from services.kernel.runtime import open_stack
 from services.kernel.settings import Settings
+from services.runner.adapters import bus_ports
 from services.runner.ports import RunScope
 from services.runner.replay import Replayer, ReplayResult
-from services.runner.service import Runner, bus_ports
+from services.runner.service import Runner
 from services.runner.transcript import TranscriptRecorder
 from tests.hand_built_replay import hand_built_executor
 
@@ -211,7 +212,7 @@ async def test_a_replay_whose_step_came_back_past_the_deadline_ends_the_run_ther
             active_executor=active_executor,
             list_tools=list_tools,
         )
-        done = await Runner(stack.context, ports).execute(request, attempt=1)
+        done = await Runner(stack.context, ports).delivery.execute(request, attempt=1)
 
     assert (done.status, done.reason, done.source) == ("failed", "deadline", "executor")
     assert [call.input["command"] for call in calls] == ["make"]  # "make test" never started

@@ -46,9 +46,9 @@ from services.kernel.bus import Bus, routed
 from services.kernel.codec import decode, encode
 from services.kernel.runtime import open_stack
 from services.kernel.settings import Settings
+from services.runner.adapters import bus_ports
 from services.runner.ports import RunScope
 from services.runner.replay import Replayer
-from services.runner.service import bus_ports
 from services.runner.transcript import TranscriptRecorder
 from tests.e2e.helpers import wait_finished
 from tests.hand_built_replay import hand_built_executor

@@ -19,8 +19,8 @@ from contracts.tools import SESSION_LOST, ExecTool
 from services.kernel import bus as bus_module
 from services.kernel.bus import Bus, connect
 from services.kernel.embedded_nats import EmbeddedNats, free_port
+from services.runner.adapters import bus_ports
 from services.runner.ports import PortError, Ports
-from services.runner.service import bus_ports
 from tests.integration.test_llm_reconnect import kill, restart
 from tests.integration.test_tools_outage import PRICES, TOOLS, URL, ToolsProcess
 

@@ -49,9 +49,9 @@ from services.kernel.runtime import ServiceContext
 from services.kernel.secrets import MASK, register_secret
 from services.kernel.settings import Settings
 from services.kernel.streams import ensure_streams
+from services.runner.adapters import bus_ports
 from services.runner.ports import RunScope
 from services.runner.replay import Replayer
-from services.runner.service import bus_ports
 from services.runner.transcript import TranscriptRecorder
 from services.tools import local
 from services.tools import service as tools_service

@@ -118,8 +118,8 @@ def test_a_replay_cut_off_by_the_deadline_is_a_failed_replay_whose_cost_counts()
     from contracts.executors import LlmStep, ResultStep
     from contracts.llm import CompleteReply, Usage
     from services.runner.accounting import Ledger
+    from services.runner.attempt import AttemptState
     from services.runner.replay import Replayer
-    from services.runner.service import _Attempt
     from tests.hand_built_replay import hand_built_executor, offline_scope
 
     steps = [LlmStep(index=0, prompt="judge"), ResultStep(index=1, mode="template")]
@@ -137,7 +137,7 @@ def test_a_replay_cut_off_by_the_deadline_is_a_failed_replay_whose_cost_counts()
             cost_usd=0.00002,
         )
     )
-    attempt = _Attempt(version=4, replayer=replayer)
+    attempt = AttemptState(version=4, replayer=replayer)
     run_ledger = Ledger()
     attempt.cut_off_replay(run_ledger, "the run passed its 3 s deadline")
 
@@ -153,7 +153,7 @@ def test_a_replay_cut_off_by_the_deadline_is_a_failed_replay_whose_cost_counts()
 
 def test_an_abandoned_runs_error_never_carries_part_of_a_secret() -> None:
     from services.kernel.secrets import register_secret
-    from services.runner.service import MAX_ABANDON_ERROR_CHARS, abandon_error
+    from services.runner.bounds import MAX_ABANDON_ERROR_CHARS, abandon_error
 
     secret = "hunter2-db-password-XYZ"
     register_secret(secret)

@@ -31,9 +31,9 @@ from services.kernel.codec import encode
 from services.kernel.embedded_nats import EmbeddedNats, free_port
 from services.kernel.runtime import open_stack
 from services.kernel.settings import Settings
+from services.runner.adapters import bus_ports
 from services.runner.ports import RunScope
 from services.runner.replay import Replayer
-from services.runner.service import bus_ports
 from services.runner.transcript import TranscriptRecorder
 
 ECHO = "bench.echo"

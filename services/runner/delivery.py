@@ -1,0 +1,191 @@
+"""One delivery of a run request, under the run's claim (claims.py holds it).
+
+`RunDelivery.execute` follows a run from start to end:
+
+1. what earlier deliveries left (prior.py): when the run first started, whether an
+   earlier replay failed; read once, before anything starts;
+2. the run's `started` event for this delivery (one per delivery: the ledger shows every
+   delivery that took the run up);
+3. the attempt itself (attempt.py): path A, path B, within what the deadline has left;
+   an attempt with no time left keeps the earlier attempts' transcript;
+4. the ending: what earlier attempts spent joins the run's cost, the browser session is
+   closed, the transcript saved and the terminal `completed`/`failed` event published,
+   unless another runner took the run over or it was already ended (a late run the
+   scheduler declared abandoned).
+
+An attempt that breaks (an unexpected error, or its runner stopping) closes its session
+and saves its record so far, then lets the error through: claims.py decides between a
+redelivery and ending the run abandoned.
+"""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+
+from contracts.base import utc_now
+from contracts.runs import RunEvent, RunRequest
+from services.kernel.lease import Lease
+from services.kernel.logs import get_logger
+from services.kernel.run_store import RunStore
+from services.kernel.secrets import redact_struct
+from services.runner.attempt import AttemptResult, Limits, RunAttempt, close_session, terminal_event
+from services.runner.bounds import abandon_error
+from services.runner.claims import RunClaims
+from services.runner.ports import Ports, PublishRunEvent
+from services.runner.prior import RunHistory
+from services.runner.transcript import TranscriptRecorder
+
+log = get_logger("rote.runner")
+
+# How long a broken attempt may spend saving its transcript (it holds up a shutdown).
+TRANSCRIPT_SAVE_S = 5.0
+
+
+class RunDelivery:
+    """Runs the deliveries of run requests, one `execute` call each (any number at once:
+    it keeps no state of its own between them)."""
+
+    def __init__(
+        self,
+        *,
+        ports: Ports,
+        store: RunStore,
+        history: RunHistory,
+        claims: RunClaims,
+        limits: Limits,
+        publish: PublishRunEvent,
+    ) -> None:
+        self.ports = ports
+        self.store = store
+        self.history = history
+        self.claims = claims
+        self.limits = limits
+        self.publish = publish
+
+    async def execute(
+        self, request: RunRequest, attempt: int, claim: Lease | None = None
+    ) -> RunEvent:
+        """Run delivery `attempt` of `request` and return the run's terminal event (also
+        when it was not published: another runner's, or an earlier ending's, stands).
+        `claim`: the run's claim this delivery holds (None: no claim protocol, as in a
+        test that runs one delivery by hand)."""
+        spec = request.spec
+        # The deadline bounds the run's wall-clock time, not each delivery's: a
+        # redelivered run gets only what its first start left of it.
+        prior = await self.history.load(request, attempt)
+        started = time.monotonic()
+        started_at = utc_now()
+        elapsed = prior.elapsed_s(started_at)
+        await self.publish(
+            RunEvent(
+                task_id=request.task_id,
+                run_id=request.run_id,
+                event="started",
+                at=started_at,
+                status="running",
+                spec=redact_struct(spec),
+                origin=request.origin,
+                attempt=attempt,
+            ),
+            f"{request.run_id}:started:{attempt}",
+        )
+        log.info("run_started", model=spec.model)
+        transcript = TranscriptRecorder(request.run_id, request.task_id)
+        if spec.deadline_s - elapsed <= 0:
+            # Still `started` above: the ledger shows every delivery that took the run
+            # up, and this one's `failed` says why it ran nothing.
+            log.warning("run_deadline_passed_before_delivery", elapsed_s=round(elapsed, 3))
+            await self.history.carry_over(transcript, request.run_id)
+        run = RunAttempt(
+            request,
+            attempt,
+            ports=self.ports,
+            transcript=transcript,
+            limits=self.limits,
+            publish=self.publish,
+        )
+        try:
+            result = await run.run(elapsed, prior.failed_replay)
+        except BaseException as broke:
+            await self._keep_broken_record(request, attempt, claim, transcript, broke)
+            raise
+        if attempt > 1:  # what the earlier, broken attempts spent is this run's cost too
+            result.ledger.merge(await self.history.spent_before(request.run_id, started_at))
+        return await self._end(request, attempt, claim, transcript, result, started)
+
+    async def _keep_broken_record(
+        self,
+        request: RunRequest,
+        attempt: int,
+        claim: Lease | None,
+        transcript: TranscriptRecorder,
+        broke: BaseException,
+    ) -> None:
+        """Whatever broke the attempt (the message is redelivered), its browser context
+        must not outlive it: the next attempt starts from a clean one. Its record so far,
+        and what broke it, is saved: a later attempt writes over it; when none comes, it
+        is the run's transcript."""
+        with anyio.CancelScope(shield=True):
+            await close_session(self.ports, request.run_id, attempt)
+            if isinstance(broke, Exception):
+                transcript.note(f"attempt {attempt} broke: {abandon_error(broke)}")
+            else:
+                transcript.note(f"attempt {attempt} was stopped with its runner")
+            with anyio.move_on_after(TRANSCRIPT_SAVE_S):
+                try:
+                    if claim is None or await self.claims.record_is_ours(claim, request.run_id):
+                        await self.store.save_transcript(transcript.encoded(), request.run_id)
+                except Exception as exc:
+                    log.warning("transcript_save_failed", error=str(exc))
+
+    async def _end(
+        self,
+        request: RunRequest,
+        attempt: int,
+        claim: Lease | None,
+        transcript: TranscriptRecorder,
+        result: AttemptResult,
+        started: float,
+    ) -> RunEvent:
+        """Close the session, save the transcript and publish the run's terminal event,
+        unless the run is no longer this runner's to end."""
+        outcome = result.outcome
+        with anyio.CancelScope(shield=True):
+            await close_session(self.ports, request.run_id, attempt)
+            if outcome.error:
+                transcript.note(outcome.error, reason=outcome.reason)
+            # One terminal event per run: completed and failed share a Nats-Msg-Id. That
+            # dedupes only within the stream's window, and a run that outlived its
+            # deadline may meanwhile have been declared abandoned by the scheduler.
+            late = (utc_now() - request.requested_at).total_seconds() > request.spec.deadline_s
+            earlier = await self.store.finished(request.run_id) if late else None
+            # A runner that took the run over writes its record and its ending.
+            taken_over = claim is not None and not await self.claims.ending_is_ours(
+                claim, request.run_id
+            )
+            if not taken_over:
+                try:
+                    await self.store.save_transcript(transcript.encoded(), request.run_id)
+                except Exception as exc:  # the run's outcome matters more than its record
+                    log.warning("transcript_save_failed", error=str(exc))
+            finished = terminal_event(
+                request, attempt, result, duration_ms=int((time.monotonic() - started) * 1000)
+            )
+            if earlier is not None:
+                log.warning("run_outcome_dropped", already=earlier.reason or earlier.status)
+            elif taken_over:
+                log.warning("run_outcome_dropped", already="claimed by another runner")
+            else:
+                await self.publish(finished, f"{request.run_id}:finished")
+        log.info(
+            "run_finished",
+            status=finished.status,
+            source=finished.source,
+            fell_back=finished.fell_back,
+            reason=finished.reason,
+            cost_usd=finished.cost_usd,
+            duration_ms=finished.duration_ms,
+        )
+        return finished
