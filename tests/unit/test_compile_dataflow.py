@@ -10,14 +10,9 @@ import pytest
 from contracts.executors import Executor, LlmStep, ResultStep, ToolStep
 from contracts.traces import Trace, TraceStep
 from services.compiler.compile import compile
-from services.compiler.dataflow import (
-    Context,
-    ListVerdict,
-    Pointer,
-    Source,
-    judge_lists,
-    provenance,
-)
+from services.compiler.dataflow.picks import ListVerdict, judge_lists
+from services.compiler.dataflow.provenance import provenance
+from services.compiler.dataflow.sources import Context, Pointer, Source
 from services.executor import references
 from tests.unit.test_compile import SITE, _navigated, _step, _trace, simulate
 
