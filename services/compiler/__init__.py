@@ -1,8 +1,10 @@
 """The compiler: turns a successful full run's trace into an executor, and keeps every
 executor's health as an event-sourced aggregate.
 
-Pure core (no NATS, no database): dataflow (where values came from), compile (trace ->
-Executor | Skip), health (the rules, as a fold over events), outcomes and views.
+Pure core (no NATS, no database): dataflow/ (where each value came from), compile (trace
+-> Executor | Skip: skip rules in skip, the run's plan in plan, tool steps in steps,
+small-model steps in judgement, the answer in result, replay checks in expectations,
+stats in stats), health (the rules, as a fold over events), outcomes and views.
 Storage: store (eventsourcing). Wiring: service. What an executor's steps mean at replay
 (references, expectations, tool kinds) is the executor language, services/executor/.
 """

@@ -30,7 +30,8 @@ from contracts.executors import (
 from contracts.tasks import ConditionTrigger, Contains
 from contracts.tools import ToolMetadata
 from contracts.traces import Trace, TraceStep
-from services.compiler.compile import Content, compile, title_to_expect
+from services.compiler.compile import compile
+from services.compiler.expectations import Content, title_to_expect
 from services.executor import expectations, references
 
 DATA = Path(__file__).parent.parent / "data" / "traces"

@@ -17,7 +17,7 @@ import pytest
 from contracts.executors import Executor, MinItems, ResultStep, Skip, ToolStep
 from contracts.traces import Trace
 from services.compiler.compile import compile
-from services.compiler.dataflow import asks_verdict
+from services.compiler.dataflow.prompt import asks_verdict
 from services.executor import expectations
 from tests.unit.test_compile import SITE, _navigated, _step, _trace, kinds, load, simulate
 
