@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from contracts.tools import ExecTool, ToolResult
-from services.tools.browser import BrowserConfig, BrowserPool, Session
-from services.tools.browser_tools import BrowserLimits
+from services.tools.browser import BrowserConfig, BrowserPool
+from services.tools.limits import BrowserLimits
+from services.tools.session import Session
 from services.tools.specs import SPECS
 from services.tools.toolbox import ToolBox, ToolsConfig
 

@@ -39,7 +39,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
 from nats.js.errors import NotFoundError, ServiceUnavailableError
 
-from services.kernel.codec import decoder
+from services.kernel.codec import decode
 from services.kernel.errors import stopping
 from services.kernel.logs import get_logger
 from services.kernel.secrets import redact
@@ -182,7 +182,7 @@ async def handle_one(
 ) -> str:
     """Decode, handle, settle; returns the outcome ("ack", "nak", "term")."""
     try:
-        payload = decoder(type_).decode(msg.data)
+        payload = decode(msg.data, type_)
     except Exception as exc:  # whatever the bytes are, asking again will not change them
         log.error(
             "poison_message",
@@ -366,15 +366,23 @@ async def consume(
                 tg.start_soon(worker, i)
     finally:
         with anyio.CancelScope(shield=True):
-            # Unsubscribed first: the server drops the pull requests still waiting on
-            # these inboxes, so a message handed back cannot land in one of them.
-            for sub in subs:
-                try:
-                    await sub.unsubscribe()
-                except Exception as exc:  # already gone with the connection
-                    log.debug("unsubscribe_failed", error=str(exc))
-            late = [msg for sub in subs for msg in stranded(sub)]
-            await hand_back([*handling.values(), *late], name)
+            await _stop(subs, handling.values(), name)
+
+
+async def _stop(
+    subs: list[JetStreamContext.PullSubscription], handling: Iterable[Msg], consumer: str
+) -> None:
+    """A consumer stopping: its subscriptions ended, and the messages it was handling,
+    or that arrived too late for a fetch, handed back."""
+    # Unsubscribed first: the server drops the pull requests still waiting on these
+    # inboxes, so a message handed back cannot land in one of them.
+    for sub in subs:
+        try:
+            await sub.unsubscribe()
+        except Exception as exc:  # already gone with the connection
+            log.debug("unsubscribe_failed", error=str(exc))
+    late = [msg for sub in subs for msg in stranded(sub)]
+    await hand_back([*handling, *late], consumer)
 
 
 def stranded(sub: JetStreamContext.PullSubscription | Subscription) -> list[Msg]:

@@ -90,26 +90,7 @@ class LlmService:
             params = api_params(req, model_id, accepts_effort=self.prices.accepts_effort(model_id))
             result = await self.caller.call(params)
         except CallFailed as exc:
-            failure = exc.failure
-            log.warning(
-                "llm_call_failed",
-                model=model_id,
-                code=failure.code,
-                status=failure.status,
-                attempts=exc.attempts,
-                error=redact(failure.message),
-            )
-            details: dict[str, object] = {"attempts": exc.attempts, "model": model_id}
-            if failure.status is not None:
-                details["status"] = failure.status
-            if failure.request_id:
-                details["request_id"] = failure.request_id
-            message = failure.message
-            retired = self.prices.retirement(model_id, utc_now().date())
-            if failure.status == 404 and retired:
-                # The API's own words ("model: claude-…") do not say why it is gone.
-                message = f"{message} ({retired}: {RETIRED_HINT})"
-            raise ServiceError(failure.code, message, details=details) from None
+            raise self._call_failed(exc, model_id) from None
         message = result.message
         # The API billed this call whatever its content: price it and publish its usage
         # before the content is judged, so a reply rote cannot carry still costs what
@@ -120,23 +101,7 @@ class LlmService:
             content = content_from_api(message.get("content") or [])
         except UnreadableReply as exc:
             await self._publish_usage(req, model_id, usage, cost_usd, result.attempts, call_id)
-            log.warning(
-                "llm_reply_unreadable",
-                model=model_id,
-                attempts=result.attempts,
-                cost_usd=cost_usd,
-                error=str(exc),
-            )
-            raise ServiceError(
-                "upstream",
-                str(exc),
-                details={
-                    "attempts": result.attempts,
-                    "model": model_id,
-                    "cost_usd": cost_usd,
-                    "usage": msgspec.to_builtins(usage),
-                },
-            ) from None
+            raise self._unreadable(exc, model_id, result.attempts, usage, cost_usd) from None
         reply = CompleteReply(
             id=str(message.get("id") or call_id),
             model=str(message.get("model") or model_id),
@@ -161,6 +126,52 @@ class LlmService:
             purpose=req.purpose,
         )
         return reply
+
+    def _call_failed(self, exc: CallFailed, model_id: str) -> ServiceError:
+        """The refusal of a call the API did not answer (after its retries), logged."""
+        failure = exc.failure
+        log.warning(
+            "llm_call_failed",
+            model=model_id,
+            code=failure.code,
+            status=failure.status,
+            attempts=exc.attempts,
+            error=redact(failure.message),
+        )
+        details: dict[str, object] = {"attempts": exc.attempts, "model": model_id}
+        if failure.status is not None:
+            details["status"] = failure.status
+        if failure.request_id:
+            details["request_id"] = failure.request_id
+        message = failure.message
+        retired = self.prices.retirement(model_id, utc_now().date())
+        if failure.status == 404 and retired:
+            # The API's own words ("model: claude-…") do not say why it is gone.
+            message = f"{message} ({retired}: {RETIRED_HINT})"
+        return ServiceError(failure.code, message, details=details)
+
+    def _unreadable(
+        self, exc: UnreadableReply, model_id: str, attempts: int, usage: Usage, cost_usd: float
+    ) -> ServiceError:
+        """The refusal of a billed reply whose content rote cannot carry, logged; it
+        says what the call cost."""
+        log.warning(
+            "llm_reply_unreadable",
+            model=model_id,
+            attempts=attempts,
+            cost_usd=cost_usd,
+            error=str(exc),
+        )
+        return ServiceError(
+            "upstream",
+            str(exc),
+            details={
+                "attempts": attempts,
+                "model": model_id,
+                "cost_usd": cost_usd,
+                "usage": msgspec.to_builtins(usage),
+            },
+        )
 
     def _price(self, model_id: str, answered_model: str, usage: Usage) -> float:
         """Cost from the price table: the model asked for, else the one that answered;

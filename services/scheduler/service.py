@@ -12,15 +12,20 @@ recorded task events (plus run requests) out through the store's notification lo
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 import anyio
 import msgspec
 import nats.errors
-from anyio.abc import TaskStatus
+from anyio.abc import TaskGroup, TaskStatus
 from eventsourcing.persistence import Notification, PersistenceError
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.js import JetStreamContext
+from nats.js.api import ConsumerConfig
+from nats.micro.service import Service
 
 from contracts import subjects as s
 from contracts.base import utc_now
@@ -47,7 +52,7 @@ from services.kernel.consumers import (
     ensure_consumer,
     replace_lost,
 )
-from services.kernel.endpoints import Endpoint, start_service, stop_service
+from services.kernel.endpoints import Endpoint, Handler, start_service, stop_service
 from services.kernel.errors import RemoteError, ServiceError
 from services.kernel.event_store import application_env, open_application
 from services.kernel.lease import Lease, LeaseLost
@@ -116,7 +121,9 @@ class SchedulerRelay(EventRelay):
             return
         if not isinstance(domain_event, Task.Event):
             return
-        if isinstance(domain_event, Task.Defined):
+        # The eventsourcing library makes Task.Defined from @event("Defined") as the class
+        # is created, where mypy cannot see it.
+        if isinstance(domain_event, Task.Defined):  # type: ignore[attr-defined]
             self._task_ids[domain_event.originator_id] = domain_event.task_id
         task_id = await self._task_id(domain_event.originator_id)
         if task_id is None:
@@ -131,58 +138,74 @@ class SchedulerRelay(EventRelay):
             await self.send(notification, message.subject, message.event, msg_id=message.msg_id)
 
 
-def condition_checker(bus: Bus) -> Any:
+@dataclass(frozen=True)
+class _Check:
+    """One check of a trigger: its own session (the run_id its calls carry) and the
+    deadline its calls share."""
+
+    task_id: str
+    trigger: ConditionTrigger
+    check_id: str = field(default_factory=lambda: f"cond-{uuid.uuid4().hex[:20]}")
+    deadline: float = field(default_factory=lambda: anyio.current_time() + CONDITION_TIMEOUT_S)
+
+    def request(self, tool: str, tool_input: dict[str, Any]) -> ExecTool:
+        """A call of `tool` with the time the check has left."""
+        left = self.deadline - anyio.current_time()
+        if left < 1:
+            raise ConditionError(f"opening {self.trigger.url} took the check's whole time")
+        tool_name = self.trigger.tool
+        return ExecTool(
+            run_id=self.check_id,
+            task_id=self.task_id,
+            allowed_tools=[NAVIGATE, tool_name] if self.trigger.url else [tool_name],
+            tool=tool,
+            input=tool_input,
+            timeout_s=left,
+            source="condition",
+        )
+
+
+class ConditionChecker:
     """A condition check is one tool call through the tools service, allowed only the
     trigger's tool; with `url`, a browser_navigate to it first, in the check's own
     session, and the tool after it on the process holding that page (the shared tools
     client pins them, as it pins a run's calls). Both share the check's time. A browser
     check closes its session afterwards."""
-    tools = ToolsClient(bus)
 
-    async def check(task_id: str, trigger: ConditionTrigger) -> Any:
+    def __init__(self, bus: Bus) -> None:
+        self.tools = ToolsClient(bus)
+
+    async def __call__(self, task_id: str, trigger: ConditionTrigger) -> Any:
         if (problem := page_url_problem(trigger.tool, trigger.url)) is not None:
             # Stored before `url` was required: it would test a blank page forever.
             raise BrokenCheck(problem)
-        check_id = f"cond-{uuid.uuid4().hex[:20]}"
-        allowed = [NAVIGATE, trigger.tool] if trigger.url else [trigger.tool]
-        deadline = anyio.current_time() + CONDITION_TIMEOUT_S
-
-        async def call(tool: str, tool_input: dict[str, Any]) -> ToolResult:
-            left = deadline - anyio.current_time()
-            if left < 1:
-                raise ConditionError(f"opening {trigger.url} took the check's whole time")
-            request = ExecTool(
-                run_id=check_id,
-                task_id=task_id,
-                allowed_tools=allowed,
-                tool=tool,
-                input=tool_input,
-                timeout_s=left,
-                source="condition",
-            )
-            try:
-                return await tools.call(request, timeout=left + 5)
-            except RemoteError as exc:
-                # The code says whether the check itself is wrong (the engine pauses the
-                # task) or the service could not make it this time (checked again later).
-                raise refused_check(exc.code, exc.message, exc.info.field) from None
-
+        check = _Check(task_id, trigger)
         try:
             if trigger.url:
-                opened = await call(NAVIGATE, {"url": trigger.url})
-                if not opened.ok:
-                    message = opened.error.message if opened.error else "navigation failed"
-                    raise ConditionError(f"could not open {trigger.url}: {message}")
-            result = await call(trigger.tool, trigger.input)
+                await self._open(check, trigger.url)
+            result = await self._call(check, trigger.tool, trigger.input)
         finally:
             with anyio.CancelScope(shield=True):
-                await tools.close(check_id)
+                await self.tools.close(check.check_id)
         if not result.ok:
             message = result.error.message if result.error else "tool failed"
             raise ConditionError(f"{trigger.tool} failed: {message}")
         return result.output
 
-    return check
+    async def _open(self, check: _Check, url: str) -> None:
+        opened = await self._call(check, NAVIGATE, {"url": url})
+        if not opened.ok:
+            message = opened.error.message if opened.error else "navigation failed"
+            raise ConditionError(f"could not open {url}: {message}")
+
+    async def _call(self, check: _Check, tool: str, tool_input: dict[str, Any]) -> ToolResult:
+        request = check.request(tool, tool_input)
+        try:
+            return await self.tools.call(request, timeout=request.timeout_s + 5)
+        except RemoteError as exc:
+            # The code says whether the check itself is wrong (the engine pauses the
+            # task) or the service could not make it this time (checked again later).
+            raise refused_check(exc.code, exc.message, exc.info.field) from None
 
 
 def shown_payload(data: bytes) -> str:
@@ -199,23 +222,6 @@ def shown_payload(data: bytes) -> str:
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         pass  # not JSON, or nested too deep to walk: masked as text only
     return redact(text)
-
-
-async def _reject(bus: Bus, msg: Msg, verb: str, error: ServiceError, msg_id: str | None) -> None:
-    # Bounded: a payload near the 1 MB limit, escaped into JSON, would not fit in the
-    # rejection, which could then never be published, holding the intake up for good.
-    payload = shown_payload(msg.data)
-    rejected = TaskRejected(
-        verb=verb,
-        error=error.info(),
-        payload=payload[:MAX_REJECTED_PAYLOAD_CHARS],
-        payload_truncated=len(payload) > MAX_REJECTED_PAYLOAD_CHARS,
-        at=utc_now(),
-        msg_id=msg_id,
-    )
-    # Keyed by the intake message, so a redelivered command is not refused twice.
-    await bus.publish_event(s.TASK_REJECTED, rejected, msg_id=f"rejected:{stored_at(msg)}")
-    log.info("intake_rejected", verb=verb, code=error.code, field=error.field)
 
 
 def intake_key(msg: Msg) -> str:
@@ -235,118 +241,261 @@ def stored_at(msg: Msg) -> str:
     return f"{s.STREAM_INTAKE}:{meta.sequence.stream}:{meta.timestamp.isoformat()}"
 
 
-async def _intake_one(bus: Bus, engine: Scheduler, msg: Msg) -> None:
-    verb = msg.subject.removeprefix(INTAKE_PREFIX)
-    msg_id = (msg.headers or {}).get(s.HEADER_MSG_ID)
-    try:
-        await engine.handle(verb, msg.data, key=intake_key(msg))
-    except ServiceError as exc:
-        await _reject(bus, msg, verb, exc, msg_id)
-    except Exception as exc:
-        if msg.metadata.num_delivered < MAX_INTAKE_DELIVERIES:
-            log.warning("intake_retry", verb=verb, error=str(exc)[:500])
-            await msg.nak(delay=1.0 * msg.metadata.num_delivered)
-            return
-        log.exception("intake_gave_up", verb=verb)
-        await _reject(
-            bus, msg, verb, ServiceError("internal", f"could not apply {verb}: {exc}"), msg_id
-        )
-    await msg.ack()
-
-
-async def run_intake(
-    bus: Bus, engine: Scheduler, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
-) -> None:
+def _intake_consumer() -> ConsumerConfig:
     """One command at a time, in stream order: max_ack_pending=1 means a command being
     retried holds back the ones behind it, never reorders them."""
-    config = durable_config(
+    return durable_config(
         s.CONSUMER_SCHEDULER_INTAKE,
         filter_subjects=[s.INTAKE_TASKS_ALL],
         max_deliver=-1,
         max_ack_pending=1,
     )
-    await ensure_consumer(bus.js, s.STREAM_INTAKE, config)
-    sub = await bus.js.pull_subscribe_bind(
-        durable=s.CONSUMER_SCHEDULER_INTAKE, stream=s.STREAM_INTAKE
+
+
+def _runs_consumer() -> ConsumerConfig:
+    return durable_config(
+        s.CONSUMER_SCHEDULER_RUNS,
+        filter_subjects=[
+            s.run_events_of(event="started"),
+            s.run_events_of(event="completed"),
+            s.run_events_of(event="failed"),
+        ],
     )
-    task_status.started()
-    backoff = RESTORE_BACKOFF_S[0]
+
+
+async def _unsubscribe(sub: Subscription | JetStreamContext.PullSubscription) -> None:
     try:
-        while True:
+        await sub.unsubscribe()
+    except Exception as exc:  # already gone with the connection
+        log.debug("unsubscribe_failed", error=str(exc))
+
+
+class SchedulerService:
+    """The scheduler while it holds the lease: its engine over the task store, the relay
+    out of that store, and what comes in (endpoints, the intake, run outcomes, executor
+    hints)."""
+
+    def __init__(self, bus: Bus, app: Tasks, clock: Clock, config: SchedulerConfig) -> None:
+        self.bus = bus
+        self.app = app
+        self.config = config
+        self.relay = SchedulerRelay(app, bus)
+        self.engine = Scheduler(
+            app,
+            clock,
+            config,
+            check_condition=ConditionChecker(bus),
+            on_saved=self.relay.wake,
+        )
+        self.adhoc = AdHocRuns(bus)
+
+    async def run(
+        self,
+        service_group: TaskGroup,
+        *,
+        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Serve until cancelled; the micro service's requests run in `service_group`."""
+        await anyio.to_thread.run_sync(self.app.catalog.catch_up)
+        hints = await self._subscribe_hints()
+        async with anyio.create_task_group() as tg:
+            await self._recover(tg)
+            await tg.start(self.run_intake)
+            service = await self._start_service(service_group)
+            tg.start_soon(self.engine.run_ticks)
+            tg.start_soon(self.engine.run_condition_checks)
+            log.info(
+                "scheduler_started",
+                tasks=len(self.app.catalog.tasks),
+                max_concurrent=self.config.max_concurrent,
+                daily_budget_usd=self.config.daily_budget_usd,
+            )
+            task_status.started()
             try:
-                msgs = await sub.fetch(1, timeout=2.0)
-            except nats.errors.TimeoutError:
-                continue  # nothing to do
-            except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError):
-                await anyio.sleep(0.5)
-                continue
-            except Exception as exc:  # the consumer (or its stream) is gone: put it back
-                problem = describe_fetch_error(exc)
-                restored = await replace_lost(
-                    bus.js, s.STREAM_INTAKE, config, sub, problem, backoff
-                )
-                backoff = min(backoff * 2, RESTORE_BACKOFF_S[1])
-                if restored is not None:
-                    sub = restored
-                continue
-            backoff = RESTORE_BACKOFF_S[0]
-            for msg in msgs:
-                try:
-                    await _intake_one(bus, engine, msg)
-                except Exception as exc:  # NATS away while settling: redelivered later
-                    log.warning("intake_settle_failed", error=str(exc))
-    finally:
-        with anyio.CancelScope(shield=True):
-            try:
-                await sub.unsubscribe()
-            except Exception as exc:  # already gone with the connection
-                log.debug("unsubscribe_failed", error=str(exc))
+                await anyio.sleep_forever()
+            finally:
+                await stop_service(service)
+                with anyio.CancelScope(shield=True):
+                    for sub in hints:
+                        await _unsubscribe(sub)
 
+    async def _recover(self, tg: TaskGroup) -> None:
+        """The relay and the run outcomes first; recovery once the outcomes that arrived
+        while no scheduler ran are recorded, so that it judges no finished run
+        abandoned."""
+        await tg.start(self.relay.run)
+        await tg.start(
+            partial(
+                consume,
+                self.bus.js,
+                stream=s.STREAM_RUNS,
+                config=_runs_consumer(),
+                type_=RunEvent,
+                handler=self.on_run_event,
+            )
+        )
+        await self._wait_for_backlog(s.STREAM_RUNS, s.CONSUMER_SCHEDULER_RUNS)
+        await self.engine.tick()  # recovery first, before anyone can ask for anything
 
-async def _wait_for_backlog(bus: Bus, stream: str, consumer: str) -> None:
-    """Let outcomes that arrived while we were down be recorded before recovery judges
-    any run abandoned."""
-    with anyio.move_on_after(BACKLOG_WAIT_S):
-        while True:
-            info = await bus.js.consumer_info(stream, consumer)
-            if not info.num_pending and not info.num_ack_pending:
-                return
-            await anyio.sleep(0.05)
-    log.warning("run_backlog_not_drained", waited_s=BACKLOG_WAIT_S)
+    async def _wait_for_backlog(self, stream: str, consumer: str) -> None:
+        with anyio.move_on_after(BACKLOG_WAIT_S):
+            while True:
+                info = await self.bus.js.consumer_info(stream, consumer)
+                if not info.num_pending and not info.num_ack_pending:
+                    return
+                await anyio.sleep(0.05)
+        log.warning("run_backlog_not_drained", waited_s=BACKLOG_WAIT_S)
 
-
-def endpoints(engine: Scheduler, adhoc: AdHocRuns) -> list[Endpoint]:
-    def tasks(verb: str, subject: str, request: type, handler: Any, description: str) -> Endpoint:
-        return Endpoint(
-            f"tasks_{verb}", subject, request, handler, concurrent=True, description=description
+    async def _start_service(self, service_group: TaskGroup) -> Service:
+        config = self.config
+        return await start_service(
+            self.bus,
+            name="rote-scheduler",
+            version=__version__,
+            description="Tasks, their triggers, and the dispatch of their runs",
+            endpoints=self.endpoints(),
+            task_group=service_group,
+            metadata={
+                "max_concurrent": str(config.max_concurrent),
+                # "" is unlimited; a budget of 0 (nothing runs) is shown as such.
+                "daily_budget_usd": (
+                    "" if config.daily_budget_usd is None else str(config.daily_budget_usd)
+                ),
+            },
         )
 
-    return [
-        tasks("create", s.TASKS_CREATE, CreateTask, engine.create, "define a task"),
-        tasks("update", s.TASKS_UPDATE, UpdateTask, engine.update, "change some fields"),
-        tasks("pause", s.TASKS_PAUSE, TaskRef, engine.pause, "stop scheduling a task"),
-        tasks("resume", s.TASKS_RESUME, TaskRef, engine.resume, "schedule a task again"),
-        tasks("delete", s.TASKS_DELETE, TaskRef, engine.delete, "delete a task"),
-        tasks("run", s.TASKS_RUN, RunTask, engine.run, "run a task now; replies with run_id"),
-        tasks("get", s.TASKS_GET, TaskRef, engine.get, "one task"),
-        tasks("list", s.TASKS_LIST, ListTasks, engine.list, "tasks, by status, a page at a time"),
-        Endpoint(
-            "runs_list",
-            s.RUNS_LIST,
-            ListRuns,
-            engine.runs,
-            concurrent=True,
-            description="the run ledger, newest first",
-        ),
-        Endpoint(
-            "runs_start",
-            s.RUNS_START,
-            StartRun,
-            adhoc.start,
-            concurrent=True,
-            description="run an inline spec once, with no task",
-        ),
-    ]
+    # --- run outcomes and executor hints ------------------------------------------------
+
+    async def on_run_event(self, event: RunEvent, msg: Msg) -> None:
+        await self.engine.on_run_event(event)
+
+    async def _subscribe_hints(self) -> list[Subscription]:
+        # A hint, not a record (core NATS): missed, the task waits compile_wait_s.
+        return [
+            await self.bus.nc.subscribe(s.executor_event("*", name), cb=self.on_executor_event)
+            for name in ("compiled", "skipped")
+        ]
+
+    async def on_executor_event(self, msg: Msg) -> None:
+        try:
+            event = decode(msg.data, ExecutorEvent)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            log.warning("executor_event_unreadable", error=str(exc))
+            return
+        self.engine.on_executor_event(event.task_id, event.run_id)
+
+    # --- the intake ---------------------------------------------------------------------
+
+    async def run_intake(
+        self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        config = _intake_consumer()
+        await ensure_consumer(self.bus.js, s.STREAM_INTAKE, config)
+        sub = await self.bus.js.pull_subscribe_bind(
+            durable=s.CONSUMER_SCHEDULER_INTAKE, stream=s.STREAM_INTAKE
+        )
+        task_status.started()
+        backoff = RESTORE_BACKOFF_S[0]
+        try:
+            while True:
+                try:
+                    msgs = await sub.fetch(1, timeout=2.0)
+                except nats.errors.TimeoutError:
+                    continue  # nothing to do
+                except (
+                    nats.errors.ConnectionClosedError,
+                    nats.errors.ConnectionReconnectingError,
+                ):
+                    await anyio.sleep(0.5)
+                    continue
+                except Exception as exc:  # the consumer (or its stream) is gone: put it back
+                    problem = describe_fetch_error(exc)
+                    restored = await replace_lost(
+                        self.bus.js, s.STREAM_INTAKE, config, sub, problem, backoff
+                    )
+                    backoff = min(backoff * 2, RESTORE_BACKOFF_S[1])
+                    if restored is not None:
+                        sub = restored
+                    continue
+                backoff = RESTORE_BACKOFF_S[0]
+                for msg in msgs:
+                    try:
+                        await self._intake_one(msg)
+                    except Exception as exc:  # NATS away while settling: redelivered later
+                        log.warning("intake_settle_failed", error=str(exc))
+        finally:
+            with anyio.CancelScope(shield=True):
+                await _unsubscribe(sub)
+
+    async def _intake_one(self, msg: Msg) -> None:
+        verb = msg.subject.removeprefix(INTAKE_PREFIX)
+        msg_id = (msg.headers or {}).get(s.HEADER_MSG_ID)
+        try:
+            await self.engine.handle(verb, msg.data, key=intake_key(msg))
+        except ServiceError as exc:
+            await self._reject(msg, verb, exc, msg_id)
+        except Exception as exc:
+            if msg.metadata.num_delivered < MAX_INTAKE_DELIVERIES:
+                log.warning("intake_retry", verb=verb, error=str(exc)[:500])
+                await msg.nak(delay=1.0 * msg.metadata.num_delivered)
+                return
+            log.exception("intake_gave_up", verb=verb)
+            error = ServiceError("internal", f"could not apply {verb}: {exc}")
+            await self._reject(msg, verb, error, msg_id)
+        await msg.ack()
+
+    async def _reject(self, msg: Msg, verb: str, error: ServiceError, msg_id: str | None) -> None:
+        # Bounded: a payload near the 1 MB limit, escaped into JSON, would not fit in the
+        # rejection, which could then never be published, holding the intake up for good.
+        payload = shown_payload(msg.data)
+        rejected = TaskRejected(
+            verb=verb,
+            error=error.info(),
+            payload=payload[:MAX_REJECTED_PAYLOAD_CHARS],
+            payload_truncated=len(payload) > MAX_REJECTED_PAYLOAD_CHARS,
+            at=utc_now(),
+            msg_id=msg_id,
+        )
+        # Keyed by the intake message, so a redelivered command is not refused twice.
+        await self.bus.publish_event(s.TASK_REJECTED, rejected, msg_id=f"rejected:{stored_at(msg)}")
+        log.info("intake_rejected", verb=verb, code=error.code, field=error.field)
+
+    # --- endpoints ----------------------------------------------------------------------
+
+    def endpoints(self) -> list[Endpoint]:
+        engine = self.engine
+
+        def ep(
+            name: str, subject: str, request: type[msgspec.Struct], handler: Handler, text: str
+        ) -> Endpoint:
+            return Endpoint(name, subject, request, handler, concurrent=True, description=text)
+
+        return [
+            ep("tasks_create", s.TASKS_CREATE, CreateTask, engine.create, "define a task"),
+            ep("tasks_update", s.TASKS_UPDATE, UpdateTask, engine.update, "change some fields"),
+            ep("tasks_pause", s.TASKS_PAUSE, TaskRef, engine.pause, "stop scheduling a task"),
+            ep("tasks_resume", s.TASKS_RESUME, TaskRef, engine.resume, "schedule a task again"),
+            ep("tasks_delete", s.TASKS_DELETE, TaskRef, engine.delete, "delete a task"),
+            ep(
+                "tasks_run", s.TASKS_RUN, RunTask, engine.run, "run a task now; replies with run_id"
+            ),
+            ep("tasks_get", s.TASKS_GET, TaskRef, engine.get, "one task"),
+            ep(
+                "tasks_list",
+                s.TASKS_LIST,
+                ListTasks,
+                engine.list,
+                "tasks, by status, a page at a time",
+            ),
+            ep("runs_list", s.RUNS_LIST, ListRuns, engine.runs, "the run ledger, newest first"),
+            ep(
+                "runs_start",
+                s.RUNS_START,
+                StartRun,
+                self.adhoc.start,
+                "run an inline spec once, with no task",
+            ),
+        ]
 
 
 async def serve(
@@ -392,6 +541,7 @@ async def _serve(
     clock: Clock | None = None,
     config: SchedulerConfig | None = None,
 ) -> None:
+    """One lease term: the task store opened, served until cancelled, closed."""
     settings = ctx.settings
     config = config or SchedulerConfig(
         max_concurrent=settings.max_concurrent, daily_budget_usd=settings.daily_budget_usd
@@ -400,90 +550,8 @@ async def _serve(
         open_application, partial(Tasks, env=application_env(settings, "scheduler")), "scheduler"
     )
     try:
-        relay = SchedulerRelay(app, ctx.bus)
-        engine = Scheduler(
-            app,
-            clock or SystemClock(),
-            config,
-            check_condition=condition_checker(ctx.bus),
-            on_saved=relay.wake,
-        )
-        await anyio.to_thread.run_sync(app.catalog.catch_up)
-
-        async def on_run_event(event: RunEvent, msg: Msg) -> None:
-            await engine.on_run_event(event)
-
-        runs_config = durable_config(
-            s.CONSUMER_SCHEDULER_RUNS,
-            filter_subjects=[
-                s.run_events_of(event="started"),
-                s.run_events_of(event="completed"),
-                s.run_events_of(event="failed"),
-            ],
-        )
-
-        async def on_executor_event(msg: Msg) -> None:
-            try:
-                event = decode(msg.data, ExecutorEvent)
-            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                log.warning("executor_event_unreadable", error=str(exc))
-                return
-            engine.on_executor_event(event.task_id, event.run_id)
-
-        # A hint, not a record (core NATS): missed, the task waits compile_wait_s.
-        compiled = [
-            await ctx.bus.nc.subscribe(s.executor_event("*", name), cb=on_executor_event)
-            for name in ("compiled", "skipped")
-        ]
-        async with anyio.create_task_group() as tg:
-            await tg.start(relay.run)
-            await tg.start(
-                partial(
-                    consume,
-                    ctx.bus.js,
-                    stream=s.STREAM_RUNS,
-                    config=runs_config,
-                    type_=RunEvent,
-                    handler=on_run_event,
-                )
-            )
-            await _wait_for_backlog(ctx.bus, s.STREAM_RUNS, s.CONSUMER_SCHEDULER_RUNS)
-            await engine.tick()  # recovery first, before anyone can ask for anything
-            await tg.start(run_intake, ctx.bus, engine)
-            service = await start_service(
-                ctx.bus,
-                name="rote-scheduler",
-                version=__version__,
-                description="Tasks, their triggers, and the dispatch of their runs",
-                endpoints=endpoints(engine, AdHocRuns(ctx.bus)),
-                task_group=ctx.task_group,
-                metadata={
-                    "max_concurrent": str(config.max_concurrent),
-                    # "" is unlimited; a budget of 0 (nothing runs) is shown as such.
-                    "daily_budget_usd": (
-                        "" if config.daily_budget_usd is None else str(config.daily_budget_usd)
-                    ),
-                },
-            )
-            tg.start_soon(engine.run_ticks)
-            tg.start_soon(engine.run_condition_checks)
-            log.info(
-                "scheduler_started",
-                tasks=len(app.catalog.tasks),
-                max_concurrent=config.max_concurrent,
-                daily_budget_usd=config.daily_budget_usd,
-            )
-            task_status.started()
-            try:
-                await anyio.sleep_forever()
-            finally:
-                await stop_service(service)
-                with anyio.CancelScope(shield=True):
-                    for sub in compiled:
-                        try:
-                            await sub.unsubscribe()
-                        except Exception as exc:  # the connection is going away anyway
-                            log.debug("unsubscribe_failed", error=str(exc))
+        scheduler = SchedulerService(ctx.bus, app, clock or SystemClock(), config)
+        await scheduler.run(ctx.task_group, task_status=task_status)
     finally:
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(app.close)

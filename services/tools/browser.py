@@ -12,64 +12,25 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import time
 from collections import deque
 from contextlib import AsyncExitStack, suppress
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
 import anyio
-from playwright.async_api import (
-    Browser,
-    BrowserContext,
-    Dialog,
-    Frame,
-    Page,
-    Playwright,
-    Request,
-    Response,
-    async_playwright,
-)
+from playwright.async_api import Browser, BrowserContext, Page, Playwright, async_playwright
 from playwright.async_api import Error as PlaywrightError
 
 from services.kernel.logs import get_logger
 from services.kernel.text import cut_text
-from services.tools.frame_loads import FrameLoads
-from services.tools.vault import SecretField
+from services.tools.chromium import chromium_candidates, launch_args
+from services.tools.session import Session
 
 log = get_logger("rote.tools.browser")
-
-# Headless with nothing running in the background: no update checks, sync, safe
-# browsing lists or field trials (a closed network would see them retried forever).
-CHROMIUM_ARGS: tuple[str, ...] = (
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-default-apps",
-    "--disable-extensions",
-    "--disable-domain-reliability",
-    "--disable-breakpad",
-    "--disable-features=Translate,OptimizationHints,MediaRouter,CalculateNativeWinOcclusion",
-    "--metrics-recording-only",
-    "--no-default-browser-check",
-    "--no-first-run",
-    "--no-pings",
-    "--safebrowsing-disable-auto-update",
-    "--password-store=basic",
-)
-
 
 # Opening a context and its page takes well under a second; a browser that takes this
 # long is treated as unusable.
 CREATE_TIMEOUT_S = 10.0
-# What a call reports of the dialogs (alert, confirm, prompt) pages showed since the last
-# report: a page that raises one after another is not reported dialog by dialog.
-MAX_DIALOGS_REPORTED = 5
-MAX_DIALOG_MESSAGE_CHARS = 500
 # Runs whose session died with Chromium, remembered until they come back (or end): a
 # bound, so runs that never return cannot grow it without end.
 MAX_LOST_REMEMBERED = 10_000
@@ -87,207 +48,6 @@ class BrowserConfig:
     reap_interval_s: float = 30.0
     viewport: tuple[int, int] = (1280, 800)
     locale: str = "en-US"
-
-
-def chromium_candidates(playwright_path: str | None, configured: str | None) -> list[str | None]:
-    """Executables to try, in order: Playwright's own (None: let Playwright pick), then
-    ROTE_CHROMIUM, then a system chromium."""
-    found: list[str | None] = []
-    if playwright_path and Path(playwright_path).exists():
-        found.append(None)
-    if configured:
-        found.append(configured)
-    for name in ("chromium", "chromium-browser"):
-        path = shutil.which(name)
-        if path and path not in found:
-            found.append(path)
-    return found
-
-
-def launch_args() -> list[str]:
-    args = list(CHROMIUM_ARGS)
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        args.append("--no-sandbox")  # Chromium refuses to sandbox as root
-    return args
-
-
-@dataclass
-class Session:
-    """A run's browser state: its own context, the page tools act on, and what the
-    last main-frame navigation answered."""
-
-    run_id: str
-    context: BrowserContext
-    page: Page
-    generation: int
-    attempt: int = 1  # the delivery of the run that opened it
-    lock: anyio.Lock = field(default_factory=anyio.Lock)
-    last_used: float = field(default_factory=time.monotonic)
-    last_status: int | None = None
-    navigations: int = 0
-    in_flight: int = 0
-    # A call was cut off (timeout, cancellation): the page may still be navigating.
-    interrupted: bool = False
-    # The current page's navigations in every frame, for the actions Playwright does
-    # not wait on (a link in an iframe, a form submitted by script).
-    frames: FrameLoads = field(default_factory=FrameLoads)
-    _watched: list[Page] = field(default_factory=list)
-    # Pages the run opened or followed, oldest first: where it goes back to when its
-    # page closes, and the last to be closed when it keeps too many open.
-    _own: list[Page] = field(default_factory=list)
-    _adopted: anyio.Event = field(default_factory=anyio.Event)
-    # The page of the run's latest action (a click, a submit) until its next call: the
-    # pages it opens meanwhile are the run's own.
-    _actor: Page | None = None
-    _crashed: set[Page] = field(default_factory=set)
-    # The current call's answer to a confirm() or prompt() (the model's `confirm`), and
-    # the dialogs not reported yet: shown during a call, or between calls (a timer's
-    # "session expires" alert), or during a call whose output could not carry them.
-    accept_dialogs: bool = False
-    dialogs: list[dict[str, str]] = field(default_factory=list)
-    # The current call's fields that get a secret (a selector, a form field's key), for
-    # the tool to check the document each one is in (vault.py).
-    secret_fields: dict[str, SecretField] = field(default_factory=dict)
-    # Opened for a run whose page died with Chromium: until it navigates, a call would
-    # read a blank page and "succeed" with nothing.
-    lost: bool = False
-
-    def watch(self, page: Page) -> None:
-        if page in self._watched:
-            return
-        self._watched = [p for p in self._watched if not p.is_closed()]
-        self._watched.append(page)
-
-        def on_response(response: Response) -> None:
-            request = response.request
-            if (
-                page is self.page
-                and request.is_navigation_request()
-                and response.frame == page.main_frame
-            ):
-                self.last_status = response.status
-
-        def on_navigated(frame: Frame) -> None:
-            if page is not self.page:
-                return
-            self.frames.on_committed(frame)
-            if frame == page.main_frame:
-                self.navigations += 1
-
-        def on_request(request: Request) -> None:
-            if page is not self.page:
-                return
-            self.frames.on_request(request)
-            if request.is_navigation_request() and request.frame == page.main_frame:
-                self.last_status = None
-
-        def on_request_failed(request: Request) -> None:
-            if page is self.page:
-                self.frames.on_failed(request)
-
-        def on_crash(_page: Page) -> None:
-            # Not closed, and every later call on it fails: replaced on the next call.
-            self._crashed.add(page)
-
-        page.on("request", on_request)
-        page.on("response", on_response)
-        page.on("framenavigated", on_navigated)
-        page.on("requestfailed", on_request_failed)
-        page.on("framedetached", self.frames.on_detached)
-        page.on("crash", on_crash)
-        page.on("dialog", self._answer)
-
-    async def _answer(self, dialog: Dialog) -> None:
-        """Every dialog is answered at once (an open one blocks the page's scripts, and
-        every later call would wait on it), and reported: Playwright would otherwise
-        dismiss it silently, and a click whose confirm() said no would look done. An
-        alert has only OK; leaving a page (beforeunload) was asked for by the run."""
-        accept = dialog.type in ("alert", "beforeunload") or self.accept_dialogs
-        if len(self.dialogs) < MAX_DIALOGS_REPORTED:
-            self.dialogs.append(
-                {
-                    "type": dialog.type,
-                    "message": cut_text(dialog.message, MAX_DIALOG_MESSAGE_CHARS),
-                    "answer": "accepted" if accept else "dismissed",
-                }
-            )
-        with suppress(PlaywrightError):  # the page closed meanwhile
-            # A prompt accepted keeps the answer the page proposed (else it gets "").
-            await (dialog.accept(dialog.default_value) if accept else dialog.dismiss())
-
-    def adopt(self, page: Page) -> None:
-        """A page the run opened (target=_blank, window.open) becomes the current one."""
-        if page is not self.page:
-            # Another page's: one opened by a link has often been answered before it
-            # is adopted, and unknown, the status is read from the page itself.
-            self.last_status = None
-        self.page = page
-        self.watch(page)
-        self._own = [p for p in self._own if p is not page and not p.is_closed()]
-        self._own.append(page)
-        self._crashed = {p for p in self._crashed if not p.is_closed()}
-        self._adopted.set()
-        self._adopted = anyio.Event()
-
-    async def opened(self, page: Page) -> None:
-        """Every page the context opens. Only one the run's own action opened becomes
-        current: a pop-up a page opens by itself (an advert on load) stays in the
-        background, or the run's next read would be of the advert."""
-        actor = self._actor
-        self.watch(page)
-        if actor is None:
-            return
-        # Opened by the page acted on (None: a noopener link), not by the page the click
-        # led to opening its advert as it loads.
-        opener = await page.opener()
-        if (opener is None or opener is actor) and not page.is_closed():
-            self.adopt(page)
-
-    def acting(self, page: Page) -> None:
-        """The run acts on `page` (a click, a submit): a pop-up it opens before the run's
-        next call (one reaches Playwright some 100 ms after the click) is followed."""
-        self._actor = page
-
-    def begin_call(self, *, accept_dialogs: bool = False) -> None:
-        """A new call: pop-ups arriving from now on were not opened by an earlier action,
-        and dialogs are this call's to answer. Those not reported yet stay to be."""
-        self._actor = None
-        self.accept_dialogs = accept_dialogs
-        self.secret_fields = {}
-
-    def between_calls(self) -> None:
-        """A call ended: a dialog from now until the next is the page's own, and an
-        alert has only OK, but a confirm() it asks on its own was not the run's to say
-        yes to."""
-        self.accept_dialogs = False
-        self.secret_fields = {}
-
-    def report_dialogs(self) -> list[dict[str, str]]:
-        """The dialogs shown since the last report, now reported."""
-        reported, self.dialogs = self.dialogs, []
-        return reported
-
-    async def wait_adopted(self, page: Page) -> None:
-        """Until the current page is no longer `page` (the run followed a new one)."""
-        while self.page is page:
-            await self._adopted.wait()
-
-    def is_own(self, page: Page) -> bool:
-        return page in self._own
-
-    def last_own(self) -> Page | None:
-        """The page the run was on most recently that is still open and usable."""
-        for page in reversed(self._own):
-            if not page.is_closed() and page not in self._crashed:
-                return page
-        return None
-
-    def crashed(self) -> bool:
-        """Whether the current page's renderer crashed."""
-        return self.page in self._crashed
-
-    def touch(self) -> None:
-        self.last_used = time.monotonic()
 
 
 @dataclass
@@ -379,7 +139,8 @@ class BrowserPool:
                 log.debug("playwright_stop_failed", error=str(exc))
             self._playwright = None
 
-    async def _launch_once(self) -> Browser:
+    async def _driver(self) -> Playwright:
+        """Playwright's driver, started when there is none."""
         if self._playwright is None:
             # Shielded: a start cut short would leave a driver process nobody stops.
             with anyio.CancelScope(shield=True):
@@ -388,6 +149,12 @@ class BrowserPool:
                 await self._stop_playwright()
                 raise BrowserUnavailable("the tools service is shutting down")
         pw = self._playwright
+        # A scope without a deadline swallows nothing: the start above returned.
+        assert pw is not None
+        return pw
+
+    async def _launch_once(self) -> Browser:
+        pw = await self._driver()
         try:
             own = pw.chromium.executable_path
         except Exception:  # no browser registry for this Playwright build
@@ -413,22 +180,26 @@ class BrowserPool:
                 first_line = cut_text(lines[0], 300) if lines else type(exc).__name__
                 errors.append(f"{executable or 'playwright chromium'}: {first_line}")
                 continue
-            self._generation += 1
-            generation = self._generation
-            self._warm.clear()  # entries of a dead browser are gone with it
-            browser.on("disconnected", lambda _b, g=generation: self._on_disconnected(g))
-            self.launches += 1
-            self.executable = executable or own
-            log.info(
-                "browser_launched",
-                executable=self.executable,
-                version=browser.version,
-                generation=generation,
-            )
-            return browser
+            return self._launched(browser, executable or own)
         hint = "install one (playwright install chromium) or set ROTE_CHROMIUM"
         detail = "; ".join(errors) if errors else "no Chromium found"
         raise BrowserUnavailable(f"cannot launch Chromium ({detail}); {hint}")
+
+    def _launched(self, browser: Browser, executable: str | None) -> Browser:
+        """`browser`, just launched from `executable`, as the current generation."""
+        self._generation += 1
+        generation = self._generation
+        self._warm.clear()  # entries of a dead browser are gone with it
+        browser.on("disconnected", lambda _browser: self._on_disconnected(generation))
+        self.launches += 1
+        self.executable = executable
+        log.info(
+            "browser_launched",
+            executable=self.executable,
+            version=browser.version,
+            generation=generation,
+        )
+        return browser
 
     def _on_disconnected(self, generation: int) -> None:
         if generation != self._generation or self._closing:

@@ -23,18 +23,13 @@ from services.kernel.settings import Settings, SettingsError
 from services.kernel.text import cut_text
 from services.tools import local, policy
 from services.tools.bounds import bound_metadata, bound_value, well_formed
-from services.tools.browser import BrowserConfig, BrowserPool, BrowserUnavailable, Session
-from services.tools.browser_tools import (
-    BROWSER_TOOLS,
-    MAX_ERROR_LINE_CHARS,
-    BrowserLimits,
-    Budget,
-    crash_failure,
-    inner_timeout,
-    recover,
-    replace_crashed,
-)
+from services.tools.browser import BrowserConfig, BrowserPool, BrowserUnavailable
+from services.tools.browser_errors import first_line
+from services.tools.browser_tools import BROWSER_TOOLS
+from services.tools.limits import BrowserLimits, Budget, inner_timeout
 from services.tools.outcome import Outcome, ToolFailure
+from services.tools.pages import crash_failure, recover, replace_crashed
+from services.tools.session import Session
 from services.tools.specs import spec_for, validate_input
 from services.tools.vault import Vault
 
@@ -291,9 +286,7 @@ class ToolBox:
         return args
 
     def _browser_failure(self, exc: PlaywrightError) -> ToolFailure:
-        text = (exc.message or str(exc)).strip().splitlines()
-        # Masked before the cut (cut_text): half a secret no longer looks like one.
-        message = cut_text(text[0], MAX_ERROR_LINE_CHARS) if text else type(exc).__name__
+        message = first_line(exc)
         assert self.browsers is not None
         if not self.browsers.connected or "has been closed" in message:
             return ToolFailure(

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from services.dev.bench import bench_browser
-from services.tools.browser import BrowserConfig, BrowserPool, Session
+from services.tools.browser import BrowserConfig, BrowserPool
+from services.tools.session import Session
 
 pytestmark = [pytest.mark.anyio, pytest.mark.browser]
 

@@ -20,8 +20,8 @@ from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Page
 
 from contracts.tools import ToolResult
-from services.tools.browser import Session
-from services.tools.browser_tools import MAX_OPEN_PAGES
+from services.tools.pages import MAX_OPEN_PAGES
+from services.tools.session import Session
 from tests.browser_box import Browser, error_of, open_browser
 from tests.integration.test_tools_service import (  # noqa: F401
     _browser_pids,

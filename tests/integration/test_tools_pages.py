@@ -14,7 +14,8 @@ from urllib.parse import parse_qs, urlparse
 import anyio
 import pytest
 
-from services.tools.browser_tools import MAX_OPEN_PAGES, BrowserLimits
+from services.tools.limits import BrowserLimits
+from services.tools.pages import MAX_OPEN_PAGES
 from services.tools.toolbox import ToolBox
 from tests.browser_box import Browser, error_of, open_browser
 from tests.integration.test_tools_service import _descendants, nothing_left_behind  # noqa: F401

@@ -40,7 +40,7 @@ from services.runner.agent_loop import (
 )
 from services.runner.ports import PortError, Ports, RunScope
 from services.runner.transcript import TranscriptRecorder
-from services.tools.browser_tools import inner_timeout
+from services.tools.limits import inner_timeout
 
 pytestmark = pytest.mark.anyio
 

@@ -15,7 +15,7 @@ from contracts.tasks import TaskSpec
 from contracts.tools import ExecTool, ToolResult
 from services.runner.ports import PortError
 from services.runner.replay import Replayer, ReplayResult, StepFailed, result_max_tokens
-from services.tools.browser_tools import inner_timeout
+from services.tools.limits import inner_timeout
 from tests.hand_built_replay import hand_built_executor, offline_scope, small_model_reply
 
 

@@ -20,7 +20,7 @@ from services.kernel.secrets import (
     register_secret,
     register_url_credentials,
 )
-from services.tools import browser_tools
+from services.tools import browser_errors
 from services.tools.browser import BrowserConfig, BrowserPool, BrowserUnavailable
 from services.tools.specs import validate_input
 from services.tools.toolbox import ToolBox, ToolsConfig
@@ -148,13 +148,13 @@ def _error_at_cut(cut: int) -> PlaywrightError:
 
 def test_a_playwright_error_line_is_masked_before_it_is_cut() -> None:
     register_secret(REGISTERED)
-    cut = browser_tools.MAX_ERROR_LINE_CHARS
+    cut = browser_errors.MAX_ERROR_LINE_CHARS
     for error in (
         _error_at_cut(cut),
         PlaywrightError("net::ERR_FAILED at " + "x" * 300 + " " + LONG_URL),
     ):
-        line = browser_tools._first_line(error)
-        assert len(line) <= browser_tools.MAX_ERROR_LINE_CHARS
+        line = browser_errors.first_line(error)
+        assert len(line) <= browser_errors.MAX_ERROR_LINE_CHARS
         assert not _leaks(line)
 
 
@@ -162,7 +162,7 @@ def test_a_browser_failure_is_masked_before_it_is_cut(tmp_path: Path) -> None:
     register_secret(REGISTERED)
     pool = cast(BrowserPool, SimpleNamespace(connected=True))
     box = ToolBox(ToolsConfig(data_dir=tmp_path), pool)
-    failure = box._browser_failure(_error_at_cut(browser_tools.MAX_ERROR_LINE_CHARS))
+    failure = box._browser_failure(_error_at_cut(browser_errors.MAX_ERROR_LINE_CHARS))
     assert failure.code == "browser_error"
     assert not _leaks(failure.message)
 

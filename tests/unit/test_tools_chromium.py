@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from services.tools.browser import CHROMIUM_ARGS, chromium_candidates, launch_args
+from services.tools.chromium import CHROMIUM_ARGS, chromium_candidates, launch_args
 
 
 def _exe(path: Path) -> Path:
