@@ -26,7 +26,7 @@ sites' content and corpus_townhall.py the forms.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypedDict, Unpack
 
 from services.dev.demo.corpus_site import LAYOUTS, Layout, Site
 from services.dev.demo.corpus_sites import BOOKSHOP, EVENTS, FARES, GAZETTE, JOBS, KITCHEN, STAYS
@@ -87,11 +87,17 @@ class CorpusTask:
         return self.layouts[min(moved, len(self.layouts) - 1)]
 
 
-def _t(task_id: str, kind: TaskKind, site: str, prompt: str, **kw: object) -> CorpusTask:
-    return CorpusTask(task_id, kind, site, prompt, **kw)  # type: ignore[arg-type]
+class _Options(TypedDict, total=False):
+    breaks: bool
+    layouts: tuple[Layout, ...]
+    changes: tuple[int, ...]
 
 
-ONE_CHANGE = {"layouts": ("v1", "v2"), "changes": (6,)}
+def _t(task_id: str, kind: TaskKind, site: str, prompt: str, **kw: Unpack[_Options]) -> CorpusTask:
+    return CorpusTask(task_id, kind, site, prompt, **kw)
+
+
+ONE_CHANGE: _Options = {"layouts": ("v1", "v2"), "changes": (6,)}
 
 TASKS: tuple[CorpusTask, ...] = (
     _t("gazette-top3", "list", "gazette", "Open {url}/news and report the top 3 headlines"),
