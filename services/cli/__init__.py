@@ -10,7 +10,7 @@ from services import __version__
 from services.cli import bench, demo, infra, model, schema, site, status, up
 
 # Each module adds its parser with `register(subparsers)` and sets `func`.
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [  # type: ignore[type-arg]
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     up.register,
     demo.register,
     bench.register,

@@ -32,7 +32,7 @@ SECTIONS = ["cost", "overhead", "throughput", "health", "browser"]
 ALIASES = {"executor_health": "health", "browser_acquire": "browser"}
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("bench", help="run the benchmarks (JSON and a table)")
     parser.add_argument("--quick", action="store_true", help="small sizes for CI (< 2 minutes)")
     parser.add_argument(

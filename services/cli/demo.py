@@ -24,7 +24,7 @@ from services.kernel.settings import Settings
 log = get_logger("rote.cli")
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "demo", help="walk one task through its life: full run, replays, site change, healing"
     )

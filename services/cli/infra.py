@@ -148,7 +148,7 @@ async def _wait_replicated(
         )
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "infra", help="stream definitions and provisioning for your own NATS deployment"
     )
@@ -201,8 +201,8 @@ def run_streams(args: argparse.Namespace) -> int:
     out = Path(args.dir)
     if args.check:
         problems = differences(out, args.replicas)
-        for problem in problems:
-            print(f"rote infra: {problem}", file=sys.stderr)
+        for difference in problems:
+            print(f"rote infra: {difference}", file=sys.stderr)
         if problems and not any("check it with --replicas" in p for p in problems):
             print(
                 f"rote infra: regenerate with `rote infra streams {out}"

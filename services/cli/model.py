@@ -14,7 +14,7 @@ from services.dev.standin.server import StandinServer
 DEFAULT_PORT = 8765
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     model = sub.add_parser("model", help="model helpers (the offline stand-in model)")
     model_sub = model.add_subparsers(dest="model_command", metavar="COMMAND")
     serve = model_sub.add_parser(

@@ -11,7 +11,7 @@ from contracts.catalog import json_schemas
 from services.cli.common import data_dir_problem, write_files
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("schema", help="write the JSON Schema of every contract")
     parser.add_argument(
         "dir", nargs="?", default="schema", help="output directory (default: ./schema)"

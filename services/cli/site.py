@@ -12,7 +12,7 @@ from services.cli.common import port
 from services.dev.demo.site import DemoSite
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("site", help="the local demo site rote's demo uses")
     actions = parser.add_subparsers(dest="site_command", metavar="ACTION", required=True)
     serve = actions.add_parser("serve", help="serve it until Ctrl-C")

@@ -21,7 +21,7 @@ from services.kernel.settings import nats_url_problem
 CONNECT_TIMEOUT_S = 5.0
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "status", help="list running services and their endpoints, with their error counts"
     )

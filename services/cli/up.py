@@ -25,7 +25,7 @@ from services.kernel.settings import Settings, SettingsError
 log = get_logger("rote.cli")
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     up = sub.add_parser(
         "up",
         help="run every service in one process (embedded NATS by default)",

@@ -28,7 +28,8 @@ from services.dev.bench.corpus_oracle import (
     select,
     state,
 )
-from services.dev.demo.corpus import FORMS, LAYOUTS, SITES, TASKS, CorpusTask, Layout, SiteServer
+from services.dev.demo.corpus import LAYOUTS, SITES, TASKS, CorpusTask, Layout, SiteServer
+from services.dev.demo.corpus_townhall import FORMS
 from services.dev.standin import policy
 
 EDITIONS = range(10)

@@ -17,16 +17,18 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
+from nats.aio.msg import Msg
 
 from contracts.base import utc_now
 from contracts.executors import Executor, ExecutorStats, ResultStep, ToolStep
 from contracts.tasks import TaskSpec
 from contracts.tools import ExecTool
 from services.dev.bench.harness import QUARTILE_METHOD, Metric, Section, percentile, quartiles
-from services.kernel.bus import routed
+from services.kernel.bus import Bus, routed
 from services.kernel.codec import encode
 from services.kernel.embedded_nats import EmbeddedNats, free_port
 from services.kernel.runtime import open_stack
@@ -63,6 +65,90 @@ def _executor(steps: int) -> Executor:
     )
 
 
+class _Rig:
+    """What one round times: raw request/replies on the stack's connection, and replays of
+    the SHORT and LONG executors through the tools service."""
+
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+        # The raw round trip carries a payload of the same size as a tool call.
+        self.payload = encode(
+            ExecTool(
+                run_id="bench",
+                allowed_tools=["noop"],
+                tool="noop",
+                input={"echo": "step 0"},
+            )
+        )
+        self.ports = bus_ports(bus)
+        self.spec = TaskSpec(name="bench", prompt="bench", allowed_tools=["noop"])
+        self.executors = {n: _executor(n) for n in (SHORT, LONG)}
+        self.replays = 0
+
+    async def start(self) -> None:
+        async def echo(msg: Msg) -> None:
+            await msg.respond(msg.data)
+
+        await self.bus.nc.subscribe(ECHO, cb=echo)
+        await routed(self.bus.nc)
+
+    async def raw_batch(self) -> list[float]:
+        times = []
+        for _ in range(SHORT):
+            t = time.perf_counter()
+            await self.bus.nc.request(ECHO, self.payload, timeout=5)
+            times.append(time.perf_counter() - t)
+        return times
+
+    async def replay(self, steps: int) -> float:
+        self.replays += 1
+        run_id = f"bench{self.replays}"
+        scope = RunScope(
+            spec=self.spec, ports=self.ports, run_id=run_id, task_id="bench", attempt=1,
+            transcript=TranscriptRecorder(run_id, "bench"),
+        )  # fmt: skip
+        replayer = Replayer(self.executors[steps], scope)
+        t = time.perf_counter()
+        result = await replayer.run()
+        elapsed = time.perf_counter() - t
+        assert result.ok and result.answer == "done", result.reason
+        return elapsed
+
+
+@dataclass
+class _Rounds:
+    raw: list[float] = field(default_factory=list)
+    raw_p50s: list[float] = field(default_factory=list)
+    slopes: list[float] = field(default_factory=list)
+    fixed: list[float] = field(default_factory=list)
+    ratios: list[float] = field(default_factory=list)
+
+
+async def _measure(rig: _Rig, rounds: int) -> _Rounds:
+    await rig.raw_batch()  # warm up every path
+    for steps in (SHORT, LONG):
+        await rig.replay(steps)
+    # Interleaved, so drift in the machine's speed hits both alike: each round compares
+    # its own two replays with the raw round trips timed between them, and alternates
+    # which replay goes first.
+    out = _Rounds()
+    for i in range(rounds):
+        times: dict[int, float] = {}
+        batch: list[float] = []
+        for steps in (SHORT, LONG) if i % 2 == 0 else (LONG, SHORT):
+            batch += await rig.raw_batch()
+            times[steps] = await rig.replay(steps)
+        slope = (times[LONG] - times[SHORT]) / (LONG - SHORT)
+        raw_p50 = statistics.median(batch)
+        out.raw.extend(batch)
+        out.raw_p50s.append(raw_p50)
+        out.slopes.append(slope)
+        # Near zero, or below it when a step costs a little more in a longer replay.
+        out.fixed.append(times[SHORT] - SHORT * slope)
+        out.ratios.append(slope / raw_p50)
+    return out
+
+
 async def run(quick: bool) -> Section:
     rounds = QUICK_ROUNDS if quick else FULL_ROUNDS
     with (
@@ -71,76 +157,15 @@ async def run(quick: bool) -> Section:
     ):
         settings = Settings(nats_url=server.url, data_dir=Path(tmp), event_store="memory")
         async with open_stack(settings, ["tools"]) as stack:
-            bus = stack.bus
-            # The raw round trip carries a payload of the same size as a tool call.
-            payload = encode(
-                ExecTool(
-                    run_id="bench",
-                    allowed_tools=["noop"],
-                    tool="noop",
-                    input={"echo": "step 0"},
-                )
-            )
-
-            async def echo(msg: object) -> None:
-                await msg.respond(msg.data)  # type: ignore[attr-defined]
-
-            await bus.nc.subscribe(ECHO, cb=echo)
-            await routed(bus.nc)
-            ports = bus_ports(bus)
-            spec = TaskSpec(name="bench", prompt="bench", allowed_tools=["noop"])
-            executors = {n: _executor(n) for n in (SHORT, LONG)}
-            replays = 0
-
-            async def raw_batch() -> list[float]:
-                times = []
-                for _ in range(SHORT):
-                    t = time.perf_counter()
-                    await bus.nc.request(ECHO, payload, timeout=5)
-                    times.append(time.perf_counter() - t)
-                return times
-
-            async def replay(steps: int) -> float:
-                nonlocal replays
-                replays += 1
-                run_id = f"bench{replays}"
-                scope = RunScope(
-                    spec=spec, ports=ports, run_id=run_id, task_id="bench", attempt=1,
-                    transcript=TranscriptRecorder(run_id, "bench"),
-                )  # fmt: skip
-                replayer = Replayer(executors[steps], scope)
-                t = time.perf_counter()
-                result = await replayer.run()
-                elapsed = time.perf_counter() - t
-                assert result.ok and result.answer == "done", result.reason
-                return elapsed
-
-            await raw_batch()  # warm up every path
-            for steps in (SHORT, LONG):
-                await replay(steps)
-            # Interleaved, so drift in the machine's speed hits both alike: each round
-            # compares its own two replays with the raw round trips timed between them,
-            # and alternates which replay goes first.
-            raw: list[float] = []
-            raw_p50s: list[float] = []
-            slopes: list[float] = []
-            fixed: list[float] = []
-            ratios: list[float] = []
-            for i in range(rounds):
-                times: dict[int, float] = {}
-                batch: list[float] = []
-                for steps in (SHORT, LONG) if i % 2 == 0 else (LONG, SHORT):
-                    batch += await raw_batch()
-                    times[steps] = await replay(steps)
-                slope = (times[LONG] - times[SHORT]) / (LONG - SHORT)
-                raw_p50 = statistics.median(batch)
-                raw.extend(batch)
-                raw_p50s.append(raw_p50)
-                slopes.append(slope)
-                # Near zero, or below it when a step costs a little more in a longer replay.
-                fixed.append(times[SHORT] - SHORT * slope)
-                ratios.append(slope / raw_p50)
+            rig = _Rig(stack.bus)
+            await rig.start()
+            measured = await _measure(rig, rounds)
             await anyio.sleep(0.5)  # let the last tool events reach the stream
+    return _section(rounds, measured)
+
+
+def _section(rounds: int, m: _Rounds) -> Section:
+    raw, slopes, fixed, ratios = m.raw, m.slopes, m.fixed, m.ratios
     ratio = statistics.median(ratios)
     q1, _, q3 = quartiles(ratios)
     above = sum(r > TARGET_RATIO for r in ratios)
@@ -176,7 +201,7 @@ async def run(quick: bool) -> Section:
             "ratios": ratios,
             "slope_us": [round(s * 1e6, 1) for s in slopes],
             "fixed_ms": [round(f * 1e3, 3) for f in fixed],
-            "raw_p50_us": [round(r * 1e6, 1) for r in raw_p50s],
+            "raw_p50_us": [round(r * 1e6, 1) for r in m.raw_p50s],
         },
     )
 

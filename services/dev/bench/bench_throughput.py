@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import anyio
+from nats.aio.msg import Msg
 
 from contracts import subjects as s
 from contracts.base import utc_now
@@ -70,9 +71,9 @@ async def _drive(bus: Bus, spec: TaskSpec, runs: int) -> tuple[float, int]:
     completed: set[str] = set()
     replays = 0
 
-    async def on_done(msg: object) -> None:
+    async def on_done(msg: Msg) -> None:
         nonlocal replays
-        event = decode(msg.data, RunEvent)  # type: ignore[attr-defined]
+        event = decode(msg.data, RunEvent)
         if event.run_id in ids and event.run_id not in completed:
             completed.add(event.run_id)
             replays += event.source == "executor"

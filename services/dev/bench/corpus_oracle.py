@@ -156,7 +156,7 @@ class Visit:
 def path_of(task: CorpusTask) -> str:
     parsed = policy.parse_task(task.prompt_for(ORIGIN))
     assert parsed is not None and hasattr(parsed, "url")
-    url = parsed.url  # type: ignore[union-attr]
+    url = parsed.url
     assert url.startswith(ORIGIN)
     return urlsplit(url).path
 

@@ -80,8 +80,12 @@ def _proc_field(path: str, key: str) -> str | None:
 
 def _commit() -> str | None:
     """The code measured: HEAD, marked dirty when the tree has uncommitted changes, so
-    a committed result says which commit produced it."""
+    a committed result says which commit produced it. None for an installed package: its
+    site-packages may sit inside some other git checkout (a venv in a project), whose
+    HEAD says nothing about the code that ran."""
     root = Path(__file__).resolve().parents[3]
+    if not (root / "pyproject.toml").is_file():
+        return None
     try:
         head = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10

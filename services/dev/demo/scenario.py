@@ -243,32 +243,43 @@ async def run_demo(
             row = _row(number, site.layout, event, large, small)
             report.rows.append(row)
             out(format_row(row))
-            if event.status != "completed":
-                why = f"run {number} failed ({event.reason or event.status}): {_first_line(event)}"
-                out(f"         {why}")
-                if not report.versions:
-                    raise DemoStopped(f"{why}; the runs after it need the executor it compiles")
-            elif event.source == "full_llm":
-                compiled = await _compiled(bus, event.run_id, 60)
-                if compiled is None or compiled.version is None:
-                    out("         the compiler skipped this trace")
-                    continue
-                version = compiled.version
-                report.versions.append(version)
-                health = await bus.request(
-                    s.EXECUTORS_GET, ExecutorRef(task_id=TASK_ID), ExecutorHealth
-                )
-                out(
-                    f"         compiled v{version}: {health.total_steps} steps "
-                    f"({health.deterministic_steps} deterministic, {health.templated_steps} "
-                    f"templated, {health.llm_steps} small-model)"
-                )
+            await _after_run(bus, report, number, event, out)
         last = report.rows[-1]
         if last.source == "executor":
             # The compiler records a replay from its run event, a moment after the run
             # ends: the summary's counts must include the last one.
             await _executor_event(bus, "replay_succeeded", last.run_id, 30)
         health = await bus.request(s.EXECUTORS_GET, ExecutorRef(task_id=TASK_ID), ExecutorHealth)
+    _summary(report, health, out)
+    return report
+
+
+async def _after_run(
+    bus: Bus, report: DemoReport, number: int, event: RunEvent, out: Printer
+) -> None:
+    """Say why a run failed (stop when no executor exists yet), or, after a full run,
+    wait for what its trace compiled to."""
+    if event.status != "completed":
+        why = f"run {number} failed ({event.reason or event.status}): {_first_line(event)}"
+        out(f"         {why}")
+        if not report.versions:
+            raise DemoStopped(f"{why}; the runs after it need the executor it compiles")
+    elif event.source == "full_llm":
+        compiled = await _compiled(bus, event.run_id, 60)
+        if compiled is None or compiled.version is None:
+            out("         the compiler skipped this trace")
+            return
+        version = compiled.version
+        report.versions.append(version)
+        health = await bus.request(s.EXECUTORS_GET, ExecutorRef(task_id=TASK_ID), ExecutorHealth)
+        out(
+            f"         compiled v{version}: {health.total_steps} steps "
+            f"({health.deterministic_steps} deterministic, {health.templated_steps} "
+            f"templated, {health.llm_steps} small-model)"
+        )
+
+
+def _summary(report: DemoReport, health: ExecutorHealth, out: Printer) -> None:
     out("")
     out(f"answer of the last run:\n{report.rows[-1].result}")
     out("")
@@ -288,4 +299,3 @@ async def run_demo(
         f"v{health.version} ({health.status}, replayed {health.success_count} time(s)); "
         f"replays of every version saved ${health.total_cost_saved_usd:.6f}"
     )
-    return report

@@ -213,8 +213,11 @@ class DemoSite(PageServer):
         """POST /_admin?layout=v2&edition=3 changes the site (the demo's redesign)."""
         if path != "/_admin":
             return None
-        if query.get("layout") in ("v1", "v2"):
-            self.layout = query["layout"]  # type: ignore[assignment]
+        wanted = query.get("layout")
+        if wanted == "v1":
+            self.layout = "v1"
+        elif wanted == "v2":
+            self.layout = "v2"
         if query.get("edition", "").isdigit():
             self.edition = int(query["edition"])
         return 200, f"layout={self.layout} edition={self.edition}".encode()

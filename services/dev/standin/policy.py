@@ -72,51 +72,86 @@ text answer saying what the stand-in understands.
 Tool results are read from tool_result blocks: the content is the JSON text of the
 tool's output (ToolResult.output; a whole ToolResult object is unwrapped too), or plain
 text; `is_error` marks a failure whose text is the error.
+
+Where each part lives: conversation.py reads the request and holds the decisions,
+vocabulary.py parses the prompt into a task, scripts.py scripts the browsing tasks (1-8),
+replay_prompts.py answers rote's replay prompts (9-11), reading.py reads tool outputs.
+This module adds the markers and the session losses and decides.
 """
 
 from __future__ import annotations
 
-import json
-import re
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from contracts.tools import SESSION_LOST
+from services.dev.standin.conversation import (
+    Answer,
+    ApiFailure,
+    Conversation,
+    Decision,
+    Step,
+    ToolCall,
+    read_conversation,
+)
+from services.dev.standin.reading import (
+    cheapest,
+    confirmation_line,
+    detail_value,
+    format_list,
+    parse_price,
+)
+from services.dev.standin.scripts import (
+    CANDIDATE_RECORDS,
+    CANDIDATE_SELECTORS,
+    MAX_EXTRACT_ITEMS,
+    READ_LINES,
+    Cheapest,
+    Extract,
+    FillForm,
+    ReadPage,
+    Title,
+    TopN,
+)
+from services.dev.standin.vocabulary import MARKER, VOCABULARY, Task, parse_fields, parse_task
 
-# Item selectors tried, in order, for "top N" tasks.
-CANDIDATE_SELECTORS: list[str] = [
-    ".headline",
-    "article .title",
-    "li.item",
-    "table tbody tr td.name",
-    "h2",
-    "h3",
-    "li",
-]
-
-# Row selector and field specs tried, in order, for "cheapest" tasks.
-CANDIDATE_RECORDS: list[tuple[str, dict[str, str]]] = [
-    (".product", {"name": ".name", "price": ".price"}),
-    ("li.item", {"name": ".name", "price": ".price"}),
-    ("table tbody tr", {"name": "td.name", "price": "td.price"}),
-    ("article", {"name": "h2", "price": ".price"}),
-    ("[data-price]", {"name": ".name", "price": "@data-price"}),
-]
-
-VOCABULARY: list[str] = [
-    "Open <URL> and report the top <N> <things>",
-    "Open <URL>, click <link text>, and report the top <N> <things>",
-    "Open <URL>, fill the form with <field>=<value>, <field>=<value> and report the confirmation",
-    "Open <URL> and report the cheapest <thing>",
-    "Open <URL>, open the cheapest <thing> and report its <detail>",
-    "Open <URL> and extract <css selector>",
-    "Open <URL> and report its title",
-    "Open <URL> and read the page",
-    "Pick the cheapest <thing> from this JSON and answer with its <field> only: [...]",
-    "Task (for context): <task>. Answer the task again from today's data ... "
-    "Today's data: step_N (<tool>): <value>",
-    "Quality check of a replayed answer ... <earlier_answer>...</earlier_answer> "
-    "<new_answer>...</new_answer>",
+# The policy whole, for its callers (the server, the bench's oracle, the tests): what it
+# decides from, the tasks it scripts and the readings its answers rest on.
+__all__ = [
+    "CANDIDATE_RECORDS",
+    "CANDIDATE_SELECTORS",
+    "MARKERS",
+    "MAX_EXTRACT_ITEMS",
+    "MAX_SESSION_RESTARTS",
+    "READ_LINES",
+    "STUCK_CALL",
+    "VOCABULARY",
+    "Answer",
+    "ApiFailure",
+    "Cheapest",
+    "Conversation",
+    "Decision",
+    "Extract",
+    "FillForm",
+    "ReadPage",
+    "Step",
+    "Task",
+    "Title",
+    "ToolCall",
+    "TopN",
+    "cheapest",
+    "confirmation_line",
+    "current_session",
+    "decide",
+    "detail_value",
+    "format_list",
+    "markers",
+    "parse_fields",
+    "parse_price",
+    "parse_task",
+    "read_conversation",
+    "session_lost",
+    "understood",
 ]
 
 MARKERS: list[str] = [
@@ -128,11 +163,7 @@ MARKERS: list[str] = [
     "[standin:unsupported]",
 ]
 
-# What a runner may append to a cut-off tool output; ignored when reading JSON.
-TRUNCATION_NOTE = "\n[output truncated]"
 STUCK_CALL: tuple[str, dict[str, Any]] = ("browser_click", {"selector": "#rote-standin-stuck"})
-MAX_EXTRACT_ITEMS = 20
-READ_LINES = 20
 # A browser call whose session died with its tools process fails with SESSION_LOST
 # (contracts/tools.py); the model reads it as "session_lost: <message>" and must
 # navigate again.
@@ -140,7 +171,6 @@ READ_LINES = 20
 # finish instead of navigating forever.
 MAX_SESSION_RESTARTS = 3
 
-_CONFIRMATION_WORDS = ("confirm", "thank", "success", "received")
 _ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -152,667 +182,8 @@ _ERROR_TYPES = {
 }
 
 
-# --- what the policy sees and decides ---------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Step:
-    """One tool call the model made and its result."""
-
-    name: str
-    input: dict[str, Any]
-    ok: bool
-    output: Any = None
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class Conversation:
-    prompt: str
-    tools: frozenset[str]
-    steps: tuple[Step, ...] = ()
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    name: str
-    input: dict[str, Any]
-    preface: str | None = None
-    redacted: bool = False
-
-
-@dataclass(frozen=True)
-class Answer:
-    text: str
-    unsupported: bool = False
-
-
-@dataclass(frozen=True)
-class ApiFailure:
-    status: int
-    error_type: str
-    message: str
-
-
-Decision = ToolCall | Answer | ApiFailure
-
-
-# --- reading a Messages API request -----------------------------------------------------
-
-
-def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(
-            str(block.get("text", ""))
-            for block in content
-            if isinstance(block, dict) and block.get("type") == "text"
-        )
-    return ""
-
-
-def _result_value(block: dict[str, Any]) -> tuple[bool, Any, str | None]:
-    text = _text_of(block.get("content", ""))
-    if block.get("is_error"):
-        return False, None, text or "tool failed"
-    try:
-        value = json.loads(text.removesuffix(TRUNCATION_NOTE))
-    except (json.JSONDecodeError, ValueError):
-        return True, text, None
-    # A whole ToolResult object: unwrap it.
-    if isinstance(value, dict) and "ok" in value and "output" in value:
-        if not value.get("ok"):
-            error = value.get("error")
-            message = error.get("message") if isinstance(error, dict) else error
-            return False, None, str(message or "tool failed")
-        return True, value.get("output"), None
-    return True, value, None
-
-
-def read_conversation(body: dict[str, Any]) -> Conversation:
-    """The prompt, the offered tools and the tool steps of a Messages API request."""
-    messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
-    prompt = ""
-    for message in messages:
-        if message.get("role") == "user":
-            prompt = _text_of(message.get("content"))
-            break
-    tools = frozenset(
-        str(tool.get("name"))
-        for tool in body.get("tools") or []
-        if isinstance(tool, dict) and tool.get("name")
-    )
-    calls: list[tuple[str, str, dict[str, Any]]] = []
-    results: dict[str, tuple[bool, Any, str | None]] = {}
-    for message in messages:
-        content = message.get("content")
-        if not isinstance(content, list):
-            continue
-        for block in content:
-            if not isinstance(block, dict):
-                continue
-            if message.get("role") == "assistant" and block.get("type") == "tool_use":
-                tool_input = block.get("input")
-                calls.append(
-                    (
-                        str(block.get("id")),
-                        str(block.get("name")),
-                        tool_input if isinstance(tool_input, dict) else {},
-                    )
-                )
-            elif message.get("role") == "user" and block.get("type") == "tool_result":
-                results[str(block.get("tool_use_id"))] = _result_value(block)
-    steps = []
-    for call_id, name, tool_input in calls:
-        ok, output, error = results.get(call_id, (False, None, "no result"))
-        steps.append(Step(name=name, input=tool_input, ok=ok, output=output, error=error))
-    return Conversation(prompt=prompt, tools=tools, steps=tuple(steps))
-
-
-# --- the task vocabulary ----------------------------------------------------------------
-
-_URL = r"(?P<url>[a-z][a-z0-9+.-]*://[^\s,]+)"
-_NUMBER_WORDS = {
-    "one": 1, "two": 2, "three": 3, "four": 4, "five": 5,
-    "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10,
-}  # fmt: skip
-_NUM = r"(?P<n>\d+|" + "|".join(_NUMBER_WORDS) + r")"
-_END = r"\s*(?=[.!?\n]|$)"
-_MARKER = re.compile(r"\[standin:(?P<name>[a-z]+)(?::(?P<arg>[^\]]*))?\]", re.IGNORECASE)
-_FLAGS = re.IGNORECASE
-
-_P_CLICK_TOP = re.compile(
-    rf"\bopen {_URL},? (?:then )?click (?P<click>.+?),? and (?:then )?report the top {_NUM} "
-    rf"(?P<things>[^.!?\n]+?){_END}",
-    _FLAGS,
-)
-_P_TOP = re.compile(
-    rf"\bopen {_URL} and report the top {_NUM} (?P<things>[^.!?\n]+?){_END}", _FLAGS
-)
-_P_FORM = re.compile(
-    rf"\bopen {_URL},? (?:then )?fill (?:in )?the form with (?P<fields>.+?),? and "
-    rf"(?:then )?report the confirmation",
-    _FLAGS,
-)
-_P_CHEAPEST_DETAIL = re.compile(
-    rf"\bopen {_URL},? (?:then )?open the cheapest (?P<thing>.+?),? and report its "
-    rf"(?P<detail>[^.!?\n]+?){_END}",
-    _FLAGS,
-)
-_P_CHEAPEST = re.compile(
-    rf"\bopen {_URL} and report the cheapest (?P<thing>[^.!?\n]+?){_END}", _FLAGS
-)
-_P_EXTRACT = re.compile(
-    rf"\bopen {_URL} and extract (?:[`\"'](?P<quoted>[^`\"'\n]+)[`\"']|(?P<selector>[^\n]+?))"
-    r"\s*(?:\n|$)",
-    _FLAGS,
-)
-_P_TITLE = re.compile(rf"\bopen {_URL} and report (?:its|the page) title", _FLAGS)
-_P_READ = re.compile(rf"\bopen {_URL} and read the page", _FLAGS)
-_P_ANSWER_FIELD = re.compile(r"answer with (?:its|the) (?P<field>\w+) only", _FLAGS)
-
-
-def _clean(prompt: str) -> str:
-    """Markers out, spaces collapsed (newlines kept: they end sentences)."""
-    without = _MARKER.sub("", prompt)
-    return "\n".join(re.sub(r"[ \t]+", " ", line).strip() for line in without.splitlines())
-
-
-def _url(match: re.Match[str]) -> str:
-    return match.group("url").rstrip(".")
-
-
-def _number(raw: str) -> int:
-    return int(raw) if raw.isdigit() else _NUMBER_WORDS[raw.lower()]
-
-
-def _unquote(text: str) -> str:
-    text = text.strip()
-    for left, right in (('"', '"'), ("'", "'"), ("“", "”"), ("`", "`")):
-        if len(text) >= 2 and text.startswith(left) and text.endswith(right):
-            return text[1:-1]
-    return text
-
-
-def parse_fields(text: str) -> dict[str, str]:
-    """'name=Ada, email="a@b.c", note="x, y"' -> {"name": "Ada", ...}."""
-    fields: dict[str, str] = {}
-    i, n = 0, len(text)
-    while i < n:
-        eq = text.find("=", i)
-        if eq < 0:
-            break
-        key = text[i:eq].strip().strip(",").strip()
-        j = eq + 1
-        while j < n and text[j] == " ":
-            j += 1
-        if j < n and text[j] in "\"'":
-            close = text.find(text[j], j + 1)
-            close = n if close < 0 else close
-            value = text[j + 1 : close]
-            comma = text.find(",", close)
-            i = n if comma < 0 else comma + 1
-        else:
-            comma = text.find(",", j)
-            end = n if comma < 0 else comma
-            value = text[j:end].strip()
-            i = end + 1
-        if key:
-            fields[key] = value
-    return fields
-
-
-def _collapse(value: Any) -> str:
-    return " ".join(str(value).split())
-
-
-def format_list(title: str, items: list[Any]) -> str:
-    lines = [f"{i}. {_collapse(item)}" for i, item in enumerate(items, 1)]
-    return "\n".join([title, *lines])
-
-
-def parse_price(value: Any) -> float | None:
-    """The first number in a price string: "$1,299.00" -> 1299.0."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    if not isinstance(value, str):
-        return None
-    found = re.search(r"\d[\d,]*(?:\.\d+)?|\.\d+", value)
-    if not found:
-        return None
-    try:
-        return float(found.group(0).replace(",", ""))
-    except ValueError:
-        return None
-
-
-def cheapest(items: Any) -> dict[str, Any] | None:
-    """The first item with the lowest readable price that also has a name."""
-    best: tuple[float, dict[str, Any]] | None = None
-    if not isinstance(items, list):
-        return None
-    for item in items:
-        if not isinstance(item, dict) or not item.get("name"):
-            continue
-        price = parse_price(item.get("price"))
-        if price is not None and (best is None or price < best[0]):
-            best = (price, item)
-    return None if best is None else best[1]
-
-
-def confirmation_line(text: str) -> str | None:
-    for line in text.splitlines():
-        if any(word in line.lower() for word in _CONFIRMATION_WORDS) and line.strip():
-            return _collapse(line)
-    return None
-
-
-def detail_value(text: str, detail: str) -> str | None:
-    wanted = detail.lower()
-    for line in text.splitlines():
-        lower = line.lower()
-        if wanted in lower:
-            after = re.search(re.escape(wanted) + r"\s*[:=]\s*(?P<v>.+)", line, re.IGNORECASE)
-            return _collapse(after.group("v") if after else line)
-    return None
-
-
-def _open(url: str) -> ToolCall:
-    return ToolCall("browser_navigate", {"url": url}, preface=f"Let me open {url}.")
-
-
-def _string_items(step: Step) -> list[str] | None:
-    if not step.ok or not isinstance(step.output, list):
-        return None
-    return [item for item in step.output if isinstance(item, str) and item.strip()]
-
-
-_RETRY_PREFACE = "That found nothing usable; let me try another selector."
-
-
-@dataclass(frozen=True)
-class TopN:
-    url: str
-    n: int
-    things: str
-    click: str | None = None
-
-    @property
-    def tools(self) -> frozenset[str]:
-        needed = {"browser_navigate", "browser_extract"}
-        if self.click is not None:
-            needed.add("browser_click")
-        return frozenset(needed)
-
-    def next(self, steps: tuple[Step, ...]) -> Decision:
-        if not steps:
-            return _open(self.url)
-        if not steps[0].ok:
-            return Answer(f"I could not open {self.url}: {steps[0].error}")
-        rest = steps[1:]
-        if self.click is not None:
-            if not rest:
-                return ToolCall("browser_click", {"text": self.click})
-            if not rest[0].ok:
-                return Answer(f"I could not click {self.click!r} on {self.url}: {rest[0].error}")
-            rest = rest[1:]
-        for probe in rest:
-            items = _string_items(probe)
-            if items is not None and len(items) >= self.n:
-                return Answer(format_list(f"Top {self.n} {self.things}:", items[: self.n]))
-        tried = {str(probe.input.get("selector")) for probe in rest}
-        for selector in CANDIDATE_SELECTORS:
-            if selector not in tried:
-                preface = _RETRY_PREFACE if rest else None
-                return ToolCall("browser_extract", {"selector": selector}, preface=preface)
-        return Answer(
-            f"I could not find {self.n} {self.things} on {self.url}; I tried the selectors "
-            + ", ".join(CANDIDATE_SELECTORS)
-            + "."
-        )
-
-
-@dataclass(frozen=True)
-class FillForm:
-    url: str
-    fields: dict[str, str]
-    tools: frozenset[str] = frozenset(
-        {"browser_navigate", "browser_fill_form", "browser_read_page"}
-    )
-
-    def next(self, steps: tuple[Step, ...]) -> Decision:
-        if not steps:
-            return _open(self.url)
-        if not steps[0].ok:
-            return Answer(f"I could not open {self.url}: {steps[0].error}")
-        if len(steps) == 1:
-            return ToolCall("browser_fill_form", {"fields": dict(self.fields)})
-        if not steps[1].ok:
-            return Answer(f"I could not fill the form on {self.url}: {steps[1].error}")
-        if len(steps) == 2:
-            return ToolCall("browser_read_page", {})
-        page = steps[2].output if steps[2].ok else ""
-        line = confirmation_line(page if isinstance(page, str) else json.dumps(page))
-        if line is None:
-            return Answer("The form was submitted, but the page shows no confirmation.")
-        return Answer(f"Confirmation: {line}")
-
-
-def _find_cheapest(
-    probes: tuple[Step, ...],
-) -> tuple[int, dict[str, Any]] | ToolCall | None:
-    """The index of the probe that found a priced item and that item; else the next
-    probe to make; None when every candidate was tried."""
-    for index, probe in enumerate(probes):
-        if probe.name != "browser_extract":
-            continue
-        best = cheapest(probe.output) if probe.ok else None
-        if best is not None:
-            return index, best
-    tried = {str(probe.input.get("selector")) for probe in probes}
-    for selector, fields in CANDIDATE_RECORDS:
-        if selector not in tried:
-            preface = _RETRY_PREFACE if probes else None
-            return ToolCall(
-                "browser_extract", {"selector": selector, "fields": dict(fields)}, preface=preface
-            )
-    return None
-
-
-@dataclass(frozen=True)
-class Cheapest:
-    url: str
-    thing: str
-    detail: str | None = None
-
-    @property
-    def tools(self) -> frozenset[str]:
-        needed = {"browser_navigate", "browser_extract"}
-        if self.detail is not None:
-            needed |= {"browser_click", "browser_read_page"}
-        return frozenset(needed)
-
-    def _not_found(self) -> Answer:
-        selectors = ", ".join(selector for selector, _ in CANDIDATE_RECORDS)
-        return Answer(
-            f"I could not find any priced {self.thing} on {self.url}; I tried {selectors}."
-        )
-
-    def next(self, steps: tuple[Step, ...]) -> Decision:
-        if not steps:
-            return _open(self.url)
-        if not steps[0].ok:
-            return Answer(f"I could not open {self.url}: {steps[0].error}")
-        found = _find_cheapest(steps[1:])
-        if found is None:
-            return self._not_found()
-        if isinstance(found, ToolCall):
-            return found
-        index, item = found
-        name, price = _collapse(item["name"]), _collapse(item.get("price"))
-        headline = f"Cheapest {self.thing}: {name} at {price}"
-        if self.detail is None:
-            return Answer(headline)
-        after = steps[1 + index + 1 :]
-        if not after:
-            return ToolCall("browser_click", {"text": name})
-        if not after[0].ok:
-            return Answer(f"{headline}; I could not open it: {after[0].error}")
-        if len(after) == 1:
-            return ToolCall("browser_read_page", {})
-        page = after[1].output if after[1].ok else ""
-        value = detail_value(page if isinstance(page, str) else "", self.detail)
-        if value is None:
-            return Answer(f"{headline}; I found no {self.detail} on its page.")
-        return Answer(f"{headline}; {self.detail}: {value}")
-
-
-@dataclass(frozen=True)
-class Extract:
-    url: str
-    selector: str
-    tools: frozenset[str] = frozenset({"browser_navigate", "browser_extract"})
-
-    def next(self, steps: tuple[Step, ...]) -> Decision:
-        if not steps:
-            return _open(self.url)
-        if not steps[0].ok:
-            return Answer(f"I could not open {self.url}: {steps[0].error}")
-        if len(steps) == 1:
-            return ToolCall("browser_extract", {"selector": self.selector})
-        items = _string_items(steps[1])
-        if not items:
-            return Answer(f"No items match {self.selector} on {self.url}.")
-        return Answer(format_list(f"Items matching {self.selector}:", items[:MAX_EXTRACT_ITEMS]))
-
-
-@dataclass(frozen=True)
-class Title:
-    url: str
-    tools: frozenset[str] = frozenset({"browser_navigate"})
-
-    def next(self, steps: tuple[Step, ...]) -> Decision:
-        if not steps:
-            return _open(self.url)
-        if not steps[0].ok:
-            return Answer(f"I could not open {self.url}: {steps[0].error}")
-        output = steps[0].output
-        title = output.get("title") if isinstance(output, dict) else None
-        return Answer(f"Title: {_collapse(title or '')}")
-
-
-@dataclass(frozen=True)
-class ReadPage:
-    url: str
-    tools: frozenset[str] = frozenset({"browser_navigate", "browser_read_page"})
-
-    def next(self, steps: tuple[Step, ...]) -> Decision:
-        if not steps:
-            return _open(self.url)
-        if not steps[0].ok:
-            return Answer(f"I could not open {self.url}: {steps[0].error}")
-        if len(steps) == 1:
-            return ToolCall("browser_read_page", {})
-        page = steps[1].output if steps[1].ok and isinstance(steps[1].output, str) else ""
-        lines = [line.strip() for line in page.splitlines() if line.strip()][:READ_LINES]
-        return Answer("\n".join(["The page reads:", *lines]))
-
-
-@dataclass(frozen=True)
-class PickCheapest:
-    items: list[Any]
-    answer_field: str = "name"
-    tools: frozenset[str] = field(default_factory=frozenset)
-
-    def next(self, steps: tuple[Step, ...]) -> Decision:
-        best = cheapest(self.items)
-        if best is None:
-            return Answer("None of the items has a readable price.")
-        return Answer(_collapse(best.get(self.answer_field, "")))
-
-
-@dataclass(frozen=True)
-class AnswerAgain:
-    """A replay's result step: answer the original task from fresh tool outputs."""
-
-    task: TopN | FillForm | Cheapest | Extract | Title | ReadPage
-    data: list[tuple[str, Any]]
-    tools: frozenset[str] = field(default_factory=frozenset)
-
-    def next(self, steps: tuple[Step, ...]) -> Decision:
-        texts = [v for _, v in self.data if isinstance(v, str)]
-        lists = [v for _, v in self.data if isinstance(v, list)]
-        pages = [v for _, v in self.data if isinstance(v, dict)]
-        task = self.task
-        if isinstance(task, FillForm) and texts:
-            line = confirmation_line(texts[-1])
-            if line is not None:
-                return Answer(f"Confirmation: {line}")
-        elif isinstance(task, ReadPage) and texts:
-            lines = [line.strip() for line in texts[-1].splitlines() if line.strip()]
-            return Answer("\n".join(["The page reads:", *lines[:READ_LINES]]))
-        elif isinstance(task, Title) and pages:
-            return Answer(f"Title: {_collapse(pages[-1].get('title') or '')}")
-        elif isinstance(task, TopN | Extract) and lists:
-            items = [_collapse(i) for i in lists[-1] if not isinstance(i, dict)]
-            if isinstance(task, TopN):
-                return Answer(format_list(f"Top {task.n} {task.things}:", items[: task.n]))
-            return Answer(
-                format_list(f"Items matching {task.selector}:", items[:MAX_EXTRACT_ITEMS])
-            )
-        elif isinstance(task, Cheapest) and lists:
-            best = cheapest(lists[-1])
-            if best is not None:
-                name, price = _collapse(best["name"]), _collapse(best.get("price"))
-                headline = f"Cheapest {task.thing}: {name} at {price}"
-                if task.detail is None:
-                    return Answer(headline)
-                value = detail_value(texts[-1], task.detail) if texts else None
-                if value is not None:
-                    return Answer(f"{headline}; {task.detail}: {value}")
-        return Answer("Today's data does not hold what the task asks for.")
-
-
-_DATA_LINE = re.compile(r"^(?P<name>step_\d+) \((?P<tool>[\w.-]+)\): ?", re.MULTILINE)
-
-
-def _data_values(block: str) -> list[tuple[str, Any]]:
-    """The `step_N (tool): value` lines of a "Today's data" block; a value runs to the
-    next such line and is JSON when it parses as JSON."""
-    marks = list(_DATA_LINE.finditer(block))
-    values: list[tuple[str, Any]] = []
-    for mark, following in zip(marks, [*marks[1:], None], strict=True):
-        raw = block[mark.end() : following.start() if following else len(block)].strip()
-        try:
-            value: Any = json.loads(raw)
-        except ValueError:
-            value = raw
-        values.append((mark["tool"], value))
-    return values
-
-
-def _answer_again(prompt: str) -> AnswerAgain | None:
-    context = re.search(r"Task \(for context[^)]*\): (?P<task>.+)", prompt)
-    data_at = prompt.find("Today's data:")
-    if context is None or data_at < 0 or "answer the task again" not in prompt.lower():
-        return None
-    # The compiler elides URLs; the answer never depends on them.
-    task = parse_task(context["task"].replace("<url>", "http://elided.invalid"))
-    if task is None or isinstance(task, PickCheapest | AnswerAgain | QualityCheck):
-        return None
-    return AnswerAgain(task, _data_values(prompt[data_at + len("Today's data:") :]))
-
-
-_QUALITY = re.compile(
-    r"Quality check of a replayed answer.*?<earlier_answer>\n?(?P<earlier>.*?)\n?"
-    r"</earlier_answer>.*?<new_answer>\n?(?P<new>.*?)\n?</new_answer>",
-    re.DOTALL,
-)
-_ITEM = re.compile(r"^\d+[.)]\s*(?P<item>.*)$")
-
-
-def _lines(text: str) -> list[str]:
-    return [line.strip() for line in text.strip().splitlines() if line.strip()]
-
-
-def _head(line: str) -> str:
-    return line.split(":", 1)[0].strip().lower() if ":" in line else ""
-
-
-def form_problem(earlier: str, answer: str) -> str | None:
-    """Why `answer` does not have the form of `earlier` (None: it does)."""
-    old, new = _lines(earlier), _lines(answer)
-    if not new:
-        return "the new answer is empty"
-    if old and _head(old[0]) != _head(new[0]):
-        return "it does not begin like the earlier answer"
-    if old and len(old) != len(new):
-        return f"it has {len(new)} lines where the earlier answer has {len(old)}"
-    items = [m["item"].strip() for line in new if (m := _ITEM.match(line))]
-    if any(not item for item in items):
-        return "a listed item is empty"
-    if len(set(items)) < len(items):
-        return "listed items repeat, like placeholders rather than data"
-    return None
-
-
-@dataclass(frozen=True)
-class QualityCheck:
-    """A replayed answer judged against the form of the earlier, verified answer."""
-
-    earlier: str
-    answer: str
-    tools: frozenset[str] = field(default_factory=frozenset)
-
-    def next(self, steps: tuple[Step, ...]) -> Decision:
-        problem = form_problem(self.earlier, self.answer)
-        if problem is not None:
-            return Answer(f"FAIL: {problem}.")
-        return Answer("PASS: it has the earlier answer's form, with values of its own.")
-
-
-Task = (
-    TopN
-    | FillForm
-    | Cheapest
-    | Extract
-    | Title
-    | ReadPage
-    | PickCheapest
-    | AnswerAgain
-    | QualityCheck
-)
-
-
-def _json_array(prompt: str) -> list[Any] | None:
-    start, end = prompt.find("["), prompt.rfind("]")
-    while start >= 0 and end > start:
-        try:
-            value = json.loads(prompt[start : end + 1])
-        except (json.JSONDecodeError, ValueError):
-            start = prompt.find("[", start + 1)
-            continue
-        return value if isinstance(value, list) else None
-    return None
-
-
-def parse_task(prompt: str) -> Task | None:
-    text = _clean(prompt)
-    # Before the rest: a quality-check prompt quotes the task it checks.
-    if quality := _QUALITY.search(prompt):
-        return QualityCheck(quality["earlier"], quality["new"])
-    if again := _answer_again(prompt):
-        return again
-    if m := _P_CLICK_TOP.search(text):
-        return TopN(_url(m), _number(m["n"]), m["things"].strip(), click=_unquote(m["click"]))
-    if m := _P_TOP.search(text):
-        return TopN(_url(m), _number(m["n"]), m["things"].strip())
-    if m := _P_FORM.search(text):
-        return FillForm(_url(m), parse_fields(m["fields"]))
-    if m := _P_CHEAPEST_DETAIL.search(text):
-        return Cheapest(_url(m), m["thing"].strip(), detail=m["detail"].strip())
-    if m := _P_CHEAPEST.search(text):
-        return Cheapest(_url(m), m["thing"].strip())
-    if m := _P_EXTRACT.search(text):
-        return Extract(_url(m), (m["quoted"] or m["selector"]).strip())
-    if m := _P_TITLE.search(text):
-        return Title(_url(m))
-    if m := _P_READ.search(text):
-        return ReadPage(_url(m))
-    if re.search(r"\bcheapest\b", text, _FLAGS):
-        items = _json_array(_MARKER.sub("", prompt))
-        if items is not None:
-            wanted = _P_ANSWER_FIELD.search(text)
-            return PickCheapest(items, answer_field=wanted["field"] if wanted else "name")
-    return None
-
-
-# --- the decision -----------------------------------------------------------------------
-
-
 def markers(prompt: str) -> dict[str, str | None]:
-    return {m["name"].lower(): m["arg"] for m in _MARKER.finditer(prompt)}
+    return {m["name"].lower(): m["arg"] for m in MARKER.finditer(prompt)}
 
 
 def understood() -> str:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.dev.standin import signing
-from services.dev.standin.policy import Answer, ApiFailure, Decision, ToolCall
+from services.dev.standin.conversation import Answer, ApiFailure, Decision, ToolCall
 
 SAMPLING_PARAMETERS = ("temperature", "top_p", "top_k")
 EFFORTS = ("low", "medium", "high", "xhigh", "max")
