@@ -2,7 +2,9 @@
 executor's health as an event-sourced aggregate.
 
 Pure core (no NATS, no database): dataflow (where values came from), compile (trace ->
-Executor | Skip), health (the rules, as a fold over events), outcomes and views.
-Storage: store (eventsourcing). Wiring: service. What an executor's steps mean at replay
-(references, expectations, tool kinds) is the executor language, services/executor/.
+Executor | Skip), executor_events and health (the events, and the rules as a fold over
+them), outcomes and views (what queries and the bus show). Storage: aggregate (the
+Executor aggregate) and store (the eventsourcing application). Wiring: service. What
+an executor's steps mean at replay (references, expectations, tool kinds) is the executor
+language, services/executor/.
 """
