@@ -106,11 +106,12 @@ class ExecutorAggregate(Folded[h.Health, ev.HealthEvent]):
         return {"task_id": self.state.task_id}
 
 
-def health_event(stored: object) -> ev.HealthEvent | None:
-    """The health event a stored event holds (None: the aggregate's creation)."""
+def health_event(stored: object) -> tuple[str, ev.HealthEvent] | None:
+    """The task and the health event a stored event holds (None: the aggregate's
+    creation)."""
     if isinstance(stored, Stored | ExecutorAggregate.Recorded):
         event: ev.HealthEvent = stored.event
-        return event
+        return vars(stored)["task_id"], event
     return None
 
 

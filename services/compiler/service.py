@@ -74,10 +74,10 @@ def snapshot_every(settings: Settings) -> int:
 def convert(domain_event: object) -> Outgoing | None:
     """What the relay publishes for a stored event (the aggregate's creation is kept,
     not published)."""
-    event = health_event(domain_event)
-    if event is None:
+    found = health_event(domain_event)
+    if found is None:
         return None
-    wire = views.to_wire(domain_event.task_id, event)  # type: ignore[attr-defined]
+    wire = views.to_wire(*found)
     return Outgoing(subject=s.executor_event(wire.task_id, wire.event), event=wire)
 
 

@@ -216,7 +216,7 @@ class ExecutorStore(Application[uuid.UUID]):
     ) -> list[h.HealthEvent]:
         """The task's health events, oldest first, of versions past `gt` up to `lte`."""
         stored = self.events.get(aggregate_id(task_id), gt=gt, lte=lte)
-        return [event for event in map(health_event, stored) if event is not None]
+        return [found[1] for found in map(health_event, stored) if found is not None]
 
     def history_page(
         self, task_id: str, limit: int, before: int | None

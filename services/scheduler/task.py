@@ -48,6 +48,12 @@ class Task(Folded[TaskState, ev.TaskEvent]):
     class Defined(_WithSpec, StoredCreation):
         event_type = ev.Defined
 
+        @property
+        def task_id(self) -> str:
+            """The task it defines (the relay names a task's events by it)."""
+            task_id: str = vars(self)["task_id"]
+            return task_id
+
     class Redefined(_WithSpec, Stored):
         event_type = ev.Redefined
 
