@@ -1,10 +1,11 @@
 """Executor health: the rules, as pure functions over a task's executor events.
 
-An executor's history is a list of events (compiled, replay succeeded/failed, superseded,
-invalidated, pinned/unpinned, skipped, full run recorded). `apply` folds one event into
-the `Health` state; nothing else changes it, so health is always what the events say.
-The `decide_*` functions turn a command and the current state into the events to
-record: every status change is an explicit event, so the bus shows why it happened.
+An executor's history is a list of events (executor_events.py: compiled, replay
+succeeded/failed, superseded, invalidated, pinned/unpinned, skipped, full run recorded).
+`apply` folds one event into the `Health` state; nothing else changes it, so health is
+always what the events say. The `decide_*` functions turn a command and the current state
+into the events to record: every status change is an explicit event, so the bus shows
+why it happened. What queries and the bus show of it is views.py.
 
 Rules:
 - a new compilation gets the next version and supersedes the active one, unless that
@@ -43,8 +44,19 @@ from typing import Any
 
 import msgspec
 
-from contracts.executors import Executor, ExecutorEvent, ExecutorHealth, VersionView
-from services.kernel.codec import decode_stored, encode
+from contracts.executors import Executor
+from services.compiler.executor_events import (
+    Compiled,
+    FullRunRecorded,
+    HealthEvent,
+    Invalidated,
+    Pinned,
+    ReplayFailed,
+    ReplaySucceeded,
+    Skipped,
+    Superseded,
+    Unpinned,
+)
 
 # Run ids remembered for idempotency (a redelivery comes within minutes, not 1000 runs).
 REMEMBERED_RUNS = 1000
@@ -56,94 +68,6 @@ RECENT_FULL_RUNS = 10
 class Rules:
     max_consecutive_failures: int = 3
     max_idle: timedelta = timedelta(days=30)
-
-
-# --- events -----------------------------------------------------------------------------
-
-
-class _Ev(msgspec.Struct, kw_only=True, tag_field="kind"):
-    at: datetime
-
-
-class Compiled(_Ev, tag="compiled"):
-    version: int
-    executor: dict[str, Any]  # kept raw: a contract change must not make history unreadable
-    source_run_id: str
-    source_cost_usd: float = 0.0
-
-
-class Skipped(_Ev, tag="skipped"):
-    run_id: str
-    reason: str
-
-
-class ReplaySucceeded(_Ev, tag="replay_succeeded"):
-    version: int
-    run_id: str
-    # The run's delivery attempt; None in events recorded before outcomes were counted
-    # per attempt (then the run counted once, whatever the attempt).
-    attempt: int | None = None
-    tokens: int = 0
-    cost_usd: float = 0.0
-    cost_saved_usd: float = 0.0  # as the run event reported it; may be negative
-
-
-class ReplayFailed(_Ev, tag="replay_failed"):
-    version: int
-    run_id: str
-    attempt: int | None = None  # as in ReplaySucceeded
-    step: int | None = None
-    reason: str = ""
-    tokens: int = 0
-    cost_usd: float = 0.0
-
-
-class Superseded(_Ev, tag="superseded"):
-    version: int
-    reason: str
-
-
-class Invalidated(_Ev, tag="invalidated"):
-    version: int
-    reason: str
-    by: str = "operator"
-
-
-class Pinned(_Ev, tag="pinned"):
-    version: int
-    by: str = "operator"
-
-
-class Unpinned(_Ev, tag="unpinned"):
-    version: int
-    reason: str = ""
-
-
-class FullRunRecorded(_Ev, tag="full_run_recorded"):
-    run_id: str
-    cost_usd: float
-
-
-HealthEvent = (
-    Compiled
-    | Skipped
-    | ReplaySucceeded
-    | ReplayFailed
-    | Superseded
-    | Invalidated
-    | Pinned
-    | Unpinned
-    | FullRunRecorded
-)
-
-
-def event_to_data(event: HealthEvent) -> str:
-    # JSON text, not plain data: see services/kernel/transcoding.py.
-    return encode(event).decode()
-
-
-def event_from_data(data: str | dict[str, Any]) -> HealthEvent:
-    return decode_stored(data, HealthEvent)  # type: ignore[arg-type]
 
 
 # --- state ------------------------------------------------------------------------------
@@ -350,82 +274,6 @@ def status(health: Health) -> str:
     if not health.versions:
         return "none"
     return health.versions[-1].status
-
-
-class _StoredStats(msgspec.Struct):
-    """An executor's stats as stored by any version: a missing count reads as 0."""
-
-    total_steps: int = 0
-    deterministic_steps: int = 0
-    templated_steps: int = 0
-    llm_steps: int = 0
-    estimated_replay_cost_usd: float = 0.0
-
-
-_NO_STATS = _StoredStats()
-
-
-def _stats_of(version: VersionState | None) -> _StoredStats:
-    """The version's stats as stored; an executor the contract no longer reads may hold
-    anything there, and counts as zeros rather than fail every query."""
-    stats = version.executor.get("stats") if version is not None else None
-    try:
-        return msgspec.convert(stats, _StoredStats, strict=False)
-    except (msgspec.ValidationError, TypeError):
-        return _NO_STATS
-
-
-def summary(health: Health) -> ExecutorHealth:
-    """What rote.api.executors.get answers: the current version (or the latest, when none
-    is current) and how it fared."""
-    version = current(health) or (health.versions[-1] if health.versions else None)
-    reason = None
-    if version is not None and version.status != "active":
-        reason = version.status_reason
-    elif version is None:
-        reason = health.last_skip_reason and f"skipped: {health.last_skip_reason}"
-    stats = _stats_of(version)
-    return ExecutorHealth(
-        task_id=health.task_id,
-        status=status(health),  # type: ignore[arg-type]
-        version=version.version if version else None,
-        pinned_version=health.pinned,
-        versions=len(health.versions),
-        success_count=version.success_count if version else 0,
-        failure_count=version.failure_count if version else 0,
-        consecutive_failures=version.consecutive_failures if version else 0,
-        last_used_at=version.last_used_at if version else None,
-        total_cost_saved_usd=round(health.total_cost_saved_usd, 9),
-        source_run_id=version.source_run_id if version else None,
-        total_steps=stats.total_steps,
-        deterministic_steps=stats.deterministic_steps,
-        llm_steps=stats.llm_steps,
-        templated_steps=stats.templated_steps,
-        estimated_replay_cost_usd=stats.estimated_replay_cost_usd,
-        full_run_cost_usd=round(full_run_cost(health), 9),
-        status_reason=reason,
-        compiled_at=version.compiled_at if version else None,
-        replays=health.replays,
-        replay_failures=health.replay_failures,
-    )
-
-
-def version_views(health: Health) -> list[VersionView]:
-    return [
-        VersionView(
-            version=v.version,
-            status=v.status,  # type: ignore[arg-type]
-            status_reason=v.status_reason,
-            source_run_id=v.source_run_id,
-            compiled_at=v.compiled_at,
-            success_count=v.success_count,
-            failure_count=v.failure_count,
-            consecutive_failures=v.consecutive_failures,
-            last_used_at=v.last_used_at,
-            cost_saved_usd=round(v.cost_saved_usd, 9),
-        )
-        for v in health.versions
-    ]
 
 
 # --- decisions: command + state -> events to record -------------------------------------
@@ -707,99 +555,4 @@ def _newest_active(health: Health, exclude: int | None) -> int | None:
     for v in reversed(health.versions):
         if v.status == "active" and v.version != exclude:
             return v.version
-    return None
-
-
-# --- the wire form ----------------------------------------------------------------------
-
-
-def to_wire(task_id: str, event: HealthEvent) -> ExecutorEvent | None:
-    """The ExecutorEvent published for a recorded event (None: kept, not published)."""
-    match event:
-        case Compiled():
-            try:
-                executor: Executor | None = decode_executor(event.executor)
-            except (msgspec.ValidationError, TypeError):
-                executor = None
-            return ExecutorEvent(
-                task_id=task_id,
-                event="compiled",
-                at=event.at,
-                version=event.version,
-                run_id=event.source_run_id,
-                executor=executor,
-                cost_usd=event.source_cost_usd,
-            )
-        case Skipped():
-            return ExecutorEvent(
-                task_id=task_id,
-                event="skipped",
-                at=event.at,
-                run_id=event.run_id,
-                reason=event.reason,
-            )
-        case ReplaySucceeded():
-            return ExecutorEvent(
-                task_id=task_id,
-                event="replay_succeeded",
-                at=event.at,
-                version=event.version,
-                run_id=event.run_id,
-                attempt=event.attempt,
-                tokens=event.tokens,
-                cost_usd=event.cost_usd,
-                cost_saved_usd=event.cost_saved_usd,
-            )
-        case ReplayFailed():
-            return ExecutorEvent(
-                task_id=task_id,
-                event="replay_failed",
-                at=event.at,
-                version=event.version,
-                run_id=event.run_id,
-                attempt=event.attempt,
-                step=event.step,
-                reason=event.reason,
-                tokens=event.tokens,
-                cost_usd=event.cost_usd,
-            )
-        case Superseded():
-            return ExecutorEvent(
-                task_id=task_id,
-                event="superseded",
-                at=event.at,
-                version=event.version,
-                reason=event.reason,
-            )
-        case Invalidated():
-            return ExecutorEvent(
-                task_id=task_id,
-                event="invalidated",
-                at=event.at,
-                version=event.version,
-                reason=event.reason,
-                by=event.by,
-            )
-        case Pinned():
-            return ExecutorEvent(
-                task_id=task_id, event="pinned", at=event.at, version=event.version, by=event.by
-            )
-        case Unpinned():
-            return ExecutorEvent(
-                task_id=task_id,
-                event="unpinned",
-                at=event.at,
-                version=event.version,
-                reason=event.reason,
-            )
-        case FullRunRecorded():
-            # Published because it moves full_run_cost_usd, which the runner's cached
-            # lookups hold: any executor event of the task makes them ask again.
-            return ExecutorEvent(
-                task_id=task_id,
-                event="full_run_recorded",
-                at=event.at,
-                run_id=event.run_id,
-                cost_usd=event.cost_usd,
-            )
     return None

@@ -9,6 +9,7 @@ rote.evt.executor.<task_id>.<event> through the relay, never directly.
 
 from __future__ import annotations
 
+import builtins
 import re
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
@@ -42,8 +43,9 @@ from contracts.traces import Trace, TraceCaptured
 from services import __version__
 from services.compiler import health as h
 from services.compiler import outcomes, views
+from services.compiler.aggregate import health_event
 from services.compiler.compile import compile
-from services.compiler.store import ExecutorAggregate, ExecutorStore
+from services.compiler.store import ExecutorStore
 from services.executor.cost import full_run_cost
 from services.kernel import blobs
 from services.kernel.consumers import Reject, consume, durable_config
@@ -72,11 +74,10 @@ def snapshot_every(settings: Settings) -> int:
 def convert(domain_event: object) -> Outgoing | None:
     """What the relay publishes for a stored event (the aggregate's creation is kept,
     not published)."""
-    if not isinstance(domain_event, ExecutorAggregate.Recorded):
+    found = health_event(domain_event)
+    if found is None:
         return None
-    wire = h.to_wire(domain_event.task_id, h.event_from_data(domain_event.data))
-    if wire is None:
-        return None
+    wire = views.to_wire(*found)
     return Outgoing(subject=s.executor_event(wire.task_id, wire.event), event=wire)
 
 
@@ -178,7 +179,7 @@ class Compiler:
         self.relay.wake()  # a lookup may have superseded a stale or broken version
         if state is None:
             return ActiveExecutor(executor=None, health=views.none_health(ref.task_id))
-        return ActiveExecutor(executor=executor, health=h.summary(state))
+        return ActiveExecutor(executor=executor, health=views.summary(state))
 
     async def _state(self, task_id: str) -> h.Health:
         state = await anyio.to_thread.run_sync(self.store.health_now, task_id)
@@ -187,7 +188,7 @@ class Compiler:
         return state
 
     async def get(self, ref: ExecutorRef) -> ExecutorHealth:
-        return h.summary(await self._state(ref.task_id))
+        return views.summary(await self._state(ref.task_id))
 
     async def history(self, query: HistoryQuery) -> ExecutorHistory:
         state = await self._state(query.task_id)
@@ -219,7 +220,7 @@ class Compiler:
     async def list(self, query: ListExecutors) -> ExecutorList:
         found: list[ExecutorHealth] = []
         async for state in self._all_states(query.after):
-            summary = h.summary(state)
+            summary = views.summary(state)
             if query.status is not None and summary.status != query.status:
                 continue
             if len(found) == query.limit:  # one more matches: there is a next page
@@ -243,7 +244,7 @@ class Compiler:
         self.relay.wake()
         # As get answers (lookup-time rules applied), or the reply could call active a
         # version the next lookup supersedes.
-        return h.summary(self.store.as_of(state))
+        return views.summary(self.store.as_of(state))
 
     async def pin(self, command: PinExecutor) -> ExecutorHealth:
         try:
@@ -253,12 +254,12 @@ class Compiler:
         except h.HealthError as exc:
             raise _service_error(exc) from None
         self.relay.wake()
-        return h.summary(self.store.as_of(state))  # as get answers: see invalidate
+        return views.summary(self.store.as_of(state))  # as get answers: see invalidate
 
     async def stats(self, _: Empty) -> SavingsStats:
         return views.savings([state async for state in self._all_states()])
 
-    def endpoints(self) -> list[Endpoint]:
+    def endpoints(self) -> builtins.list[Endpoint]:
         def ep(name: str, subject: str, request: type, handler: object, text: str) -> Endpoint:
             return Endpoint(name, subject, request, handler, concurrent=True, description=text)  # type: ignore[arg-type]
 

@@ -1,95 +1,36 @@
-"""The Executor aggregate (one per task) and the eventsourcing application that keeps
-it: SQLite under the data dir by default, PostgreSQL when configured
+"""The eventsourcing application that keeps the Executor aggregates (aggregate.py):
+SQLite under the data dir by default, PostgreSQL when configured
 (services.kernel.event_store). Synchronous, like the library: the service calls it from
 worker threads.
 
-The aggregate's only state is `health`, folded from its events by health.apply; every
-command is decide (pure, health.py) -> record -> save, retried on a concurrent write
-(RecordConflictError: another process saved first, so reload and decide again). That
-is what gives two concurrent compilations two distinct versions. Between attempts it
-waits a short, growing, jittered while: retried at once, writers that just collided
-collide again, and under contention most attempts are lost to conflicts. Writers in one
-process take turns per task (striped locks), so conflicts come only from other
-processes: otherwise every worker thread of a busy task races every other.
+Every command is decide (pure, health.py) -> record -> save, run by the kernel's
+CommandRunner: on a concurrent write (another process saved first) it reloads and decides
+again. That is what gives two concurrent compilations two distinct versions.
 """
 
 from __future__ import annotations
 
-import random
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
 
-from eventsourcing.application import AggregateNotFoundError, Application
-from eventsourcing.domain import Aggregate, event
-from eventsourcing.persistence import JSONTranscoder, RecordConflictError
-from eventsourcing.utils import get_topic
+from eventsourcing.application import Application
+from eventsourcing.persistence import JSONTranscoder
 
 from contracts.base import utc_now
 from contracts.executors import Executor
 from services.compiler import health as h
-from services.kernel.logs import get_logger
+from services.compiler.aggregate import (
+    CREATED_TOPICS,
+    ExecutorAggregate,
+    aggregate_id,
+    health_event,
+)
+from services.kernel.commands import CommandRunner
 from services.kernel.transcoding import StructAsText
 
-log = get_logger("rote.compiler.store")
-
-# Executor aggregate ids are derived from task ids, so every process finds the same one.
-NAMESPACE = uuid.UUID("5b0f6a52-3f1e-4c4e-9a57-7f1c0d2e8a11")
 DEFAULT_SNAPSHOT_EVERY = 50
-# Optimistic-concurrency retries: up to MAX_ATTEMPTS, waiting between them from
-# RETRY_BASE_S doubling up to RETRY_CAP_S, and no more than MAX_RETRY_WAIT_S in all
-# (the caller is a request or a consumer waiting on this write).
-MAX_ATTEMPTS = 25
-RETRY_BASE_S = 0.005
-RETRY_CAP_S = 0.2
-MAX_RETRY_WAIT_S = 2.0
-WRITE_LOCKS = 64  # stripes: bounded memory however many tasks there are
-
-
-def retry_wait_s(attempt: int, waited_s: float) -> float:
-    """The wait after the `attempt`-th conflict: full jitter over an exponential ceiling
-    (writers that collided spread out), within what is left of MAX_RETRY_WAIT_S."""
-    ceiling = min(RETRY_CAP_S, RETRY_BASE_S * 2 ** min(attempt - 1, 16))
-    return min(random.uniform(0, ceiling), max(0.0, MAX_RETRY_WAIT_S - waited_s))
-
-
-def aggregate_id(task_id: str) -> uuid.UUID:
-    return uuid.uuid5(NAMESPACE, task_id)
-
-
-class ExecutorAggregate(Aggregate):
-    """A task's executors: versions and health. Created with the first event recorded
-    for the task."""
-
-    @event("Created")
-    def __init__(self, task_id: str) -> None:
-        self.task_id = task_id
-        self.health = h.new(task_id)
-
-    @staticmethod
-    def create_id(task_id: str) -> uuid.UUID:  # type: ignore[override]
-        return aggregate_id(task_id)
-
-    class Recorded(Aggregate.Event):
-        """One health event, as JSON text (health.event_to_data): a compiled executor
-        holds recorded tool inputs, user data the library must not read into (see
-        kernel.transcoding). Events recorded before hold plain data, still read."""
-
-        task_id: str
-        data: str | dict[str, Any]
-
-        def apply(self, aggregate: Any) -> None:
-            h.apply(aggregate.health, h.event_from_data(self.data))
-
-    def record(self, events: list[h.HealthEvent]) -> None:
-        for item in events:
-            self.trigger_event(self.Recorded, task_id=self.task_id, data=h.event_to_data(item))
-
-
-CREATED_TOPIC = get_topic(ExecutorAggregate.Created)
 
 
 class ExecutorStore(Application[uuid.UUID]):
@@ -123,7 +64,7 @@ class ExecutorStore(Application[uuid.UUID]):
         self._tasks: dict[str, None] = {}
         self._tasks_position = 0
         self._tasks_lock = threading.Lock()
-        self._write_locks = [threading.Lock() for _ in range(WRITE_LOCKS)]
+        self.commands = CommandRunner(self)
 
     def register_transcodings(self, transcoder: JSONTranscoder) -> None:
         super().register_transcodings(transcoder)
@@ -133,10 +74,8 @@ class ExecutorStore(Application[uuid.UUID]):
     # --- the command loop ---------------------------------------------------------------
 
     def load(self, task_id: str) -> ExecutorAggregate | None:
-        try:
-            return self.repository.get(aggregate_id(task_id))  # type: ignore[return-value]
-        except AggregateNotFoundError:
-            return None
+        aggregate: ExecutorAggregate | None = self.commands.load(aggregate_id(task_id))
+        return aggregate
 
     def execute(
         self,
@@ -147,42 +86,22 @@ class ExecutorStore(Application[uuid.UUID]):
     ) -> tuple[h.Health, list[h.HealthEvent]]:
         """Decide on the latest state and record; on a concurrent write, reload and
         decide again. Returns the new state and the events recorded."""
-        with self._write_locks[hash(task_id) % WRITE_LOCKS]:
-            return self._execute(task_id, decide, create=create)
 
-    def _execute(
-        self,
-        task_id: str,
-        decide: Callable[[h.Health], list[h.HealthEvent]],
-        *,
-        create: bool,
-    ) -> tuple[h.Health, list[h.HealthEvent]]:
-        waited_s = 0.0
-        for attempt in range(1, MAX_ATTEMPTS + 1):
-            aggregate = self.load(task_id)
-            if aggregate is None:
-                if not create:
-                    raise h.HealthError("not_found", f"task {task_id} has no executor")
-                aggregate = ExecutorAggregate(task_id)
-                events = decide(aggregate.health)
-                if not events:  # nothing to say: do not create an empty aggregate
-                    return aggregate.health, []
-            else:
-                events = decide(aggregate.health)
-                if not events:
-                    return aggregate.health, []
+        def command(
+            aggregate: ExecutorAggregate | None,
+        ) -> tuple[ExecutorAggregate | None, tuple[h.Health, list[h.HealthEvent]]]:
+            if aggregate is None and not create:
+                raise h.HealthError("not_found", f"task {task_id} has no executor")
+            state = aggregate.state if aggregate is not None else h.new(task_id)
+            events = decide(state)
+            if not events:  # nothing to say: an aggregate is not created empty
+                return None, (state, [])
+            aggregate = aggregate or ExecutorAggregate(task_id)
             aggregate.record(events)
-            try:
-                self.save(aggregate)
-            except RecordConflictError:
-                log.info("executor_write_conflict", task_id=task_id, attempt=attempt)
-                if attempt < MAX_ATTEMPTS:
-                    wait_s = retry_wait_s(attempt, waited_s)
-                    time.sleep(wait_s)  # a worker thread: the library is synchronous
-                    waited_s += wait_s
-                continue
-            return aggregate.health, events
-        raise h.HealthError("conflict", f"task {task_id}: too many concurrent writes")
+            return aggregate, (aggregate.state, events)
+
+        busy = f"task {task_id}: too many concurrent writes"
+        return self.commands.run(aggregate_id(task_id), command, busy=busy)
 
     # --- commands -----------------------------------------------------------------------
 
@@ -277,7 +196,7 @@ class ExecutorStore(Application[uuid.UUID]):
     def health(self, task_id: str) -> h.Health | None:
         """The state as recorded."""
         aggregate = self.load(task_id)
-        return aggregate.health if aggregate is not None else None
+        return aggregate.state if aggregate is not None else None
 
     def health_now(self, task_id: str) -> h.Health | None:
         """The state as the next lookup would leave it (health.as_of): what queries show."""
@@ -292,13 +211,12 @@ class ExecutorStore(Application[uuid.UUID]):
         """Every recorded event of the task, oldest first."""
         return self._health_events(task_id)
 
-    def _health_events(self, task_id: str, **versions: int) -> list[h.HealthEvent]:
-        """The task's health events, oldest first; `versions`: EventStore.get's gt/lte."""
-        return [
-            h.event_from_data(stored.data)
-            for stored in self.events.get(aggregate_id(task_id), **versions)
-            if isinstance(stored, ExecutorAggregate.Recorded)
-        ]
+    def _health_events(
+        self, task_id: str, gt: int | None = None, lte: int | None = None
+    ) -> list[h.HealthEvent]:
+        """The task's health events, oldest first, of versions past `gt` up to `lte`."""
+        stored = self.events.get(aggregate_id(task_id), gt=gt, lte=lte)
+        return [found[1] for found in map(health_event, stored) if found is not None]
 
     def history_page(
         self, task_id: str, limit: int, before: int | None
@@ -321,7 +239,7 @@ class ExecutorStore(Application[uuid.UUID]):
         with self._tasks_lock:
             while True:
                 batch = self.recorder.select_notifications(
-                    start=self._tasks_position + 1, limit=500, topics=[CREATED_TOPIC]
+                    start=self._tasks_position + 1, limit=500, topics=CREATED_TOPICS
                 )
                 if not batch:
                     break

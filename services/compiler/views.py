@@ -1,8 +1,10 @@
-"""Replies of the executor queries, built from folded health states. Pure."""
+"""What the outside sees of an executor's health, built from folded health states: the
+replies of the executor queries and the events published on the bus. Pure."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import msgspec
 
@@ -12,14 +14,92 @@ from contracts.executors import (
     ExecutorHealth,
     ExecutorHistory,
     SavingsStats,
+    VersionView,
 )
 from services.compiler import health as h
+from services.compiler.executor_events import Compiled, HealthEvent
 
 MAX_STATS_TASKS = 1000  # tasks named in the savings ledger's by_task
 
 
 def none_health(task_id: str) -> ExecutorHealth:
     return ExecutorHealth(task_id=task_id, status="none")
+
+
+class _StoredStats(msgspec.Struct):
+    """An executor's stats as stored by any version: a missing count reads as 0."""
+
+    total_steps: int = 0
+    deterministic_steps: int = 0
+    templated_steps: int = 0
+    llm_steps: int = 0
+    estimated_replay_cost_usd: float = 0.0
+
+
+_NO_STATS = _StoredStats()
+
+
+def _stats_of(version: h.VersionState | None) -> _StoredStats:
+    """The version's stats as stored; an executor the contract no longer reads may hold
+    anything there, and counts as zeros rather than fail every query."""
+    stats = version.executor.get("stats") if version is not None else None
+    try:
+        return msgspec.convert(stats, _StoredStats, strict=False)
+    except (msgspec.ValidationError, TypeError):
+        return _NO_STATS
+
+
+def summary(health: h.Health) -> ExecutorHealth:
+    """What rote.api.executors.get answers: the current version (or the latest, when none
+    is current) and how it fared."""
+    version = h.current(health) or (health.versions[-1] if health.versions else None)
+    reason = None
+    if version is not None and version.status != "active":
+        reason = version.status_reason
+    elif version is None:
+        reason = health.last_skip_reason and f"skipped: {health.last_skip_reason}"
+    stats = _stats_of(version)
+    return ExecutorHealth(
+        task_id=health.task_id,
+        status=h.status(health),  # type: ignore[arg-type]
+        version=version.version if version else None,
+        pinned_version=health.pinned,
+        versions=len(health.versions),
+        success_count=version.success_count if version else 0,
+        failure_count=version.failure_count if version else 0,
+        consecutive_failures=version.consecutive_failures if version else 0,
+        last_used_at=version.last_used_at if version else None,
+        total_cost_saved_usd=round(health.total_cost_saved_usd, 9),
+        source_run_id=version.source_run_id if version else None,
+        total_steps=stats.total_steps,
+        deterministic_steps=stats.deterministic_steps,
+        llm_steps=stats.llm_steps,
+        templated_steps=stats.templated_steps,
+        estimated_replay_cost_usd=stats.estimated_replay_cost_usd,
+        full_run_cost_usd=round(h.full_run_cost(health), 9),
+        status_reason=reason,
+        compiled_at=version.compiled_at if version else None,
+        replays=health.replays,
+        replay_failures=health.replay_failures,
+    )
+
+
+def version_views(health: h.Health) -> list[VersionView]:
+    return [
+        VersionView(
+            version=v.version,
+            status=v.status,  # type: ignore[arg-type]
+            status_reason=v.status_reason,
+            source_run_id=v.source_run_id,
+            compiled_at=v.compiled_at,
+            success_count=v.success_count,
+            failure_count=v.failure_count,
+            consecutive_failures=v.consecutive_failures,
+            last_used_at=v.last_used_at,
+            cost_saved_usd=round(v.cost_saved_usd, 9),
+        )
+        for v in health.versions
+    ]
 
 
 def history(
@@ -31,9 +111,7 @@ def history(
     versions: list[Executor] = []
     wire: list[ExecutorEvent] = []
     for event in page:
-        out = h.to_wire(task_id, event)
-        if out is None:
-            continue
+        out = to_wire(task_id, event)
         if out.executor is not None:  # carried once, in `versions`
             versions.append(out.executor)
             out = msgspec.structs.replace(out, executor=None)
@@ -42,7 +120,7 @@ def history(
         task_id=task_id,
         versions=versions,
         events=wire,
-        summaries=h.version_views(state),
+        summaries=version_views(state),
         first_event=start + 1,
         total_events=total,
         next_before=start + 1 if start > 0 else None,
@@ -73,3 +151,21 @@ def savings(states: Iterable[h.Health]) -> SavingsStats:
         by_task=dict(top),
         by_task_omitted=len(by_task) - len(top),
     )
+
+
+# Event fields the wire names otherwise; every other field goes out under its own name.
+_WIRE_NAMES = {"source_run_id": "run_id", "source_cost_usd": "cost_usd"}
+
+
+def to_wire(task_id: str, event: HealthEvent) -> ExecutorEvent:
+    """The ExecutorEvent published for a recorded event: every kind is published, a
+    full run's cost too (it moves full_run_cost_usd, which runners' cached lookups
+    hold: any executor event of the task makes them ask again)."""
+    fields = {_WIRE_NAMES.get(k, k): v for k, v in msgspec.structs.asdict(event).items()}
+    if isinstance(event, Compiled):
+        try:
+            fields["executor"] = h.decode_executor(event.executor)
+        except (msgspec.ValidationError, TypeError):
+            fields["executor"] = None
+    kind: Any = type(event).__struct_config__.tag
+    return ExecutorEvent(task_id=task_id, event=kind, **fields)

@@ -2,6 +2,8 @@
 
 Pure rules live in modules named for the idea (triggers, conditions, dispatch, budget,
 recovery, failures, ledger, spec: the checks a spec passes, for tasks.create and
-update and for runs.start's inline spec); `task.py` is the aggregate, `application.py` the event
-store façade, `engine.py` the tick loop, and `service.py` wires it all to NATS.
+update and for runs.start's inline spec; task_events and task_rules: a task's events and
+what they decide and mean); `task.py` is the aggregate, `application.py` the event store
+façade, `engine.py` the tick loop (`condition_watch.py` its condition checks), and
+`service.py` wires it all to NATS.
 """

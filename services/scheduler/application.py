@@ -1,10 +1,11 @@
 """The task store: commands on Task aggregates, and a catalog of every task, the run
 ledger and the daily spend, folded from the store's notification log.
 
-Synchronous, like the eventsourcing library under it: call it from worker threads. A
-save that lost a race with another writer (RecordConflictError) reloads the task and
-runs the command again, so concurrent writers (endpoints, consumers, the tick, other
-scheduler processes on the same PostgreSQL) never lose a command.
+Synchronous, like the eventsourcing library under it: call it from worker threads.
+Commands run through the kernel's CommandRunner: a save that lost a race with another
+writer reloads the task and runs the command again, so concurrent writers (endpoints,
+consumers, the tick, other scheduler processes on the same PostgreSQL) never lose a
+command.
 """
 
 from __future__ import annotations
@@ -12,15 +13,16 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 from uuid import UUID
 
 import msgspec
-from eventsourcing.application import AggregateNotFoundError, Application
-from eventsourcing.persistence import JSONTranscoder, RecordConflictError
+from eventsourcing.application import Application
+from eventsourcing.persistence import JSONTranscoder
 
 from contracts.runs import RunOrigin, RunView
 from contracts.tasks import CreateTask, Prompt, TaskName, TaskSpec, TaskView, Trigger, UpdateTask
+from services.kernel.commands import CommandRunner
 from services.kernel.errors import ServiceError
 from services.kernel.ids import slug
 from services.kernel.logs import get_logger
@@ -30,13 +32,23 @@ from services.scheduler.budget import DailySpend, utc_day
 from services.scheduler.ids import task_uuid, untracked_uuid
 from services.scheduler.ledger import RunLedger
 from services.scheduler.spec import checked_spec
-from services.scheduler.task import Task, UntrackedRuns, plain_tokens
+from services.scheduler.task import Task, UntrackedRuns
+from services.scheduler.task_events import (
+    Defined,
+    RunDispatched,
+    RunFinished,
+    RunOutcome,
+    RunRequested,
+    RunSkipped,
+    RunStarted,
+    UntrackedRun,
+)
+from services.scheduler.task_rules import DueUnder, TaskState, outcome_of
 from services.scheduler.triggers import TriggerError, next_due
 
 log = get_logger("rote.scheduler")
 
 T = TypeVar("T")
-MAX_ATTEMPTS = 20
 
 
 def shown_spec(spec: TaskSpec) -> TaskSpec:
@@ -49,36 +61,37 @@ def shown_spec(spec: TaskSpec) -> TaskSpec:
         return masked
     plain = redact_value(msgspec.to_builtins(spec))
     for name, bounded in (("name", TaskName), ("prompt", Prompt)):
-        plain[name] = plain[name][: bounded.__metadata__[0].max_length]
+        plain[name] = plain[name][: get_args(bounded)[1].max_length]
     return msgspec.convert(plain, TaskSpec)
 
 
 def to_view(task: Task, last_checked: datetime | None = None) -> TaskView:
+    state = task.state
     due = None
-    if task.status == "active" and task.in_flight is None:
+    if state.status == "active" and state.in_flight is None:
         try:
-            due = next_due(task.spec.trigger, task.trigger_state(last_checked))
+            due = next_due(state.spec.trigger, state.trigger_state(last_checked))
         except TriggerError:
             due = None  # the scheduler pauses such a task, saying why
-    if task.pending is not None and task.in_flight is None:
-        due = task.pending["at"] if due is None else min(due, task.pending["at"])
+    if state.pending is not None and state.in_flight is None:
+        due = state.pending.at if due is None else min(due, state.pending.at)
     return TaskView(
-        task_id=task.task_id,
-        spec=shown_spec(task.spec),
-        status=task.status,
+        task_id=state.task_id,
+        spec=shown_spec(state.spec),
+        status=state.status,
         # As the paused event says it: an operator's reason may quote a secret.
-        status_reason=None if task.status_reason is None else redact(task.status_reason),
+        status_reason=None if state.status_reason is None else redact(state.status_reason),
         version=task.version,
-        created_at=task.created_at,
-        updated_at=task.updated_at,
+        created_at=state.created_at,
+        updated_at=state.updated_at,
         next_due_at=due,
-        run_in_flight=task.in_flight["run_id"] if task.in_flight else None,
-        run_pending=task.pending["run_id"] if task.pending else None,
-        last_run_id=task.last_run_id,
-        last_run_status=task.last_run_status,
-        consecutive_failures=task.consecutive_failures,
-        runs_dispatched=task.runs_dispatched,
-        total_cost_usd=round(task.total_cost_usd, 10),
+        run_in_flight=state.in_flight.run_id if state.in_flight else None,
+        run_pending=state.pending.run_id if state.pending else None,
+        last_run_id=state.last_run_id,
+        last_run_status=state.last_run_status,
+        consecutive_failures=state.consecutive_failures,
+        runs_dispatched=state.runs_dispatched,
+        total_cost_usd=round(state.total_cost_usd, 10),
     )
 
 
@@ -133,48 +146,36 @@ class Catalog:
             return
         self.tasks[task.task_id] = task
 
-    def _fold(self, e: Any) -> None:
-        if isinstance(e, Task.Defined):
-            self._ids[e.originator_id] = e.task_id
+    def _fold(self, stored: Any) -> None:
+        """Fold one stored event (a Task's or the untracked runs') into the ledger and
+        the spend."""
+        event = stored.event
+        if isinstance(event, Defined):
+            self._ids[stored.originator_id] = event.task_id
             return
-        if isinstance(e, UntrackedRuns.Recorded):
-            outcome = dict(e.outcome)
-            self.ledger.finished(e.task_id, e.run_id, at=e.at, **outcome)
-            self.spend.add(e.run_id, e.at, outcome.get("cost_usd", 0.0))
+        if isinstance(event, UntrackedRun):
+            outcome = msgspec.structs.asdict(event.outcome)
+            self.ledger.finished(event.task_id, event.run_id, at=event.at, **outcome)
+            self.spend.add(event.run_id, event.at, event.outcome.cost_usd)
             return
-        task_id = self._ids.get(e.originator_id)
+        task_id = self._ids.get(stored.originator_id)
         if task_id is None:
             return
-        if isinstance(e, Task.RunRequested | Task.RunDispatched):
+        if isinstance(event, RunRequested | RunDispatched):
             # Asked for (queued, not yet sent out) or sent out: `requested` either way,
             # since the first of them (when it was asked for).
-            self.ledger.requested(task_id, e.run_id, e.origin, e.at)  # type: ignore[arg-type]
-        elif isinstance(e, Task.RunStarted):
-            self.ledger.started(task_id, e.run_id, e.at)
-        elif isinstance(e, Task.RunFinished):
-            self.ledger.finished(
-                task_id,
-                e.run_id,
-                status=e.status,  # type: ignore[arg-type]
-                at=e.at,
-                cost_usd=e.cost_usd,
-                cost_saved_usd=e.cost_saved_usd,
-                source=e.source,  # type: ignore[arg-type]
-                executor_version=e.executor_version,
-                duration_ms=e.duration_ms,
-                reason=e.reason,  # type: ignore[arg-type]
-                error=e.error,
-                # Absent from a RunFinished recorded by an earlier version.
-                fell_back=getattr(e, "fell_back", False),
-                tokens=getattr(e, "tokens", None),
-                infrastructure=getattr(e, "infrastructure", False),
-            )
-            self.spend.add(e.run_id, e.at, e.cost_usd)
-        elif isinstance(e, Task.RunSkipped) and e.run_id is not None:
+            self.ledger.requested(task_id, event.run_id, event.origin, event.at)
+        elif isinstance(event, RunStarted):
+            self.ledger.started(task_id, event.run_id, event.at)
+        elif isinstance(event, RunFinished):
+            outcome = {name: getattr(event, name) for name in RunOutcome.__struct_fields__}
+            self.ledger.finished(task_id, event.run_id, at=event.at, **outcome)
+            self.spend.add(event.run_id, event.at, event.cost_usd)
+        elif isinstance(event, RunSkipped) and event.run_id is not None:
             # Only a queued run has an id; its skip is its ending (see outbox). The
             # reason may quote an operator's pause reason: masked, as the event is.
-            origin: RunOrigin = e.origin
-            self.ledger.skipped(task_id, e.run_id, origin, e.at, redact(e.reason))
+            origin: RunOrigin = event.origin
+            self.ledger.skipped(task_id, event.run_id, origin, event.at, redact(event.reason))
 
     def runs(self, task_id: str | None, limit: int) -> list[RunView]:
         with self._lock:
@@ -192,7 +193,7 @@ class Catalog:
             if owner is not None:
                 return owner
             for task in self.tasks.values():
-                if task.pending is not None and task.pending["run_id"] == run_id:
+                if task.state.pending_run(run_id):
                     return task.task_id
             return None
 
@@ -223,34 +224,34 @@ class Tasks(Application[UUID]):
     def __init__(self, env: dict[str, str] | None = None) -> None:
         super().__init__(env=env)
         self.catalog = Catalog(self)
+        self.commands = CommandRunner(self)
 
     def register_transcodings(self, transcoder: JSONTranscoder) -> None:
         super().register_transcodings(transcoder)
-        # The wire's JSON, as text: a condition's input is user data (kernel.transcoding).
+        # Snapshots hold the TaskState as JSON text: a condition's input is user data
+        # (kernel.transcoding). What earlier versions stored held the TaskSpec itself.
+        transcoder.register(StructAsText(TaskState, "rote_task_state"))
         transcoder.register(StructAsText(TaskSpec, "rote_task_spec"))
 
     # --- plumbing ----------------------------------------------------------------------
 
     def _load(self, task_id: str) -> Task:
-        try:
-            task: Task = self.repository.get(task_uuid(task_id))
-        except AggregateNotFoundError:
-            raise ServiceError("not_found", f"no task {task_id!r}", field="task_id") from None
+        task: Task | None = self.commands.load(task_uuid(task_id))
+        if task is None:
+            raise ServiceError("not_found", f"no task {task_id!r}", field="task_id")
         return task
 
     def _command(self, task_id: str, command: Callable[[Task], T]) -> tuple[Task, T]:
-        """Load, apply, save; on a conflicting concurrent save, reload and retry."""
-        for _ in range(MAX_ATTEMPTS):
-            task = self._load(task_id)
-            result = command(task)
-            try:
-                self.save(task)
-            except RecordConflictError:
-                log.info("task_save_conflict", task_id=task_id)
-                continue
-            self.catalog.catch_up()
-            return task, result
-        raise ServiceError("conflict", f"task {task_id!r} is changing too fast; try again")
+        """Load, apply, save (kernel.commands: retried on a conflicting save)."""
+
+        def run(task: Task | None) -> tuple[Task, tuple[Task, T]]:
+            if task is None:
+                raise ServiceError("not_found", f"no task {task_id!r}", field="task_id")
+            return task, (task, command(task))
+
+        done = self.commands.run(task_uuid(task_id), run, busy=_busy(task_id))
+        self.catalog.catch_up()
+        return done
 
     def _once(self, task_id: str, key: str | None, command: Callable[[Task], object]) -> Task:
         """`_command` for an intake command: applied once per idempotency key (see
@@ -258,7 +259,7 @@ class Tasks(Application[UUID]):
         changes nothing; its answer is the task as it is now."""
 
         def once(task: Task) -> None:
-            if key is not None and task.applied(key):
+            if key is not None and task.state.applied(key):
                 return
             command(task)
             if key is not None:
@@ -274,27 +275,24 @@ class Tasks(Application[UUID]):
     def create(self, command: CreateTask, at: datetime, key: str | None = None) -> Task:
         spec = checked_spec(command)
         task_id = command.task_id or slug(command.name)
-        for _ in range(MAX_ATTEMPTS):
-            try:
-                task = self._load(task_id)
-            except ServiceError:
+
+        def run(task: Task | None) -> tuple[Task | None, Task]:
+            if task is None:
                 task = Task(task_id=task_id, spec=spec, at=at)
-            else:
-                if key is not None and task.applied(key):
-                    return task  # a copy of this create (it must not revive a deleted task)
-                if task.deleted or task.spec != spec:
-                    task.define_again(spec, at)
-                elif key is None:
-                    return task  # the same create again (a retry): nothing to do
+            elif key is not None and task.state.applied(key):
+                return None, task  # a copy of this create (it must not revive a deleted task)
+            elif task.state.deleted or task.state.spec != spec:
+                task.define_again(spec, at)
+            elif key is None:
+                return None, task  # the same create again (a retry): nothing to do
             if key is not None:
                 task.remember(key)
-            try:
-                self.save(task)
-            except RecordConflictError:
-                continue  # created by someone else meanwhile: the next round says so
-            self.catalog.catch_up()
-            return task
-        raise ServiceError("conflict", f"task {task_id!r} is changing too fast; try again")
+            return task, task
+
+        # A conflict: created by someone else meanwhile; the next round says so.
+        task = self.commands.run(task_uuid(task_id), run, busy=_busy(task_id))
+        self.catalog.catch_up()
+        return task
 
     # `key`: the intake command's idempotency key; endpoint callers have none.
 
@@ -309,7 +307,7 @@ class Tasks(Application[UUID]):
         meanwhile (an update that may have fixed it). Whether it paused."""
 
         def pause(task: Task) -> bool:
-            if task.status != "active" or task.spec.trigger != trigger:
+            if task.state.status != "active" or task.state.spec.trigger != trigger:
                 return False
             return task.pause(reason, at)
 
@@ -336,7 +334,7 @@ class Tasks(Application[UUID]):
         """`over_budget`: why a new run is refused today (Task.request_run)."""
 
         def once(task: Task) -> tuple[str, bool]:
-            if key is not None and task.applied(key):
+            if key is not None and task.state.applied(key):
                 return run_id, False  # the run this key asked for (its id comes from the key)
             result = task.request_run(run_id, origin, at, over_budget=over_budget)
             if key is not None:
@@ -354,7 +352,7 @@ class Tasks(Application[UUID]):
         slot: datetime | None = None,
         *,
         queued: bool = False,
-        due_under: tuple[datetime, Trigger] | None = None,
+        due_under: DueUnder | None = None,
     ) -> bool:
         """Whether the run went out (Task.dispatch_run says when it may not)."""
         return self._command(
@@ -373,7 +371,7 @@ class Tasks(Application[UUID]):
         budget_from: datetime | None = None,
         *,
         queued: bool = False,
-        due_under: tuple[datetime, Trigger] | None = None,
+        due_under: DueUnder | None = None,
     ) -> bool:
         """Whether the skip was recorded (Task.skip_run says when it is not)."""
         return self._command(
@@ -397,34 +395,34 @@ class Tasks(Application[UUID]):
             return False
 
     def finish(self, task_id: str, run_id: str, at: datetime, **outcome: Any) -> str:
-        """Record a run's outcome on its task; an outcome no task waits for (a run from
-        outside the scheduler, a late one after abandonment) is kept as untracked, so
-        its cost still counts. Returns "recorded", "duplicate" or "untracked"."""
-        if "tokens" in outcome:
-            outcome = {**outcome, "tokens": plain_tokens(outcome["tokens"])}
+        """Record a run's outcome (task_events.RunOutcome's fields, and `reported_by`) on
+        its task; an outcome no task waits for (a run from outside the scheduler, a late
+        one after abandonment) is kept as untracked, so its cost still counts. Returns
+        "recorded", "duplicate" or "untracked"."""
         try:
             result = self._command(task_id, lambda t: t.finish_run(run_id, at=at, **outcome))[1]
         except ServiceError:
             result = "untracked"
-        if result == "untracked" and not self._record_untracked(task_id, run_id, at, outcome):
+        if result == "untracked" and not self._record_untracked(
+            task_id, run_id, at, outcome_of(outcome)
+        ):
             result = "duplicate"
         return result
 
     def _record_untracked(
-        self, task_id: str, run_id: str, at: datetime, outcome: dict[str, Any]
+        self, task_id: str, run_id: str, at: datetime, outcome: RunOutcome
     ) -> bool:
-        day = utc_day(at).isoformat()
-        kept = {k: v for k, v in outcome.items() if k != "reported_by"}
-        for _ in range(MAX_ATTEMPTS):
-            try:
-                runs: UntrackedRuns = self.repository.get(untracked_uuid(utc_day(at)))
-            except AggregateNotFoundError:
-                runs = UntrackedRuns(day=day)
-            recorded = runs.record(run_id, task_id, kept, at)
-            try:
-                self.save(runs)
-            except RecordConflictError:
-                continue
-            self.catalog.catch_up()
-            return recorded
-        raise ServiceError("conflict", "untracked runs are changing too fast; try again")
+        day = utc_day(at)
+
+        def run(runs: UntrackedRuns | None) -> tuple[UntrackedRuns, bool]:
+            runs = runs or UntrackedRuns(day=day.isoformat())
+            return runs, runs.record_run(run_id, task_id, outcome, at)
+
+        busy = "untracked runs are changing too fast; try again"
+        recorded = self.commands.run(untracked_uuid(day), run, busy=busy)
+        self.catalog.catch_up()
+        return recorded
+
+
+def _busy(task_id: str) -> str:
+    return f"task {task_id!r} is changing too fast; try again"

@@ -1,11 +1,12 @@
 """The scheduler's moving part: commands, the tick (recover, find due runs, apply the
-dispatch rules), condition checks and run outcomes. No NATS here: the clock, the
-condition check and the "something was saved" signal are injected, so tests drive it
-with a manual clock and the service with the real one.
+dispatch rules), condition checks (run by condition_watch.py) and run outcomes. No NATS
+here: the clock, the condition check and the "something was saved" signal are injected,
+so tests drive it with a manual clock and the service with the real one.
 """
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -33,10 +34,11 @@ from services.kernel.codec import decoder, encode
 from services.kernel.errors import ServiceError, validation_error
 from services.kernel.ids import new_run_id
 from services.kernel.logs import get_logger
-from services.scheduler import conditions, recovery
+from services.scheduler import recovery
 from services.scheduler.application import Tasks, to_view
 from services.scheduler.budget import next_utc_day, over_budget, skip_reason, utc_day
 from services.scheduler.clock import Clock
+from services.scheduler.condition_watch import ConditionCheck, ConditionWatch
 from services.scheduler.dispatch import Candidate, plan
 from services.scheduler.ids import run_id_for_key
 from services.scheduler.task import Task
@@ -50,13 +52,6 @@ MAX_ERROR_CHARS = 2000
 # How much of tasks.list one reply carries: under NATS' 1 MB default max payload, and
 # room for at least one whole task (a spec is at most MAX_SPEC_BYTES).
 MAX_LIST_BYTES = 512 * 1024
-
-# The check a condition trigger runs: (task_id, trigger) -> the tool's output. Raising
-# means the check could not be made (treated as "not true", tried again next time).
-# A predicate that cannot be tested on the output it got (conditions.NeedsPath), or a
-# check the tools service refuses outright (conditions.BrokenCheck), pauses the task
-# instead: every later check would fail the same way.
-ConditionCheck = Callable[[str, ConditionTrigger], Awaitable[Any]]
 
 
 @dataclass(frozen=True)
@@ -107,14 +102,14 @@ class Scheduler:
         self.app = app
         self.clock = clock
         self.config = config or SchedulerConfig()
-        self.check_condition = check_condition
         self.on_saved = on_saved
-        self.last_checked: dict[str, datetime] = {}  # condition tasks: last check
-        self.fired: dict[str, datetime] = {}  # condition held; waiting to dispatch
-        # Task.basis() as the last check began: its result (`fired`) and its time
-        # (`last_checked`) hold only while the task is still that task. A check is
-        # awaited outside any lock, so a pause or update can land while it is out.
-        self.checked_on: dict[str, tuple[object, ...]] = {}
+        self.conditions = ConditionWatch(
+            app,
+            check_condition,
+            max_checks=self.config.max_condition_checks,
+            on_saved=on_saved,
+            wake=self.wake,
+        )
         # Tasks whose last run was a completed full run, its trace still compiling:
         # task_id -> (run_id, when it finished). Their next run waits for the executor
         # (or config.compile_wait_s), or it would be a second full run: an overdue slot
@@ -129,10 +124,6 @@ class Scheduler:
         # at once for two tasks under one run_id must not both pass the check.
         self._run_lock = anyio.Lock()
         self._wake = anyio.Event()
-        # Condition tasks whose check is out (or waiting for a slot): one per task at a
-        # time, and at most config.max_condition_checks out at once, across rounds.
-        self._checking: set[str] = set()
-        self._check_slots = anyio.CapacityLimiter(self.config.max_condition_checks)
 
     def wake(self) -> None:
         """Tick soon (a slot was freed, a run was asked for)."""
@@ -143,7 +134,7 @@ class Scheduler:
         self.wake()
 
     def view(self, task: Task) -> TaskView:
-        return to_view(task, self.last_checked.get(task.task_id))
+        return to_view(task, self.conditions.last_checked.get(task.task_id))
 
     # --- commands --------------------------------------------------------------------
 
@@ -152,20 +143,20 @@ class Scheduler:
 
     async def create(self, command: CreateTask, key: str | None = None) -> TaskView:
         task = await _in_thread(self.app.create, command, self.clock.now(), key)
-        self._forget(task)
+        self.conditions.forget(task)
         self._saved()
         log.info("task_defined", task_id=task.task_id)
         return self.view(task)
 
     async def update(self, command: UpdateTask, key: str | None = None) -> TaskView:
         task = await _in_thread(self.app.update, command, self.clock.now(), key)
-        self._forget(task)
+        self.conditions.forget(task)
         self._saved()
         return self.view(task)
 
     async def pause(self, ref: TaskRef, key: str | None = None) -> TaskView:
         task = await _in_thread(self.app.pause, ref.task_id, ref.reason, self.clock.now(), key)
-        self.fired.pop(ref.task_id, None)
+        self.conditions.spent(ref.task_id)
         self._saved()
         return self.view(task)
 
@@ -176,7 +167,7 @@ class Scheduler:
 
     async def delete(self, ref: TaskRef, key: str | None = None) -> TaskView:
         task = await _in_thread(self.app.delete, ref.task_id, ref.reason, self.clock.now(), key)
-        self._forget(task)
+        self.conditions.forget(task)
         self._saved()
         return self.view(task)
 
@@ -190,12 +181,12 @@ class Scheduler:
         await _in_thread(self.app.catalog.catch_up)
         tasks = sorted(self.app.catalog.snapshot(), key=lambda t: t.task_id)
         if query.status is None:
-            tasks = [t for t in tasks if not t.deleted]
+            tasks = [t for t in tasks if not t.state.deleted]
         else:
-            tasks = [t for t in tasks if t.status == query.status]
+            tasks = [t for t in tasks if t.state.status == query.status]
         if query.after is not None:
             tasks = [t for t in tasks if t.task_id > query.after]
-        page: list[TaskView] = []
+        page: builtins.list[TaskView] = []
         size = 0
         for task in tasks[: query.limit]:
             view = self.view(task)
@@ -272,25 +263,6 @@ class Scheduler:
         method: Callable[..., Awaitable[msgspec.Struct]] = getattr(self, verb)
         return await method(command, key)
 
-    def _forget(self, task: Task) -> None:
-        # A changed definition starts its condition checks afresh; the same one again (a
-        # create retried, an update that changed nothing) keeps a condition that held.
-        if self.checked_on.get(task.task_id) == task.basis():
-            return
-        self.fired.pop(task.task_id, None)
-        self.last_checked.pop(task.task_id, None)
-        self.checked_on.pop(task.task_id, None)
-
-    def _held(self, task: Task) -> datetime | None:
-        """When the task's condition was found to hold, if that result still stands: one
-        checked before a pause, resume or update of the task is dropped, not dispatched."""
-        held = self.fired.get(task.task_id)
-        if held is not None and self.checked_on.get(task.task_id) != task.basis():
-            del self.fired[task.task_id]
-            log.info("condition_result_dropped", task_id=task.task_id, reason="task changed")
-            return None
-        return held
-
     # --- run outcomes ----------------------------------------------------------------
 
     async def on_run_event(self, event: RunEvent) -> str:
@@ -358,22 +330,22 @@ class Scheduler:
 
     # --- the tick --------------------------------------------------------------------
 
-    async def recover(self) -> list[tuple[str, str]]:
+    async def recover(self) -> builtins.list[tuple[str, str]]:
         """Mark runs that outlived their deadline (plus grace) as failed: abandoned."""
         now = self.clock.now()
         grace = self.config.grace_s
         abandoned = []
         for task in self.app.catalog.snapshot():
-            since = task.in_flight_since()
-            if since is None or task.in_flight is None:
+            in_flight, since = task.state.in_flight, task.state.in_flight_since()
+            if since is None or in_flight is None:
                 continue
-            deadline_s = task.in_flight["deadline_s"]
+            deadline_s = in_flight.deadline_s
             if not recovery.is_abandoned(since, deadline_s, now, grace):
                 continue
-            run_id = task.in_flight["run_id"]
+            run_id = in_flight.run_id
             # A run no runner ever said `started` of (every runner down) says nothing
             # about the task: it must not count toward max_failures.
-            started = task.in_flight.get("started_at") is not None
+            started = in_flight.started_at is not None
             result = await _in_thread(
                 self.app.finish,
                 task.task_id,
@@ -391,41 +363,34 @@ class Scheduler:
         return abandoned
 
     def _candidates(
-        self, tasks: list[Task], now: datetime, broken: list[tuple[str, str]]
-    ) -> list[Candidate]:
+        self, tasks: builtins.list[Task], now: datetime, broken: builtins.list[tuple[str, str]]
+    ) -> builtins.list[Candidate]:
         """What is due now; tasks whose trigger cannot be computed go to `broken`."""
         found = []
         for task in tasks:
-            if task.in_flight is not None or task.deleted or self._compiling(task.task_id, now):
+            state = task.state
+            if state.in_flight is not None or state.deleted or self._compiling(task.task_id, now):
                 continue
-            if task.pending is not None:
-                pending = task.pending
-                found.append(
-                    Candidate(task.task_id, pending["at"], pending["origin"], pending["run_id"])
-                )
+            if state.pending is not None:
+                pending = state.pending
+                found.append(Candidate(task.task_id, pending.at, pending.origin, pending.run_id))
                 continue
-            if task.status != "active":
+            if state.status != "active":
                 continue
-            trigger = task.spec.trigger
+            trigger, due_under = state.spec.trigger, state.trigger_in_force()
             if isinstance(trigger, ConditionTrigger):
-                held = self._held(task)
+                held = self.conditions.held(task)
                 if held is not None:
-                    found.append(
-                        Candidate(
-                            task.task_id, held, "condition", due_under=task.trigger_in_force()
-                        )
-                    )
+                    found.append(Candidate(task.task_id, held, "condition", due_under=due_under))
                 continue
-            state = task.trigger_state()
+            timing = state.trigger_state()
             try:
-                due = next_due(trigger, state)
+                due = next_due(trigger, timing)
                 if due is not None and due <= now:
-                    missed, slot = passed_slots(trigger, state, now)
+                    missed, slot = passed_slots(trigger, timing, now)
                     origin = recovery.scheduled_origin(missed)
                     found.append(
-                        Candidate(
-                            task.task_id, due, origin, slot=slot, due_under=task.trigger_in_force()
-                        )
+                        Candidate(task.task_id, due, origin, slot=slot, due_under=due_under)
                     )
             except TriggerError as exc:
                 # One task's schedule must not stop every other task's.
@@ -440,8 +405,8 @@ class Scheduler:
             report.abandoned = await self.recover()
             now = self.clock.now()
             tasks = self.app.catalog.snapshot()
-            in_flight = sum(1 for t in tasks if t.in_flight is not None)
-            broken: list[tuple[str, str]] = []
+            in_flight = sum(1 for t in tasks if t.state.in_flight is not None)
+            broken: builtins.list[tuple[str, str]] = []
             candidates = self._candidates(tasks, now, broken)
             for task_id, error in broken:
                 await self._pause_broken(task_id, error, now)
@@ -496,7 +461,7 @@ class Scheduler:
             if not skipped:
                 log.info("run_not_skipped", origin=candidate.origin, reason="task changed")
                 return
-            self.fired.pop(candidate.task_id, None)
+            self.conditions.spent(candidate.task_id)
             log.warning("run_skipped", reason=reason, origin=candidate.origin)
 
     async def _dispatch(self, candidate: Candidate, now: datetime) -> str | None:
@@ -516,7 +481,7 @@ class Scheduler:
                 queued=candidate.run_id is not None,
                 due_under=candidate.due_under,
             )
-            self.fired.pop(candidate.task_id, None)
+            self.conditions.spent(candidate.task_id)
             if sent:
                 log.info("run_dispatched", origin=origin, due_at=candidate.due_at.isoformat())
                 return run_id
@@ -524,32 +489,6 @@ class Scheduler:
             return None
 
     # --- conditions ------------------------------------------------------------------
-
-    def _checks_due(
-        self, now: datetime, broken: list[tuple[str, str]]
-    ) -> list[tuple[Task, ConditionTrigger]]:
-        """Conditions whose check is due; tasks whose trigger cannot be computed go to
-        `broken`."""
-        due = []
-        for task in self.app.catalog.snapshot():
-            trigger = task.spec.trigger
-            if (
-                not isinstance(trigger, ConditionTrigger)
-                or task.task_id in self._checking
-                or task.status != "active"
-                or task.in_flight is not None
-                or task.pending is not None
-                or self._held(task) is not None
-            ):
-                continue
-            try:
-                when = next_due(trigger, task.trigger_state(self.last_checked.get(task.task_id)))
-            except TriggerError as exc:
-                broken.append((task.task_id, exc.message))
-                continue
-            if when is not None and when <= now:
-                due.append((task, trigger))
-        return due
 
     async def check_conditions(self) -> dict[str, bool]:
         """Evaluate every condition whose check is due, and wait for them all; a true
@@ -566,80 +505,14 @@ class Scheduler:
         already out (concurrently, bounded), without waiting for them: a check that
         hangs (up to the tool's timeout) holds back its own task only. A true one is
         queued for dispatch; `results` gets task_id -> whether it held."""
-        if self.check_condition is None:
+        if self.conditions.check is None:
             return
         await _in_thread(self.app.catalog.catch_up)
         now = self.clock.now()
-
-        async def one(task: Task, trigger: ConditionTrigger) -> None:
-            try:
-                async with self._check_slots:
-                    held = await self._check(task, trigger, now)
-            except Exception:  # one task's check must not stop the others'
-                log.exception("condition_check_crashed", task_id=task.task_id)
-                return
-            finally:
-                self._checking.discard(task.task_id)
-            if results is not None:
-                results[task.task_id] = held
-            if held:
-                self.wake()
-
-        broken: list[tuple[str, str]] = []
-        due = self._checks_due(now, broken)
-        self._checking.update(task.task_id for task, _ in due)
-        for task, trigger in due:
-            task_group.start_soon(one, task, trigger)
+        broken: builtins.list[tuple[str, str]] = []
+        self.conditions.start(task_group, now, results, broken)
         for task_id, error in broken:
             await self._pause_broken(task_id, error, now)
-
-    async def _check(self, task: Task, trigger: ConditionTrigger, now: datetime) -> bool:
-        assert self.check_condition is not None
-        task_id = task.task_id
-        with structlog.contextvars.bound_contextvars(task_id=task_id):
-            self.last_checked[task_id] = now
-            self.checked_on[task_id] = task.basis()
-            try:
-                output = await self.check_condition(task_id, trigger)
-            except conditions.BrokenCheck as exc:
-                # Every later check would be refused the same way, silently.
-                why = f"the condition's check ({trigger.tool}) cannot be made: {str(exc)[:500]}"
-                await self._pause_for_trigger(task_id, trigger, why, "condition_check_refused", now)
-                return False
-            except Exception as exc:  # the tool call failed: it may work next time
-                log.warning("condition_check_failed", tool=trigger.tool, error=str(exc)[:500])
-                return False
-            try:
-                held = conditions.holds(trigger.predicate, output)
-            except conditions.NeedsPath as exc:
-                # Left active it would check forever and never fire.
-                why = (
-                    f"the condition's predicate cannot be tested on {trigger.tool}'s output:"
-                    f" {str(exc)[:500]}"
-                )
-                await self._pause_for_trigger(task_id, trigger, why, "condition_untestable", now)
-                return False
-            except Exception as exc:  # this output lacks it (no number yet): the next may not
-                log.warning("condition_check_failed", tool=trigger.tool, error=str(exc)[:500])
-                return False
-            log.info("condition_checked", tool=trigger.tool, held=held)
-            if held:
-                self.fired[task_id] = now
-            return held
-
-    async def _pause_for_trigger(
-        self, task_id: str, trigger: ConditionTrigger, why: str, event: str, now: datetime
-    ) -> None:
-        """Pause a task whose trigger is wrong (`why`), saying so and what to do."""
-        log.error(event, tool=trigger.tool, error=why)
-        reason = f"{why}; update the trigger, then resume the task"
-        try:
-            paused = await _in_thread(self.app.pause_for_trigger, task_id, trigger, reason, now)
-        except ServiceError as exc:  # gone meanwhile: nothing left to pause
-            log.info("condition_pause_skipped", error=exc.message)
-            return
-        if paused:
-            self.on_saved()
 
     # --- loops (the service runs these) ------------------------------------------------
 

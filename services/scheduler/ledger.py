@@ -41,7 +41,8 @@ class RunLedger:
         return self._owners.get(run_id)
 
     def get(self, task_id: str, run_id: str) -> RunView | None:
-        return self._runs.get(task_id, {}).get(run_id)
+        runs = self._runs.get(task_id)
+        return None if runs is None else runs.get(run_id)
 
     def requested(self, task_id: str, run_id: str, origin: RunOrigin | None, at: datetime) -> None:
         if self.get(task_id, run_id) is None:

@@ -21,7 +21,7 @@ from contracts import subjects as s
 from contracts.runs import FailureReason, RunEvent, RunOrigin, RunRequest
 from contracts.tasks import TaskEvent, TaskEventName, TaskSpec
 from services.kernel.secrets import redact, redact_struct
-from services.scheduler.task import Task
+from services.scheduler import task_events as ev
 
 
 def _shown(spec: TaskSpec | None) -> TaskSpec | None:
@@ -44,25 +44,23 @@ class Message:
 
 
 _NAMES: dict[type[Any], TaskEventName] = {
-    Task.Defined: "defined",
-    Task.Redefined: "defined",
-    Task.Updated: "updated",
-    Task.Paused: "paused",
-    Task.Resumed: "resumed",
-    Task.Deleted: "deleted",
-    Task.RunRequested: "run_requested",
-    Task.RunDispatched: "run_dispatched",
-    Task.RunStarted: "run_started",
-    Task.RunFinished: "run_finished",
-    Task.RunSkipped: "run_skipped",
+    ev.Defined: "defined",
+    ev.Redefined: "defined",
+    ev.Updated: "updated",
+    ev.Paused: "paused",
+    ev.Resumed: "resumed",
+    ev.Deleted: "deleted",
+    ev.RunRequested: "run_requested",
+    ev.RunDispatched: "run_dispatched",
+    ev.RunStarted: "run_started",
+    ev.RunFinished: "run_finished",
+    ev.RunSkipped: "run_skipped",
 }
 
 
-def _get(e: Any, name: str) -> Any:
-    return getattr(e, name, None)
-
-
-def messages_for(e: Any, task_id: str) -> list[Message]:
+def messages_for(stored: Any, task_id: str) -> list[Message]:
+    """The messages for one stored Task event (a Task.Stored or its creation)."""
+    e = stored.event
     name = _NAMES.get(type(e))
     if name is None:
         return []
@@ -70,54 +68,57 @@ def messages_for(e: Any, task_id: str) -> list[Message]:
     task_event = TaskEvent(
         task_id=task_id,
         event=name,
-        version=e.originator_version,
+        version=stored.originator_version,
         at=at,
-        spec=_shown(_get(e, "spec")),
-        reason=_said(_get(e, "reason")),
-        run_id=_get(e, "run_id"),
-        status=_get(e, "status"),
-        cost_usd=_get(e, "cost_usd"),
-        origin=_get(e, "origin"),
-        error=_said(_get(e, "error")),
-        changed=_get(e, "changed"),
+        spec=_shown(getattr(e, "spec", None)),
+        reason=_said(getattr(e, "reason", None)),
+        run_id=getattr(e, "run_id", None),
+        status=getattr(e, "status", None),
+        cost_usd=getattr(e, "cost_usd", None),
+        origin=getattr(e, "origin", None),
+        error=_said(getattr(e, "error", None)),
+        changed=getattr(e, "changed", None),
     )
-    out: list[Message] = []
-    if isinstance(e, Task.RunRequested):
-        out.append(_requested(task_id, e.run_id, at, e.origin))
-    elif isinstance(e, Task.RunDispatched):
-        out.append(_requested(task_id, e.run_id, at, e.origin, _shown(e.spec)))
-        out.append(
-            Message(
-                s.WORK_RUNS,
-                RunRequest(
-                    run_id=e.run_id, task_id=task_id, spec=e.spec, requested_at=at, origin=e.origin
-                ),
-                e.run_id,
-            )
-        )
-    elif isinstance(e, Task.RunFinished) and e.reported_by == "scheduler":
-        out.append(
-            _failed(
-                task_id,
-                e.run_id,
-                at,
-                e.reason,  # FailureReason
-                _said(e.error),
-                # Absent from a RunFinished recorded by an earlier version.
-                infrastructure=getattr(e, "infrastructure", False),
-            )
-        )
-    elif isinstance(e, Task.RunSkipped) and e.run_id is not None:
-        # Only a queued run has an id (tasks.run gave it out); a skipped slot has none.
-        out.append(_failed(task_id, e.run_id, at, "skipped", _said(e.reason), e.origin))
+    out = _run_messages(e, task_id)
     out.append(
         Message(
             s.task_event(task_id, name),
             task_event,
-            f"scheduler:{e.originator_id}:{e.originator_version}",
+            f"scheduler:{stored.originator_id}:{stored.originator_version}",
         )
     )
     return out
+
+
+def _run_messages(e: ev.TaskEvent, task_id: str) -> list[Message]:
+    """What a run's watchers and the work queue get of a task event."""
+    match e:
+        case ev.RunRequested():
+            return [_requested(task_id, e.run_id, e.at, e.origin)]
+        case ev.RunDispatched():
+            request = RunRequest(
+                run_id=e.run_id, task_id=task_id, spec=e.spec, requested_at=e.at, origin=e.origin
+            )
+            return [
+                _requested(task_id, e.run_id, e.at, e.origin, _shown(e.spec)),
+                Message(s.WORK_RUNS, request, e.run_id),
+            ]
+        case ev.RunFinished() if e.reported_by == "scheduler":
+            reason: Any = e.reason  # a FailureReason: the scheduler wrote it
+            return [
+                _failed(
+                    task_id,
+                    e.run_id,
+                    e.at,
+                    reason,
+                    _said(e.error),
+                    infrastructure=e.infrastructure,
+                )
+            ]
+        case ev.RunSkipped() if e.run_id is not None:
+            # Only a queued run has an id (tasks.run gave it out); a skipped slot has none.
+            return [_failed(task_id, e.run_id, e.at, "skipped", _said(e.reason), e.origin)]
+    return []
 
 
 def _requested(

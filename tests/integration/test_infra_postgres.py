@@ -101,7 +101,7 @@ def test_setup_sql_gives_rote_what_it_needs(rote_database: dict[str, str]) -> No
     # A fresh process reads back what the first one wrote.
     scheduler = Tasks(env=application_env(settings, "scheduler"))
     try:
-        assert scheduler.get("infra-check").spec.prompt == "p"
+        assert scheduler.get("infra-check").state.spec.prompt == "p"
     finally:
         scheduler.close()
 

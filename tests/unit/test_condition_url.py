@@ -123,7 +123,7 @@ async def test_a_task_stored_before_url_existed_loads_and_takes_other_edits(
     assert old.url is None
     app.save(Task(task_id="old", spec=TaskSpec(name="old", prompt="p", trigger=old), at=T0))
     engine = Scheduler(app, clock)
-    assert app.get("old").spec.trigger == old
+    assert app.get("old").state.spec.trigger == old
     view = await engine.update(UpdateTask(task_id="old", prompt="check the price"))
     assert view.spec.prompt == "check the price"
     # Fixed by giving the page.

@@ -13,6 +13,7 @@ import pytest
 from contracts.executors import Executor, ToolStep
 from contracts.traces import Trace
 from services.compiler import health as h
+from services.compiler import views
 from services.compiler.compile import compile
 from services.compiler.store import ExecutorAggregate, ExecutorStore
 from services.kernel.event_store import application_env
@@ -81,7 +82,7 @@ def test_reset_on_success(store: ExecutorStore) -> None:
         (succeed if ok else fail)(store, f"x{i}")
     state = store.health("t")
     assert state is not None
-    summary = h.summary(state)
+    summary = views.summary(state)
     assert (summary.status, summary.consecutive_failures) == ("active", 2)
     assert (summary.success_count, summary.failure_count) == (1, 4)
     assert summary.total_cost_saved_usd == pytest.approx(0.04)
@@ -113,7 +114,7 @@ def test_a_redelivered_run_records_each_attempts_replay_once(
     assert fail(store, "x1") == []  # attempt 1's outcome, late: still counted once
     state = store.health("t")
     assert state is not None
-    summary = h.summary(state)
+    summary = views.summary(state)
     assert (summary.success_count, summary.failure_count, summary.consecutive_failures) == (
         1,
         1,
@@ -135,7 +136,7 @@ def test_negative_savings_are_kept_as_reported(store: ExecutorStore) -> None:
     succeed(store, "x2", saved=-0.005)  # this replay cost more than a full run
     state = store.health("t")
     assert state is not None
-    assert h.summary(state).total_cost_saved_usd == pytest.approx(0.015)
+    assert views.summary(state).total_cost_saved_usd == pytest.approx(0.015)
 
 
 def test_stale_at_thirty_days(store: ExecutorStore, clock: Clock) -> None:
@@ -147,7 +148,7 @@ def test_stale_at_thirty_days(store: ExecutorStore, clock: Clock) -> None:
     clock.now = T0 + timedelta(days=41)
     found, state = store.lookup_active("t")
     assert found is None and state is not None
-    assert h.summary(state).status_reason == "stale: unused for 31 days (limit 30)"
+    assert views.summary(state).status_reason == "stale: unused for 31 days (limit 30)"
     assert isinstance(store.history("t")[-1], h.Superseded)
 
 
@@ -158,7 +159,7 @@ def test_undecodable_executor_is_superseded_not_retried(store: ExecutorStore) ->
     store.execute("t", lambda state: [broken])
     found, state = store.lookup_active("t")
     assert found is None and state is not None
-    assert (h.summary(state).status_reason or "").startswith("cannot be decoded")
+    assert (views.summary(state).status_reason or "").startswith("cannot be decoded")
     before = len(store.history("t"))
     assert store.lookup_active("t")[0] is None
     assert len(store.history("t")) == before  # looked up again: nothing new recorded

@@ -78,7 +78,7 @@ def test_a_success_resets_the_run_of_failures() -> None:
     events = outcome(state, "x5", False)
     assert [type(e) for e in events] == [h.ReplayFailed, h.Superseded]
     assert h.current(state) is None and h.status(state) == "superseded"
-    assert h.summary(state).status_reason == "3 consecutive replay failures"
+    assert views.summary(state).status_reason == "3 consecutive replay failures"
 
 
 @given(st.lists(st.booleans(), max_size=30))
@@ -124,7 +124,7 @@ def test_a_redelivered_run_that_replays_again_counts_each_attempt_once() -> None
     assert outcome(state, "x1", False, attempt=1) == []
     version = state.versions[0]
     assert (version.success_count, version.failure_count, version.consecutive_failures) == (1, 1, 0)
-    wire = h.to_wire("t", succeeded[0])
+    wire = views.to_wire("t", succeeded[0])
     assert wire is not None and (wire.run_id, wire.attempt) == ("x1", 2)
 
 
@@ -196,7 +196,7 @@ def test_an_undecodable_executors_odd_stats_read_as_zeros(stats: object) -> None
     state = h.new("t")
     raw = {"steps": "garbage", "stats": stats}
     run(state, [h.Compiled(at=T0, version=1, executor=raw, source_run_id="r1")])
-    shown = h.summary(h.as_of(state, now=T0, rules=RULES))
+    shown = views.summary(h.as_of(state, now=T0, rules=RULES))
     assert (shown.status, shown.version, shown.total_steps, shown.llm_steps) == (
         "superseded",
         1,
@@ -316,11 +316,11 @@ def test_only_the_pinned_version_is_shown_as_pinned() -> None:
     compiled(state, "r1")
     run(state, h.decide_pin(state, version=1, by="ops", at=T0))
     run(state, h.decide_pin(state, version=None, by="ops", at=T0))
-    assert [(v.status, v.status_reason) for v in h.version_views(state)] == [("active", None)]
+    assert [(v.status, v.status_reason) for v in views.version_views(state)] == [("active", None)]
     compiled(state, "r2")
     run(state, h.decide_pin(state, version=2, by="ops", at=T0))
     run(state, h.decide_pin(state, version=1, by="bob", at=T0))  # v2, newer, waits
-    assert [(v.version, v.status, v.status_reason) for v in h.version_views(state)] == [
+    assert [(v.version, v.status, v.status_reason) for v in views.version_views(state)] == [
         (1, "active", "pinned by bob"),
         (2, "active", None),
     ]
@@ -391,14 +391,14 @@ def test_pinning_vouches_for_a_stale_version_and_renews_a_stale_pin() -> None:
     state = h.new("t")
     compiled(state, "r1")
     run(state, h.decide_pin(state, version=1, by="ops", at=T0))
-    shown = h.summary(h.as_of(state, now=later, rules=RULES))
+    shown = views.summary(h.as_of(state, now=later, rules=RULES))
     assert (shown.status, shown.pinned_version) == ("superseded", None)  # what get says
     # Pinning it again renews the pin rather than doing nothing: the reply, get and the
     # next lookup then agree it is current.
     events = run(state, h.decide_pin(state, version=1, by="ops", at=later, rules=RULES))
     assert [type(e) for e in events] == [h.Pinned]
     assert h.decide_lookup(state, now=later, rules=RULES) == []
-    shown = h.summary(h.as_of(state, now=later, rules=RULES))
+    shown = views.summary(h.as_of(state, now=later, rules=RULES))
     assert (shown.status, shown.version, shown.pinned_version) == ("active", 1, 1)
     # Pinned again while fresh, nothing is recorded.
     assert h.decide_pin(state, version=1, by="ops", at=later, rules=RULES) == []
@@ -509,28 +509,28 @@ def test_a_replay_saving_is_recorded_as_the_run_reported_it(saved: float) -> Non
     )
     run(state, events)
     assert [e.cost_saved_usd for e in events] == [saved]  # type: ignore[union-attr]
-    assert h.summary(state).total_cost_saved_usd == saved
-    assert h.version_views(state)[0].cost_saved_usd == saved
+    assert views.summary(state).total_cost_saved_usd == saved
+    assert views.version_views(state)[0].cost_saved_usd == saved
 
 
 def test_skips_are_recorded_and_explain_a_missing_executor() -> None:
     state = h.new("t")
     events = run(state, h.decide_trace(state, None, "one-time task", "r1", T0))
     assert events == [h.Skipped(at=T0, run_id="r1", reason="one-time task")]
-    summary = h.summary(state)
+    summary = views.summary(state)
     assert summary.status == "none" and summary.status_reason == "skipped: one-time task"
-    wire = h.to_wire("t", events[0])
+    wire = views.to_wire("t", events[0])
     assert wire is not None and (wire.event, wire.reason) == ("skipped", "one-time task")
 
 
 def test_every_published_event_names_itself() -> None:
     state = h.new("t")
     events = compiled(state, "r1") + compiled(state, "r2")
-    wires = [h.to_wire("t", e) for e in events]
+    wires = [views.to_wire("t", e) for e in events]
     assert [w.event for w in wires if w] == ["compiled", "compiled", "superseded"]
     assert wires[0] is not None and wires[0].executor is not None
     # Published too: it moves full_run_cost_usd, which runners cache with the lookup.
-    wire = h.to_wire("t", h.FullRunRecorded(at=T0, run_id="f", cost_usd=1.0))
+    wire = views.to_wire("t", h.FullRunRecorded(at=T0, run_id="f", cost_usd=1.0))
     assert wire is not None and (wire.event, wire.run_id, wire.cost_usd) == (
         "full_run_recorded",
         "f",

@@ -1,0 +1,120 @@
+"""The Executor aggregate (one per task): its state is the task's executor `Health`,
+folded from its events by health.apply (services/kernel/aggregate.py tells the idiom).
+
+Each event is stored under its own topic, with its task (the relay publishes it under
+the task's subject). Earlier versions stored every health event as JSON text in one
+`Recorded` event, and kept this class in store.py: both still read.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from eventsourcing.domain import Aggregate
+from eventsourcing.utils import get_topic, register_topic
+
+from services.compiler import executor_events as ev
+from services.compiler import health as h
+from services.kernel.aggregate import Folded, Stored, StoredCreation
+from services.kernel.codec import decode_stored
+
+# Executor aggregate ids are derived from task ids, so every process finds the same one.
+NAMESPACE = uuid.UUID("5b0f6a52-3f1e-4c4e-9a57-7f1c0d2e8a11")
+# Where earlier versions kept the aggregate: its events and snapshots name it so.
+OLD_TOPIC = "services.compiler.store:ExecutorAggregate"
+
+
+def aggregate_id(task_id: str) -> uuid.UUID:
+    return uuid.uuid5(NAMESPACE, task_id)
+
+
+class ExecutorAggregate(Folded[h.Health, ev.HealthEvent]):
+    """A task's executors: versions and health. Created with the first event recorded
+    for the task."""
+
+    class Created(StoredCreation):
+        event_type = ev.Created
+
+    class Compiled(Stored):
+        event_type = ev.Compiled
+        # Recorded tool inputs: user data.
+        text_fields = ("executor",)
+
+    class Skipped(Stored):
+        event_type = ev.Skipped
+
+    class ReplaySucceeded(Stored):
+        event_type = ev.ReplaySucceeded
+
+    class ReplayFailed(Stored):
+        event_type = ev.ReplayFailed
+
+    class Superseded(Stored):
+        event_type = ev.Superseded
+
+    class Invalidated(Stored):
+        event_type = ev.Invalidated
+
+    class Pinned(Stored):
+        event_type = ev.Pinned
+
+    class Unpinned(Stored):
+        event_type = ev.Unpinned
+
+    class FullRunRecorded(Stored):
+        event_type = ev.FullRunRecorded
+
+    class Recorded(Aggregate.Event):
+        """Read only: how earlier versions stored every health event, as JSON text
+        (plain data before that)."""
+
+        task_id: str
+        data: str | dict[str, Any]
+
+        @property
+        def event(self) -> ev.HealthEvent:
+            return decode_stored(self.data, ev.HealthEvent)  # type: ignore[arg-type]
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.fold(self.event)
+
+    # Snapshots: v1 held the task id and the Health as `health`; v2 holds `state`.
+    class_version = 2
+
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        state["state"] = state.pop("health")
+        del state["task_id"]
+
+    def __init__(self, task_id: str) -> None:
+        """ExecutorAggregate(task_id): a new aggregate, Created recorded (the library
+        passes the opening event's fields here; the state is start(Created))."""
+
+    @classmethod
+    def start(cls, event: ev.Created) -> h.Health:
+        return h.new(event.task_id)
+
+    def fold(self, event: ev.HealthEvent) -> None:
+        h.apply(self.state, event)
+
+    @classmethod
+    def id_of(cls, opening: ev.Created) -> uuid.UUID:
+        return aggregate_id(opening.task_id)
+
+    def context(self) -> dict[str, Any]:
+        return {"task_id": self.state.task_id}
+
+
+def health_event(stored: object) -> tuple[str, ev.HealthEvent] | None:
+    """The task and the health event a stored event holds (None: the aggregate's
+    creation)."""
+    if isinstance(stored, Stored | ExecutorAggregate.Recorded):
+        event: ev.HealthEvent = stored.event
+        return vars(stored)["task_id"], event
+    return None
+
+
+register_topic(OLD_TOPIC, ExecutorAggregate)
+# Every task's first event, in either place: the list of tasks with an executor.
+CREATED_TOPICS = [f"{OLD_TOPIC}.Created", get_topic(ExecutorAggregate.Created)]

@@ -1,0 +1,96 @@
+"""The executor aggregate's events: one class per kind, with typed fields. What each
+means for health is health.apply; how each is stored, aggregate.py.
+
+`kind` tags each one: events recorded by an earlier version are stored together as one
+tagged JSON value (the read-only ExecutorAggregate.Recorded).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+
+class Created(msgspec.Struct, kw_only=True):
+    """The aggregate's opening event, naming its task (not a health event: health
+    starts empty, health.new)."""
+
+    task_id: str
+
+
+class _Ev(msgspec.Struct, kw_only=True, tag_field="kind"):
+    at: datetime
+
+
+class Compiled(_Ev, tag="compiled"):
+    version: int
+    executor: dict[str, Any]  # kept raw: a contract change must not make history unreadable
+    source_run_id: str
+    source_cost_usd: float = 0.0
+
+
+class Skipped(_Ev, tag="skipped"):
+    run_id: str
+    reason: str
+
+
+class ReplaySucceeded(_Ev, tag="replay_succeeded"):
+    version: int
+    run_id: str
+    # The run's delivery attempt; None in events recorded before outcomes were counted
+    # per attempt (then the run counted once, whatever the attempt).
+    attempt: int | None = None
+    tokens: int = 0
+    cost_usd: float = 0.0
+    cost_saved_usd: float = 0.0  # as the run event reported it; may be negative
+
+
+class ReplayFailed(_Ev, tag="replay_failed"):
+    version: int
+    run_id: str
+    attempt: int | None = None  # as in ReplaySucceeded
+    step: int | None = None
+    reason: str = ""
+    tokens: int = 0
+    cost_usd: float = 0.0
+
+
+class Superseded(_Ev, tag="superseded"):
+    version: int
+    reason: str
+
+
+class Invalidated(_Ev, tag="invalidated"):
+    version: int
+    reason: str
+    by: str = "operator"
+
+
+class Pinned(_Ev, tag="pinned"):
+    version: int
+    by: str = "operator"
+
+
+class Unpinned(_Ev, tag="unpinned"):
+    version: int
+    reason: str = ""
+
+
+class FullRunRecorded(_Ev, tag="full_run_recorded"):
+    run_id: str
+    cost_usd: float
+
+
+HealthEvent = (
+    Compiled
+    | Skipped
+    | ReplaySucceeded
+    | ReplayFailed
+    | Superseded
+    | Invalidated
+    | Pinned
+    | Unpinned
+    | FullRunRecorded
+)

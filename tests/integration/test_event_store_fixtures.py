@@ -1,0 +1,279 @@
+"""Stores written by an earlier version (tests/data/stores, written at f62bed0) load with
+this code and read back exactly what that version read: every task's view, the run
+ledger, the daily spend, what the relays publish for every stored event, and each
+executor's health and history. Events recorded now, on top of the old ones, fold in
+with them, snapshots included, and a fresh process reads the same."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from datetime import UTC, datetime, time, timedelta
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from contracts.executors import Executor
+from contracts.runs import RunEvent
+from contracts.tasks import RunTask, TaskRef, UpdateTask
+from contracts.traces import Trace
+from services.compiler import service as compiler_service
+from services.compiler import views
+from services.compiler.compile import compile
+from services.compiler.store import ExecutorStore
+from services.kernel.event_store import application_env
+from services.kernel.settings import Settings
+from services.scheduler.application import Tasks, to_view
+from services.scheduler.clock import ManualClock
+from services.scheduler.engine import Scheduler, SchedulerConfig
+from services.scheduler.outbox import messages_for
+from services.scheduler.task import Task
+
+STORES = Path(__file__).parent.parent / "data" / "stores"
+WRITTEN_IN = "rote_fixture_f62bed0"  # the schema the PostgreSQL dump names
+READBACK = json.loads((STORES / "readback.json").read_text())
+TRACE = msgspec.json.decode((STORES.parent / "traces" / "news_top3.json").read_bytes(), type=Trace)
+LATER = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)  # after everything in the stores
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def old_stores(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
+    """Settings opening a copy of the stores the earlier version wrote."""
+    if request.param == "sqlite":
+        shutil.copytree(STORES / "sqlite" / "events", tmp_path / "events")
+        return Settings(data_dir=tmp_path, event_store="sqlite")
+    url = request.getfixturevalue("postgres_url")
+    _load_dump(request.getfixturevalue("postgres_base_url"), url.rsplit("schema=", 1)[1])
+    return Settings(data_dir=tmp_path, event_store=url)
+
+
+def _load_dump(base_url: str, schema: str) -> None:
+    import psycopg
+
+    statements = [
+        line
+        for line in (STORES / "postgresql.sql").read_text().replace(WRITTEN_IN, schema).splitlines()
+        # psql's own commands, and the schema the test's fixture made already.
+        if not line.startswith("\\") and not line.startswith("CREATE SCHEMA")
+    ]
+    with psycopg.connect(base_url, autocommit=True) as conn:
+        conn.execute("\n".join(statements))
+
+
+@pytest.fixture
+def tasks(old_stores: Settings) -> Iterator[Tasks]:
+    app = Tasks(env=application_env(old_stores, "scheduler"))
+    yield app
+    app.close()
+
+
+@pytest.fixture
+def executors(old_stores: Settings) -> Iterator[ExecutorStore]:
+    store = ExecutorStore(application_env(old_stores, "compiler"), clock=lambda: LATER)
+    yield store
+    store.close()
+
+
+def dumped(value: Any) -> Any:
+    return json.loads(msgspec.json.encode(value))
+
+
+def scheduler_readback(app: Tasks) -> dict[str, Any]:
+    """As the fixture's script read it, with this code."""
+    app.catalog.catch_up()
+    runs = app.catalog.runs(None, 10**6)
+    days = sorted({r.finished_at.date() for r in runs if r.finished_at})
+    relayed = []
+    task_ids: dict[Any, str] = {}
+    for notification in app.recorder.select_notifications(start=1, limit=10**6):
+        event: Any = app.mapper.to_domain_event(notification)
+        if isinstance(event, Task.Defined):
+            task_ids[event.originator_id] = event.event.task_id
+        task_id = task_ids.get(event.originator_id)
+        messages = messages_for(event, task_id) if task_id is not None else []
+        relayed.append(
+            {
+                "notification_id": notification.id,
+                "topic": notification.topic,
+                "messages": [
+                    {"subject": m.subject, "msg_id": m.msg_id, "event": dumped(m.event)}
+                    for m in messages
+                ],
+            }
+        )
+    return {
+        "tasks": dict(sorted((t.task_id, dumped(to_view(t))) for t in app.catalog.snapshot())),
+        "runs": dumped(runs),
+        "spend": {
+            day.isoformat(): app.catalog.spent_on(datetime.combine(day, time(), UTC))
+            for day in days
+        },
+        "relayed": relayed,
+    }
+
+
+def compiler_readback(store: ExecutorStore) -> dict[str, Any]:
+    executors = {}
+    for task_id in store.task_ids():
+        state = store.health(task_id)
+        assert state is not None
+        history = store.history(task_id)
+        executors[task_id] = {
+            "summary": dumped(views.summary(state)),
+            "version_views": dumped(views.version_views(state)),
+            "history": [dumped(views.to_wire(task_id, e)) for e in history],
+            "events": len(history),
+        }
+    relayed = []
+    for notification in store.recorder.select_notifications(start=1, limit=10**6):
+        out = compiler_service.convert(store.mapper.to_domain_event(notification))
+        relayed.append(
+            {
+                "notification_id": notification.id,
+                "topic": notification.topic,
+                "outgoing": None if out is None else [out.subject, dumped(out.event)],
+            }
+        )
+    return {"task_ids": store.task_ids(), "executors": executors, "relayed": relayed}
+
+
+def test_the_old_stores_read_back_as_the_earlier_version_read_them(
+    tasks: Tasks, executors: ExecutorStore
+) -> None:
+    assert scheduler_readback(tasks) == READBACK["scheduler"]
+    assert compiler_readback(executors) == READBACK["compiler"]
+
+
+def test_the_old_snapshots_are_read(tasks: Tasks, executors: ExecutorStore) -> None:
+    # Loaded from its latest snapshot (one the earlier version took) and the events
+    # after it, an aggregate is what the fold of all its events makes.
+    assert tasks.snapshots is not None and executors.snapshots is not None
+    for task_id in ("poll", "gone", "later", "queue"):
+        task = tasks.get(task_id)
+        assert list(tasks.snapshots.get(task.id)), task_id
+        assert task.state == folded(tasks, task.id).state, task_id
+    poll = executors.load("poll")
+    assert poll is not None and list(executors.snapshots.get(poll.id))
+    assert poll.state == folded(executors, poll.id).state
+
+
+def folded(app: Any, aggregate_id: Any) -> Any:
+    aggregate = None
+    for event in app.events.get(aggregate_id):
+        aggregate = event.mutate(aggregate)
+    return aggregate
+
+
+async def _new_scheduler_events(app: Tasks) -> None:
+    clock = ManualClock(LATER)
+    engine = Scheduler(app, clock, SchedulerConfig(max_concurrent=5, compile_wait_s=0.0))
+    await engine.update(UpdateTask(task_id="report", prompt="Write the weekly report"))
+    await engine.pause(TaskRef(task_id="report", reason="holiday"))
+    await engine.resume(TaskRef(task_id="report"))
+    # gone: gone-3 was left in flight and gone-4 queued behind it.
+    await engine.on_run_event(
+        RunEvent(
+            task_id="gone",
+            run_id="gone-3",
+            event="completed",
+            status="completed",
+            at=clock.advance(5),
+            cost_usd=0.01,
+        )
+    )
+    assert ("gone", "gone-4") in (await engine.tick()).dispatched
+    await engine.run(RunTask(task_id="flaky", run_id="flaky-3"), key="intake-new")
+    await engine.resume(TaskRef(task_id="flaky"))
+    assert ("flaky", "flaky-3") in (await engine.tick()).dispatched
+
+
+@pytest.mark.anyio
+async def test_new_events_fold_in_with_the_old_ones(old_stores: Settings) -> None:
+    app = Tasks(env=application_env(old_stores, "scheduler"))
+    app.snapshotting_intervals = {Task: 4}
+    try:
+        before = scheduler_readback(app)
+        await _new_scheduler_events(app)
+        after = scheduler_readback(app)
+        assert app.snapshots is not None
+        report = app.get("report")
+        versions = [s.originator_version for s in app.snapshots.get(report.id)]
+        assert max(versions) == 12  # a snapshot taken by this code, on top of old ones
+    finally:
+        app.close()
+    # The old events read as before; the new ones follow them.
+    assert after["relayed"][: len(before["relayed"])] == before["relayed"]
+    new = [m["subject"] for r in after["relayed"][len(before["relayed"]) :] for m in r["messages"]]
+    assert "rote.evt.task.report.updated" in new and "rote.evt.run.gone.gone-4.requested" in new
+    assert after["tasks"]["report"]["spec"]["prompt"] == "Write the weekly report"
+    assert after["tasks"]["report"]["version"] == 12
+    assert after["tasks"]["gone"]["run_in_flight"] == "gone-4"
+    assert after["tasks"]["flaky"]["status"] == "active"
+    fresh = Tasks(env=application_env(old_stores, "scheduler"))
+    try:
+        again = scheduler_readback(fresh)
+    finally:
+        fresh.close()
+    # The spend of days long past was dropped by the engine reading today's.
+    assert again.pop("spend")["2025-03-01"] == after.pop("spend")["2025-03-01"] == 0.01
+    assert again == after
+
+
+def _executor() -> Executor:
+    result = compile(TRACE.task, TRACE)
+    assert isinstance(result, Executor)
+    return result
+
+
+def test_new_executor_events_fold_in_with_the_old_ones(old_stores: Settings) -> None:
+    store = ExecutorStore(
+        application_env(old_stores, "compiler"), snapshot_every=4, clock=lambda: LATER
+    )
+    try:
+        before = compiler_readback(store)
+        store.record_replay("hot", run_id="hx3", version=1, ok=True, cost_saved_usd=0.02)
+        store.record_trace("poll", "r6", _executor())
+        store.pin("poll", version=5, by="carol")
+        store.record_full_run("report", run_id="r9", cost_usd=0.08)
+        store.record_trace("fresh", "f1", _executor())
+        after = compiler_readback(store)
+    finally:
+        store.close()
+    assert after["task_ids"] == [*before["task_ids"], "fresh"]
+    assert after["relayed"][: len(before["relayed"])] == before["relayed"]
+    poll = after["executors"]["poll"]
+    assert (
+        poll["history"][: before["executors"]["poll"]["events"]]
+        == (before["executors"]["poll"]["history"])
+    )
+    assert [e["event"] for e in poll["history"][-2:]] == ["compiled", "pinned"]
+    assert (poll["summary"]["version"], poll["summary"]["pinned_version"]) == (5, 5)
+    hot = after["executors"]["hot"]["summary"]
+    assert (hot["success_count"], hot["failure_count"]) == (2, 1)
+    published = [
+        r["outgoing"][0] for r in after["relayed"][len(before["relayed"]) :] if r["outgoing"]
+    ]
+    assert published == [
+        "rote.evt.executor.hot.replay_succeeded",
+        "rote.evt.executor.poll.compiled",
+        "rote.evt.executor.poll.pinned",
+        "rote.evt.executor.report.full_run_recorded",
+        "rote.evt.executor.fresh.compiled",
+    ]
+    fresh = ExecutorStore(application_env(old_stores, "compiler"), clock=lambda: LATER)
+    try:
+        assert compiler_readback(fresh) == after
+        assert fresh.lookup_active("poll")[0] is not None
+    finally:
+        fresh.close()
+
+
+def test_an_old_task_goes_on_scheduling(tasks: Tasks) -> None:
+    # poll's last slot came from the old events; its next run is due from it.
+    task = tasks.get("poll")
+    view = to_view(task)
+    assert view.next_due_at is not None
+    assert view.next_due_at - timedelta(seconds=300) == task.state.last_slot
