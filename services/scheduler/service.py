@@ -121,9 +121,7 @@ class SchedulerRelay(EventRelay):
             return
         if not isinstance(domain_event, Task.Event):
             return
-        # The eventsourcing library makes Task.Defined from @event("Defined") as the class
-        # is created, where mypy cannot see it.
-        if isinstance(domain_event, Task.Defined):  # type: ignore[attr-defined]
+        if isinstance(domain_event, Task.Defined):
             self._task_ids[domain_event.originator_id] = domain_event.task_id
         task_id = await self._task_id(domain_event.originator_id)
         if task_id is None:
