@@ -163,6 +163,8 @@ async def test_a_step_that_fails_once_is_retried_and_the_replay_succeeds(
         tries = await replayed_calls(bus, second.run_id, 0, count=2)
         assert [t.metadata.http_status for t in tries if t.metadata] == [503, 200]
         assert second.replay is not None and second.replay.ok
+        # The backoff shows only in time; a bound from below, which a busy machine only
+        # makes easier to meet.
         assert second.replay.duration_ms >= 600
         names = [e.event for e in await run_events(bus, second.run_id)]
         assert names == ["requested", "started", "completed"]
@@ -237,11 +239,13 @@ async def test_the_run_deadline_ends_a_replay_that_hangs(
         # The replay's first small-model call hangs far past the run's 3 s deadline.
         kitchen.edition = 1
         standin.received.clear()
-        standin.inject(latency_ms=10_000, latency_count=1)
+        standin.inject(latency_ms=30_000, latency_count=1)
         second = await run(bus, msgspec.structs.replace(spec, deadline_s=3.0), "stock")
         assert second.status == "failed" and second.reason == "deadline"
         assert second.error == "the run passed its 3 s deadline"
-        assert 3000 <= (second.duration_ms or 0) < 8000  # at the deadline, not the hang
+        # At the deadline, not the hang: only the time shows which, and half of the
+        # hang's 30 s is room for a busy machine.
+        assert 3000 <= (second.duration_ms or 0) < 15_000
         # The deadline covers the fallback too: no full LLM run was started after it.
         assert not second.fell_back and SONNET not in second.tokens
         assert [body["model"] for body in standin.received] == [HAIKU]

@@ -95,8 +95,8 @@ async def test_a_model_call_billed_but_unreadable_still_counts_in_the_runs_cost(
 
 
 async def test_a_run_past_its_deadline_ends_with_deadline(rig: Rig) -> None:
-    # The model takes longer than the whole run may.
-    rig.standin.inject(latency_ms=4000, latency_count=1)
+    # The model takes far longer than the whole run may.
+    rig.standin.inject(latency_ms=30_000, latency_count=1)
     spec = TaskSpec(
         name="slow",
         prompt=f"Open {rig.site.url}/news and report the top 3 headlines",
@@ -106,7 +106,9 @@ async def test_a_run_past_its_deadline_ends_with_deadline(rig: Rig) -> None:
     done = await wait_finished(rig.stack.bus, run_id)
     assert done.status == "failed" and done.reason == "deadline", done.error
     assert "1.5 s deadline" in (done.error or "")
-    assert done.duration_ms is not None and done.duration_ms < 4000
+    # Cut off at its deadline, not once the model answered: only the time shows which,
+    # and half of the model's 30 s is room for a busy machine.
+    assert done.duration_ms is not None and done.duration_ms < 15_000
 
 
 async def test_a_run_whose_tools_service_is_gone_ends_with_tool_error(

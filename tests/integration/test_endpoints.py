@@ -152,25 +152,33 @@ async def test_no_responder_and_timeout_are_structured(bus: Bus) -> None:
 
 
 async def test_concurrent_endpoint_does_not_serialise_callers(bus: Bus) -> None:
+    # Each call is answered only once all ten are in the handler together: calls handled
+    # one after another never would be (the first would wait out its caller's timeout).
+    arrived: list[str] = []
+    all_in = anyio.Event()
+
+    async def together(req: Echo) -> Echoed:
+        arrived.append(req.text)
+        if len(arrived) == 10:
+            all_in.set()
+        await all_in.wait()
+        return Echoed(text=req.text)
+
     async with serving(
         bus,
         "rote-test-slow",
-        endpoints=[Endpoint("slow", "t.slow", Echo, slow, concurrent=True)],
+        endpoints=[Endpoint("slow", "t.slow", Echo, together, concurrent=True)],
     ):
         results: list[str] = []
 
         async def call(i: int) -> None:
-            reply = await bus.request("t.slow", Echo(text=str(i)), Echoed, timeout=5)
+            reply = await bus.request("t.slow", Echo(text=str(i)), Echoed, timeout=10)
             results.append(reply.text)
 
-        started = anyio.current_time()
         async with anyio.create_task_group() as callers:
             for i in range(10):
                 callers.start_soon(call, i)
-        elapsed = anyio.current_time() - started
         assert sorted(results) == [str(i) for i in range(10)]
-        # Ten 0.3 s calls one after another would take 3 s.
-        assert elapsed < 2.5
 
 
 @pytest.mark.parametrize("concurrent", [False, True])
@@ -328,7 +336,6 @@ async def test_a_request_cut_short_by_a_shutdown_is_answered_at_once(bus: Bus) -
             await bus.request("t.hang", Echo(text="x"), Echoed, timeout=10)
         caught.append(error.value)
 
-    began = anyio.current_time()
     async with (
         anyio.create_task_group() as callers,
         serving(
@@ -337,6 +344,6 @@ async def test_a_request_cut_short_by_a_shutdown_is_answered_at_once(bus: Bus) -
     ):
         callers.start_soon(call)
         await started.wait()
+    # The service's own answer: the caller's timeout would say "no reply ... within 10s".
     assert caught[0].code == "timeout" and caught[0].status == 504
     assert "stopping" in caught[0].message
-    assert anyio.current_time() - began < 5

@@ -61,8 +61,9 @@ async def test_a_request_is_sent_again_when_the_connection_came_back_while_it_wa
 
         await service.nc.subscribe(SUBJECT, cb=answer)
         await routed(service.nc)
-        # No responder, no reconnect: unavailable at once, as without re-sends.
-        with anyio.fail_after(1), pytest.raises(RemoteError) as caught:
+        # No responder, no reconnect: unavailable at once, as without re-sends (sent
+        # again until its 10 s were up, it would end as `timeout`).
+        with anyio.fail_after(30), pytest.raises(RemoteError) as caught:
             await caller.request("rote.test.nobody", b"{}", str, resend=3)
         assert caught.value.code == "unavailable"
 
@@ -79,7 +80,8 @@ async def test_a_request_is_sent_again_when_the_connection_came_back_while_it_wa
             kill(server)
             await anyio.sleep(0.5)
             await restart(server)
-            with anyio.fail_after(15):  # long before the request's 60 s
+            # Long before the request's 60 s, which it would wait out if not sent again.
+            with anyio.fail_after(45):
                 while not got:
                     await anyio.sleep(0.05)
         assert got == ["answered"] and seen == [b'{"id": 1}'] * 2
@@ -156,7 +158,7 @@ async def test_a_model_reply_lost_to_a_nats_restart_ends_the_run_promptly_paid_o
                 await anyio.sleep(1.0)
                 await restart(server)
                 store = RunStore(bus)
-                with anyio.fail_after(15):  # the runner used to wait out its 300 s
+                with anyio.fail_after(60):  # the runner used to wait out its 300 s
                     while (done := await store.finished("chaos-run")) is None:
                         await anyio.sleep(0.2)
                 usage = await usage_events(bus, "chaos-run")

@@ -299,8 +299,13 @@ async def test_a_run_redelivered_after_its_replay_failed_goes_on_with_the_full_r
 
 
 async def first_start(bus: Bus, run_id: str) -> RunEvent:
+    return min((await starts(bus, run_id)).values(), key=lambda e: e.at)
+
+
+async def starts(bus: Bus, run_id: str) -> dict[int | None, RunEvent]:
+    """Each delivery's `started` event, by attempt."""
     started = await read_all(bus.js, s.STREAM_RUNS, s.run_event("claimed", run_id, "started"))
-    return min((decode(m.data, RunEvent) for m in started), key=lambda e: e.at)
+    return {e.attempt: e for e in (decode(m.data, RunEvent) for m in started)}
 
 
 async def test_a_redelivered_run_gets_only_what_is_left_of_its_deadline(runner_bus: Bus) -> None:
@@ -331,13 +336,17 @@ async def test_a_redelivered_run_gets_only_what_is_left_of_its_deadline(runner_b
     done = await finished(bus, run_id)
     assert (done.status, done.reason, done.attempt) == ("failed", "deadline", 2)
     assert (lists, model_calls) == (2, 1)  # the second delivery did run, and was cut off
-    # Cut off at what was left, well short of a fresh deadline...
-    assert done.duration_ms is not None and done.duration_ms < deadline_s * 1000
-    assert done.error is not None and "10 s deadline across 2 deliveries" in done.error
-    # ...so the whole run, from its first start, kept (about) to its deadline.
+    # The second delivery was charged what the run had used since its first start...
     first = await first_start(bus, run_id)
     assert first.attempt == 1
-    assert (done.at - first.at).total_seconds() < deadline_s + 2.5
+    used = ((await starts(bus, run_id))[2].at - first.at).total_seconds()
+    assert done.error is not None and "10 s deadline across 2 deliveries" in done.error
+    assert f"it first started {used:.1f} s before delivery 2" in done.error
+    # ...and ran for what was left: at least that (it was cut off, not failed early), and
+    # well short of a fresh deadline. The first delivery used 6 s or more of the 10 s:
+    # those are the busy machine's room.
+    left_ms = (deadline_s - used) * 1000
+    assert done.duration_ms is not None and left_ms - 50 <= done.duration_ms < deadline_s * 1000
 
 
 async def test_a_run_redelivered_past_its_deadline_fails_at_once(runner_bus: Bus) -> None:
@@ -366,7 +375,7 @@ async def test_a_run_redelivered_past_its_deadline_fails_at_once(runner_bus: Bus
     assert (done.status, done.reason, done.attempt) == ("failed", "deadline", 2)
     assert done.error is not None and "deadline passed across its deliveries" in done.error
     assert lists == 1  # nothing ran on the second delivery
-    assert done.duration_ms is not None and done.duration_ms < deadline_s * 1000
+    assert done.error.endswith("which had no time left")
     assert done.cost_usd == pytest.approx(0.0123)  # what the dead delivery spent counts
     assert done.tokens["claude-sonnet-5-5"].input_tokens == 1000
     await work_queue_settled(bus)
@@ -409,6 +418,8 @@ async def test_a_first_start_stamped_by_a_clock_ahead_takes_nothing_off_the_dead
     done = await finished(bus, run_id)
     assert (done.status, done.reason, done.attempt) == ("failed", "deadline", 2)
     assert done.error == "the run passed its 2 s deadline"
+    # The full deadline and no more: a start a minute ahead counted as it reads would
+    # give 62 s. Only the time shows which; the bound leaves a busy machine 18 s.
     assert done.duration_ms is not None and deadline_s * 1000 <= done.duration_ms < 20_000
 
 

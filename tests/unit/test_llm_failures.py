@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -333,8 +332,9 @@ async def test_a_server_that_never_accepts_the_connection_fails_fast() -> None:
             {"ANTHROPIC_BASE_URL": f"http://127.0.0.1:{listener.getsockname()[1]}"}
         )
         request = {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
-        started = time.monotonic()
         try:
+            # Room for a busy machine past the connect timeout, far short of the 300 s
+            # an answer may take: a call that waited for one would run into this bound.
             with anyio.fail_after(CONNECT_TIMEOUT_S + 20):
                 with pytest.raises(anthropic.APITimeoutError):
                     await client.messages.create(**request)
@@ -342,4 +342,3 @@ async def test_a_server_that_never_accepts_the_connection_fails_fast() -> None:
             await client.close()
             for filler in fillers:
                 filler.close()
-    assert time.monotonic() - started < CONNECT_TIMEOUT_S + 5

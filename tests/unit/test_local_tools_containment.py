@@ -159,8 +159,9 @@ async def test_a_daemon_that_left_the_process_group_dies_with_the_call(
         with anyio.fail_after(2):
             while alive(daemon):
                 await anyio.sleep(0.02)
-        # It held our stdout, yet the call did not wait for it.
-        assert time.monotonic() - started < 10
+        # It held our stdout, yet the call did not wait for it (for its 400 s): only the
+        # time shows it, with ample room for a busy machine.
+        assert time.monotonic() - started < 60
     finally:
         _kill(daemon)
 
