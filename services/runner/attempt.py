@@ -6,11 +6,13 @@ task, or the replay fails, path B runs the full LLM agent loop (`agent_loop.Agen
 whose trace the compiler can turn into a new executor. A delivery that follows one whose
 replay failed skips path A and goes on with path B (see prior.py).
 
-Everything here is pure over the `Ports` seam (no NATS, no key-value buckets): the one
-event an attempt publishes while it runs, `replay_failed` (which a redelivery reads, to
-go on with the full run rather than replay again), goes out through the `publish`
-callable it is given. What it returns, an `AttemptResult`, is what the run's terminal
-event reports (`terminal_event`).
+No NATS and no key-value buckets here: every call out of the process goes through the
+`Ports` seam, and the one event an attempt publishes while it runs, `replay_failed`
+(which a redelivery reads, to go on with the full run rather than replay again), through
+the `publish` callable it is given (the service wires both once, in `AttemptNeeds`).
+Not pure, though: it awaits those calls, reads the clock, and bounds the run's time
+with anyio cancel scopes. What it returns, an `AttemptResult`, is what the run's
+terminal event reports (`terminal_event`).
 
 Time: the run's deadline bounds its wall-clock time across deliveries, so an attempt
 gets only what the earlier ones left (`elapsed_s` is what they used). An attempt with
@@ -70,6 +72,17 @@ class Limits:
     replay_backoff_s: float = 1.0
     tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
     max_tool_timeout_s: float = MAX_TOOL_TIMEOUT_S
+
+
+@dataclass(frozen=True)
+class AttemptNeeds:
+    """What every attempt at a run works with, wired once by the service: the other
+    services (`ports`), how hard it tries (`limits`), and where the run's events go
+    (`publish`)."""
+
+    ports: Ports
+    limits: Limits
+    publish: PublishRunEvent
 
 
 @dataclass

@@ -5,6 +5,7 @@ is redelivered and runs again). No NATS here: service.py stores what is cut off.
 from __future__ import annotations
 
 from services.kernel.secrets import redact
+from services.kernel.text import cut_text
 
 # An error quotes what broke the run (a tool's error, a model's refusal), each bounded
 # where it comes from; this bounds what they add up to in one event.
@@ -16,6 +17,7 @@ MAX_ABANDON_ERROR_CHARS = 500
 
 
 def abandon_error(failure: BaseException) -> str:
-    """What an abandoned run's event says broke it: masked before it is cut, since a
-    secret cut in half would no longer be recognised as one."""
-    return redact(f"{type(failure).__name__}: {failure}")[:MAX_ABANDON_ERROR_CHARS]
+    """What an abandoned run's event says broke it, masked and then cut to its bound.
+    Masked whole, not only when it is cut: a short error can quote a secret too."""
+    error = redact(f"{type(failure).__name__}: {failure}")
+    return cut_text(error, MAX_ABANDON_ERROR_CHARS, mark="")

@@ -8,16 +8,16 @@ lost NATS mid-run). A later delivery does not start the run afresh:
 - when an earlier delivery's replay failed, this one goes on with the full LLM run it
   had fallen back to (`PriorState.failed_replay`): replaying again would redo the
   executor's actions and count the same failure twice;
+- what earlier attempts' model calls cost is part of the run's cost (`spent_before`);
 - when the deadline has already passed, this delivery runs nothing and keeps the
-  earlier attempts' transcript, adding how the run ended (`carry_over`);
-- what earlier attempts' model calls cost is part of the run's cost (`spent_before`).
+  earlier attempts' transcript (execution.py reads it back from the run store).
 
-`load` reads the run's events once, when the delivery starts, for the first two. The
-other two are read only where they are needed: the transcript only once the deadline
-turns out to be gone, the spend when the delivery ends (the llm service stamps a usage
+`PriorDeliveries.load` reads the run's events once, when the delivery starts, for the
+first two. The spend is read only when the delivery ends (the llm service stamps a usage
 event when its call returns, so a dead attempt's last call may still be landing as the
-next delivery starts). A read that fails leaves that part unknown, never the run
-unrunnable: the defaults are those of a first delivery.
+next delivery starts), or when the run is ended abandoned. A read that fails leaves that
+part unknown, never the run unrunnable: the defaults are those of a first delivery.
+`prior_state` reads the events themselves, with no I/O.
 """
 
 from __future__ import annotations
@@ -34,10 +34,9 @@ from services.kernel.bus import Bus
 from services.kernel.codec import decode
 from services.kernel.logs import get_logger
 from services.kernel.replay_read import read_all
-from services.kernel.run_store import RunStore
 from services.kernel.secrets import redact
+from services.kernel.text import cut_text
 from services.runner.accounting import Ledger, spent_before
-from services.runner.transcript import TranscriptRecorder
 
 log = get_logger("rote.runner")
 
@@ -93,7 +92,8 @@ def _failed_replay(last: tuple[str, bytes] | None) -> ReplayOutcome | None:
         earlier = decode(data, RunEvent)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         # As a lookup of the last event reads it: one rote did not write says nothing.
-        log.warning("run_event_unreadable", subject=subject, error=redact(str(exc))[:300])
+        error = cut_text(redact(str(exc)), 300, mark="")
+        log.warning("run_event_unreadable", subject=subject, error=error)
         return None
     replay = earlier.replay
     if replay is None:
@@ -101,12 +101,12 @@ def _failed_replay(last: tuple[str, bytes] | None) -> ReplayOutcome | None:
     return msgspec.structs.replace(replay, attempt=replay.attempt or earlier.attempt)
 
 
-class RunHistory:
-    """Reads what earlier deliveries of a run left on the bus."""
+class PriorDeliveries:
+    """Reads what earlier deliveries of a run left on the bus: its events and the llm
+    service's usage events."""
 
-    def __init__(self, bus: Bus, store: RunStore) -> None:
+    def __init__(self, bus: Bus) -> None:
         self.bus = bus
-        self.store = store
 
     async def load(self, request: RunRequest, attempt: int) -> PriorState:
         """The run's prior state, from one read of its events; a first delivery (no
@@ -122,17 +122,6 @@ class RunHistory:
             log.warning("earlier_deliveries_unknown", error=str(exc))
             return PriorState()
         return prior_state(request, [(m.subject, m.data or b"") for m in msgs])
-
-    async def carry_over(self, transcript: TranscriptRecorder, run_id: str) -> None:
-        """An attempt with no time left runs nothing: rather than write over the earlier
-        attempts' record (what they did, what broke them), it adds how the run ended."""
-        try:
-            earlier = await self.store.transcript(run_id)
-        except Exception as exc:
-            log.warning("transcript_unreadable", error=str(exc))
-            return
-        if earlier is not None:
-            transcript.carry_over(earlier)
 
     async def spent_before(self, run_id: str, before: datetime) -> Ledger:
         """The run's model spend before `before`, as the llm service's usage events say

@@ -5,11 +5,13 @@ Endpoints: rote.api.runs.get (a run's latest state, from its events) and
 rote.api.runs.transcript. (rote.api.runs.start, a run of an inline spec, is the
 scheduler's: it checks the spec as tasks.create does.)
 
-Following one run request: `Deliveries.handle` (claims.py) takes the run's claim and
-settles the delivery; `RunDelivery.execute` (delivery.py) runs it from its `started`
-event to its terminal one; `RunAttempt` (attempt.py) replays the task's executor or
-runs the full agent loop, over the ports of adapters.py. Every run event goes out
-through `Runner.publish` here.
+Following one run request, module by module: `DeliveryHandler.handle` (deliveries.py)
+takes the run's claim (`RunClaims`, claims.py) and settles the delivery;
+`RunExecution.run` (execution.py) runs it from its `started` event to its terminal one,
+going on from what earlier deliveries left (prior.py); `RunAttempt` (attempt.py)
+replays the task's executor (replay.py) or runs the full agent loop (agent_loop.py),
+over the ports of ports.py (adapters.py: over NATS). Every run event goes out through
+`Runner.publish` here.
 """
 
 from __future__ import annotations
@@ -34,12 +36,13 @@ from services.kernel.runtime import ServiceContext
 from services.kernel.secrets import redact
 from services.kernel.text import cut_text, json_size
 from services.runner.adapters import ExecutorCache, bus_ports
-from services.runner.attempt import Limits
+from services.runner.attempt import AttemptNeeds, Limits
 from services.runner.bounds import MAX_EVENT_ERROR_CHARS, REF_PLACEHOLDER
-from services.runner.claims import MAX_DELIVERIES, Deliveries, RunClaims
-from services.runner.delivery import RunDelivery
+from services.runner.claims import RunClaims
+from services.runner.deliveries import MAX_DELIVERIES, DeliveryHandler
+from services.runner.execution import RunExecution
 from services.runner.ports import Ports
-from services.runner.prior import RunHistory
+from services.runner.prior import PriorDeliveries
 from services.runner.run_view import fold
 
 log = get_logger("rote.runner")
@@ -51,7 +54,8 @@ MAX_HEARTBEAT_S = 5.0
 
 
 class Runner:
-    """The runner's parts, wired: claims, deliveries, and the run-event publisher."""
+    """The runner's parts, wired: the claims on runs, the execution of a run, the
+    handler of the work consumer's deliveries, and the run-event publisher."""
 
     def __init__(self, ctx: ServiceContext, ports: Ports | None = None) -> None:
         self.ctx = ctx
@@ -60,25 +64,18 @@ class Runner:
         self.ports = ports or bus_ports(ctx.bus, self.executors)
         self.store = RunStore(ctx.bus)
         self.claims = RunClaims(ctx.bus, self.store)
-        history = RunHistory(ctx.bus, self.store)
-        self.delivery = RunDelivery(
+        needs = AttemptNeeds(
             ports=self.ports,
-            store=self.store,
-            history=history,
-            claims=self.claims,
             limits=Limits(
                 replay_retries=ctx.settings.replay_retries,
                 replay_backoff_s=ctx.settings.replay_backoff_s,
             ),
             publish=self.publish,
         )
-        self.deliveries = Deliveries(
-            ctx.bus,
-            self.claims,
-            execute=self.delivery.execute,
-            publish=self.publish,
-            spent_before=history.spent_before,
+        self.execution = RunExecution(
+            needs, store=self.store, claims=self.claims, prior=PriorDeliveries(ctx.bus)
         )
+        self.deliveries = DeliveryHandler(ctx.bus, self.claims, self.execution)
 
     async def publish(self, event: RunEvent, msg_id: str) -> None:
         # An answer or an error can quote what a tool read (a config file, a page):

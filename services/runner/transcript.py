@@ -15,6 +15,7 @@ from contracts.llm import Message, TextBlock, ThinkingBlock, ToolResultBlock, To
 from contracts.runs import Transcript, TranscriptEntry
 from services.kernel.codec import encode
 from services.kernel.secrets import redact
+from services.kernel.text import ELLIPSIS
 
 MAX_STRING = 8_000
 MAX_ENTRIES = 400
@@ -28,7 +29,9 @@ def _bound(text: str) -> tuple[str, bool]:
     text = redact(text)
     if len(text) <= MAX_STRING:
         return text, False
-    return text[:MAX_STRING] + f"…[{len(text) - MAX_STRING} more characters]", True
+    # Not kernel.text.cut_text, which fits a text and its mark within a limit: a string
+    # here keeps its first MAX_STRING characters whatever the mark adds after them.
+    return text[:MAX_STRING] + f"{ELLIPSIS}[{len(text) - MAX_STRING} more characters]", True
 
 
 def _bound_value(value: Any) -> tuple[Any, bool]:

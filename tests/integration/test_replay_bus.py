@@ -26,6 +26,7 @@ from contracts.tasks import TaskSpec
 from contracts.tools import ExecTool, ToolMetadata, ToolResult
 from services.kernel.bus import Bus
 from services.kernel.codec import decode, encode
+from services.kernel.lease import Lease
 from services.kernel.run_store import RunStore
 from services.kernel.runtime import open_stack
 from services.kernel.settings import Settings
@@ -212,7 +213,10 @@ async def test_a_replay_whose_step_came_back_past_the_deadline_ends_the_run_ther
             active_executor=active_executor,
             list_tools=list_tools,
         )
-        done = await Runner(stack.context, ports).delivery.execute(request, attempt=1)
+        runner = Runner(stack.context, ports)
+        claim = await runner.claims.take(request)  # the run is new: its claim, not an ending
+        assert isinstance(claim, Lease)
+        done = await runner.execution.run(request, 1, claim)
 
     assert (done.status, done.reason, done.source) == ("failed", "deadline", "executor")
     assert [call.input["command"] for call in calls] == ["make"]  # "make test" never started

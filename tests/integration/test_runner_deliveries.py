@@ -60,7 +60,7 @@ from services.kernel.run_store import RunStore
 from services.kernel.runtime import open_stack
 from services.kernel.settings import Settings
 from services.kernel.streams import KV_TTL_S, ensure_streams
-from services.runner.claims import MAX_DELIVERIES
+from services.runner.deliveries import MAX_DELIVERIES
 from services.tracer.build import full_loop_cost
 from tests.e2e.helpers import work_queue_settled
 from tests.hand_built_replay import hand_built_executor

@@ -1,21 +1,23 @@
-"""One delivery of a run request, under the run's claim (claims.py holds it).
+"""A run's execution: one delivery of a run request, under the run's claim, from the
+run's `started` event to its terminal one.
 
-`RunDelivery.execute` follows a run from start to end:
+`RunExecution.run` follows a run from start to end:
 
 1. what earlier deliveries left (prior.py): when the run first started, whether an
    earlier replay failed; read once, before anything starts;
 2. the run's `started` event for this delivery (one per delivery: the ledger shows every
    delivery that took the run up);
 3. the attempt itself (attempt.py): path A, path B, within what the deadline has left;
-   an attempt with no time left keeps the earlier attempts' transcript;
+   an attempt with no time left runs nothing and keeps the earlier attempts'
+   transcript, adding how the run ended;
 4. the ending: what earlier attempts spent joins the run's cost, the browser session is
    closed, the transcript saved and the terminal `completed`/`failed` event published,
-   unless another runner took the run over or it was already ended (a late run the
-   scheduler declared abandoned).
+   unless another runner took the run over (claims.py) or it was already ended (a late
+   run the scheduler declared abandoned).
 
 An attempt that breaks (an unexpected error, or its runner stopping) closes its session
-and saves its record so far, then lets the error through: claims.py decides between a
-redelivery and ending the run abandoned.
+and saves its record so far, then lets the error through: deliveries.py decides between
+a redelivery and ending the run abandoned, which `abandon` does.
 """
 
 from __future__ import annotations
@@ -30,11 +32,16 @@ from services.kernel.lease import Lease
 from services.kernel.logs import get_logger
 from services.kernel.run_store import RunStore
 from services.kernel.secrets import redact_struct
-from services.runner.attempt import AttemptResult, Limits, RunAttempt, close_session, terminal_event
+from services.runner.attempt import (
+    AttemptNeeds,
+    AttemptResult,
+    RunAttempt,
+    close_session,
+    terminal_event,
+)
 from services.runner.bounds import abandon_error
 from services.runner.claims import RunClaims
-from services.runner.ports import Ports, PublishRunEvent
-from services.runner.prior import RunHistory
+from services.runner.prior import PriorDeliveries
 from services.runner.transcript import TranscriptRecorder
 
 log = get_logger("rote.runner")
@@ -43,42 +50,36 @@ log = get_logger("rote.runner")
 TRANSCRIPT_SAVE_S = 5.0
 
 
-class RunDelivery:
-    """Runs the deliveries of run requests, one `execute` call each (any number at once:
-    it keeps no state of its own between them)."""
+class RunExecution:
+    """Runs the deliveries of run requests, one `run` call each (any number at once: it
+    keeps no state of its own between them), and ends the runs no delivery could end
+    (`abandon`)."""
 
     def __init__(
         self,
+        needs: AttemptNeeds,
         *,
-        ports: Ports,
         store: RunStore,
-        history: RunHistory,
         claims: RunClaims,
-        limits: Limits,
-        publish: PublishRunEvent,
+        prior: PriorDeliveries,
     ) -> None:
-        self.ports = ports
+        self.needs = needs
         self.store = store
-        self.history = history
         self.claims = claims
-        self.limits = limits
-        self.publish = publish
+        self.prior = prior
 
-    async def execute(
-        self, request: RunRequest, attempt: int, claim: Lease | None = None
-    ) -> RunEvent:
-        """Run delivery `attempt` of `request` and return the run's terminal event (also
-        when it was not published: another runner's, or an earlier ending's, stands).
-        `claim`: the run's claim this delivery holds (None: no claim protocol, as in a
-        test that runs one delivery by hand)."""
+    async def run(self, request: RunRequest, attempt: int, claim: Lease) -> RunEvent:
+        """Run delivery `attempt` of `request` under the run's `claim`, which this
+        delivery holds, and return the run's terminal event (also when it was not
+        published: another runner's, or an earlier ending's, stands)."""
         spec = request.spec
         # The deadline bounds the run's wall-clock time, not each delivery's: a
         # redelivered run gets only what its first start left of it.
-        prior = await self.history.load(request, attempt)
+        prior = await self.prior.load(request, attempt)
         started = time.monotonic()
         started_at = utc_now()
         elapsed = prior.elapsed_s(started_at)
-        await self.publish(
+        await self.needs.publish(
             RunEvent(
                 task_id=request.task_id,
                 run_id=request.run_id,
@@ -97,14 +98,15 @@ class RunDelivery:
             # Still `started` above: the ledger shows every delivery that took the run
             # up, and this one's `failed` says why it ran nothing.
             log.warning("run_deadline_passed_before_delivery", elapsed_s=round(elapsed, 3))
-            await self.history.carry_over(transcript, request.run_id)
+            await self._carry_over(transcript, request.run_id)
+        needs = self.needs
         run = RunAttempt(
             request,
             attempt,
-            ports=self.ports,
+            ports=needs.ports,
             transcript=transcript,
-            limits=self.limits,
-            publish=self.publish,
+            limits=needs.limits,
+            publish=needs.publish,
         )
         try:
             result = await run.run(elapsed, prior.failed_replay)
@@ -112,14 +114,25 @@ class RunDelivery:
             await self._keep_broken_record(request, attempt, claim, transcript, broke)
             raise
         if attempt > 1:  # what the earlier, broken attempts spent is this run's cost too
-            result.ledger.merge(await self.history.spent_before(request.run_id, started_at))
+            result.ledger.merge(await self.prior.spent_before(request.run_id, started_at))
         return await self._end(request, attempt, claim, transcript, result, started)
+
+    async def _carry_over(self, transcript: TranscriptRecorder, run_id: str) -> None:
+        """An attempt with no time left runs nothing: rather than write over the earlier
+        attempts' record (what they did, what broke them), it adds how the run ended."""
+        try:
+            earlier = await self.store.transcript(run_id)
+        except Exception as exc:
+            log.warning("transcript_unreadable", error=str(exc))
+            return
+        if earlier is not None:
+            transcript.carry_over(earlier)
 
     async def _keep_broken_record(
         self,
         request: RunRequest,
         attempt: int,
-        claim: Lease | None,
+        claim: Lease,
         transcript: TranscriptRecorder,
         broke: BaseException,
     ) -> None:
@@ -128,14 +141,14 @@ class RunDelivery:
         and what broke it, is saved: a later attempt writes over it; when none comes, it
         is the run's transcript."""
         with anyio.CancelScope(shield=True):
-            await close_session(self.ports, request.run_id, attempt)
+            await close_session(self.needs.ports, request.run_id, attempt)
             if isinstance(broke, Exception):
                 transcript.note(f"attempt {attempt} broke: {abandon_error(broke)}")
             else:
                 transcript.note(f"attempt {attempt} was stopped with its runner")
             with anyio.move_on_after(TRANSCRIPT_SAVE_S):
                 try:
-                    if claim is None or await self.claims.record_is_ours(claim, request.run_id):
+                    if await self.claims.record_is_ours(claim, request.run_id):
                         await self.store.save_transcript(transcript.encoded(), request.run_id)
                 except Exception as exc:
                     log.warning("transcript_save_failed", error=str(exc))
@@ -144,7 +157,7 @@ class RunDelivery:
         self,
         request: RunRequest,
         attempt: int,
-        claim: Lease | None,
+        claim: Lease,
         transcript: TranscriptRecorder,
         result: AttemptResult,
         started: float,
@@ -153,7 +166,7 @@ class RunDelivery:
         unless the run is no longer this runner's to end."""
         outcome = result.outcome
         with anyio.CancelScope(shield=True):
-            await close_session(self.ports, request.run_id, attempt)
+            await close_session(self.needs.ports, request.run_id, attempt)
             if outcome.error:
                 transcript.note(outcome.error, reason=outcome.reason)
             # One terminal event per run: completed and failed share a Nats-Msg-Id. That
@@ -162,9 +175,7 @@ class RunDelivery:
             late = (utc_now() - request.requested_at).total_seconds() > request.spec.deadline_s
             earlier = await self.store.finished(request.run_id) if late else None
             # A runner that took the run over writes its record and its ending.
-            taken_over = claim is not None and not await self.claims.ending_is_ours(
-                claim, request.run_id
-            )
+            taken_over = not await self.claims.ending_is_ours(claim, request.run_id)
             if not taken_over:
                 try:
                     await self.store.save_transcript(transcript.encoded(), request.run_id)
@@ -178,7 +189,7 @@ class RunDelivery:
             elif taken_over:
                 log.warning("run_outcome_dropped", already="claimed by another runner")
             else:
-                await self.publish(finished, f"{request.run_id}:finished")
+                await self.needs.publish(finished, f"{request.run_id}:finished")
         log.info(
             "run_finished",
             status=finished.status,
@@ -189,3 +200,34 @@ class RunDelivery:
             duration_ms=finished.duration_ms,
         )
         return finished
+
+    async def abandon(self, request: RunRequest, attempt: int, error: str) -> None:
+        """End the run `failed`, reason `abandoned` (`error` says why): its last permitted
+        delivery broke, or every delivery ended without an outcome. Without this the
+        run would stay `running` for good for whoever watches or asked for it."""
+        try:
+            if await self.store.finished(request.run_id, thorough=True) is not None:
+                return  # it ended meanwhile (or another delivery ended it): one ending
+        except Exception as exc:
+            log.warning("run_finished_unknown", error=str(exc))
+        log.error("run_abandoned", error=error)
+        spent = await self.prior.spent_before(request.run_id, utc_now())
+        try:
+            await self.needs.publish(
+                RunEvent(
+                    task_id=request.task_id,
+                    run_id=request.run_id,
+                    event="failed",
+                    at=utc_now(),
+                    status="failed",
+                    reason="abandoned",
+                    error=error,
+                    tokens=spent.snapshot(),
+                    cost_usd=round(spent.cost_usd, 8),
+                    origin=request.origin,
+                    attempt=attempt,
+                ),
+                f"{request.run_id}:finished",
+            )
+        except Exception as exc:  # NATS gone too: the scheduler's recovery is what is left
+            log.error("run_abandon_unpublished", error=str(exc))
