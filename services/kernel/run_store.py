@@ -14,10 +14,23 @@ from services.kernel.bus import Bus
 from services.kernel.codec import decode
 from services.kernel.logs import get_logger
 from services.kernel.secrets import redact
+from services.kernel.text import cut_text
 
 log = get_logger("rote.runs")
 
 TERMINAL = ("completed", "failed")
+
+
+def read_run_event(subject: str, data: bytes) -> RunEvent | None:
+    """A stored run event, or None (logged) when it is not one rote wrote (a
+    hand-published test message, another version's): the run's other events still
+    answer for it."""
+    try:
+        return decode(data, RunEvent)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        error = cut_text(redact(str(exc)), 300, mark="")
+        log.warning("run_event_unreadable", subject=subject, error=error)
+        return None
 
 
 class TranscriptUnreadable(Exception):
@@ -42,13 +55,7 @@ class RunStore:
             )
         except NotFoundError:
             return None
-        try:
-            return decode(msg.data or b"", RunEvent)
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            # Not a run event rote wrote (a hand-published test message, another
-            # version's): the run's other events still answer for it.
-            log.warning("run_event_unreadable", subject=msg.subject, error=redact(str(exc))[:300])
-            return None
+        return read_run_event(msg.subject or "", msg.data or b"")
 
     async def events(self, run_id: str) -> list[RunEvent]:
         found = []

@@ -34,8 +34,7 @@ from services.kernel.bus import Bus
 from services.kernel.codec import decode
 from services.kernel.logs import get_logger
 from services.kernel.replay_read import read_all
-from services.kernel.secrets import redact
-from services.kernel.text import cut_text
+from services.kernel.run_store import read_run_event
 from services.runner.accounting import Ledger, spent_before
 
 log = get_logger("rote.runner")
@@ -87,13 +86,8 @@ def _failed_replay(last: tuple[str, bytes] | None) -> ReplayOutcome | None:
     """The replay the run's last `replay_failed` event reports, if it is readable."""
     if last is None:
         return None
-    subject, data = last
-    try:
-        earlier = decode(data, RunEvent)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        # As a lookup of the last event reads it: one rote did not write says nothing.
-        error = cut_text(redact(str(exc)), 300, mark="")
-        log.warning("run_event_unreadable", subject=subject, error=error)
+    earlier = read_run_event(*last)
+    if earlier is None:
         return None
     replay = earlier.replay
     if replay is None:
