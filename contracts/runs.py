@@ -38,7 +38,9 @@ class RunRequest(Event, kw_only=True):
 
 
 class StartRun(Command, kw_only=True):
-    """rote.api.runs.start: run an inline task spec now (no scheduler needed)."""
+    """rote.api.runs.start (served by the scheduler): run an inline task spec now, once,
+    with no task behind it; the spec passes tasks.create's checks. A `run_id` already
+    used is refused (`conflict`)."""
 
     spec: TaskSpec
     task_id: SubjectToken | None = None

@@ -14,6 +14,13 @@ from contracts.llm import ToolDefinition
 # holding it is gone: the page is blank now, and a read of it would look like an empty
 # result, so the call fails instead until the run navigates again.
 SESSION_LOST = "session_lost"
+# The one browser tool that starts a page of its own; every other browser tool (named
+# browser_*) acts on the page open in the session.
+NAVIGATE = "browser_navigate"
+
+
+def is_browser_tool(tool: str) -> bool:
+    return tool.startswith("browser_")
 
 
 class ListTools(Command, kw_only=True):

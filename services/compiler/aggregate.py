@@ -1,9 +1,10 @@
 """The Executor aggregate (one per task): its state is the task's executor `Health`,
 folded from its events by health.apply (services/kernel/aggregate.py tells the idiom).
 
-Each event is stored under its own topic, with its task (the relay publishes it under
-the task's subject). Earlier versions stored every health event as JSON text in one
-`Recorded` event, and kept this class in store.py: both still read.
+A new one is `ExecutorAggregate.open(Created(task_id=...))`. Each event is stored under
+its own topic, with its task (the relay publishes it under the task's subject). Earlier
+versions stored every health event as JSON text in one `Recorded` event, and kept this
+class in store.py: both still read.
 """
 
 from __future__ import annotations
@@ -29,40 +30,48 @@ def aggregate_id(task_id: str) -> uuid.UUID:
     return uuid.uuid5(NAMESPACE, task_id)
 
 
-class ExecutorAggregate(Folded[h.Health, ev.HealthEvent]):
+class StoredWithTask(Stored):
+    """A stored health event, with the task it is about (ExecutorAggregate.context adds
+    it to each): declared, unlike the event's own fields, since readers of the
+    notification log (health_event) ask for it by name."""
+
+    task_id: str
+
+
+class ExecutorAggregate(Folded[h.Health, ev.Created, ev.HealthEvent]):
     """A task's executors: versions and health. Created with the first event recorded
     for the task."""
 
     class Created(StoredCreation):
         event_type = ev.Created
 
-    class Compiled(Stored):
+    class Compiled(StoredWithTask):
         event_type = ev.Compiled
         # Recorded tool inputs: user data.
         text_fields = ("executor",)
 
-    class Skipped(Stored):
+    class Skipped(StoredWithTask):
         event_type = ev.Skipped
 
-    class ReplaySucceeded(Stored):
+    class ReplaySucceeded(StoredWithTask):
         event_type = ev.ReplaySucceeded
 
-    class ReplayFailed(Stored):
+    class ReplayFailed(StoredWithTask):
         event_type = ev.ReplayFailed
 
-    class Superseded(Stored):
+    class Superseded(StoredWithTask):
         event_type = ev.Superseded
 
-    class Invalidated(Stored):
+    class Invalidated(StoredWithTask):
         event_type = ev.Invalidated
 
-    class Pinned(Stored):
+    class Pinned(StoredWithTask):
         event_type = ev.Pinned
 
-    class Unpinned(Stored):
+    class Unpinned(StoredWithTask):
         event_type = ev.Unpinned
 
-    class FullRunRecorded(Stored):
+    class FullRunRecorded(StoredWithTask):
         event_type = ev.FullRunRecorded
 
     class Recorded(Aggregate.Event):
@@ -87,10 +96,6 @@ class ExecutorAggregate(Folded[h.Health, ev.HealthEvent]):
         state["state"] = state.pop("health")
         del state["task_id"]
 
-    def __init__(self, task_id: str) -> None:
-        """ExecutorAggregate(task_id): a new aggregate, Created recorded (the library
-        passes the opening event's fields here; the state is start(Created))."""
-
     @classmethod
     def start(cls, event: ev.Created) -> h.Health:
         return h.new(event.task_id)
@@ -109,9 +114,9 @@ class ExecutorAggregate(Folded[h.Health, ev.HealthEvent]):
 def health_event(stored: object) -> tuple[str, ev.HealthEvent] | None:
     """The task and the health event a stored event holds (None: the aggregate's
     creation)."""
-    if isinstance(stored, Stored | ExecutorAggregate.Recorded):
+    if isinstance(stored, StoredWithTask | ExecutorAggregate.Recorded):
         event: ev.HealthEvent = stored.event
-        return vars(stored)["task_id"], event
+        return stored.task_id, event
     return None
 
 

@@ -31,7 +31,7 @@ Rules:
   its redelivery succeed: both happened);
 - what a replay saved is the run event's cost_saved_usd, recorded as reported and never
   recomputed, so a run's event and total_cost_saved_usd always agree. The runner
-  computes it as full_run_cost() (as the executor lookup answered it) minus the
+  computes it as mean_full_run_cost() (as the executor lookup answered it) minus the
   replay's cost, not floored: a replay dearer than a full run saves a negative amount,
   and the ledger says so rather than overstate the savings.
 """
@@ -45,18 +45,7 @@ from typing import Any
 import msgspec
 
 from contracts.executors import Executor
-from services.compiler.executor_events import (
-    Compiled,
-    FullRunRecorded,
-    HealthEvent,
-    Invalidated,
-    Pinned,
-    ReplayFailed,
-    ReplaySucceeded,
-    Skipped,
-    Superseded,
-    Unpinned,
-)
+from services.compiler import executor_events as ev
 
 # Run ids remembered for idempotency (a redelivery comes within minutes, not 1000 runs).
 REMEMBERED_RUNS = 1000
@@ -136,11 +125,11 @@ def _remember(health: Health, key: str) -> None:
         del health.seen[next(iter(health.seen))]
 
 
-def apply(health: Health, event: HealthEvent) -> None:
+def apply(health: Health, event: ev.HealthEvent) -> None:
     """Fold one event into the state (in place)."""
     health.events += 1
     match event:
-        case Compiled():
+        case ev.Compiled():
             health.versions.append(
                 VersionState(
                     version=event.version,
@@ -151,10 +140,10 @@ def apply(health: Health, event: HealthEvent) -> None:
                 )
             )
             _remember(health, f"trace:{event.source_run_id}")
-        case Skipped():
+        case ev.Skipped():
             health.last_skip_reason = event.reason
             _remember(health, f"trace:{event.run_id}")
-        case ReplaySucceeded():
+        case ev.ReplaySucceeded():
             health.replays += 1
             health.total_cost_saved_usd += event.cost_saved_usd
             _remember(health, replay_key(event.run_id, event.attempt))
@@ -164,7 +153,7 @@ def apply(health: Health, event: HealthEvent) -> None:
                 found.consecutive_failures = 0
                 found.last_used_at = event.at
                 found.cost_saved_usd += event.cost_saved_usd
-        case ReplayFailed():
+        case ev.ReplayFailed():
             health.replays += 1
             health.replay_failures += 1
             _remember(health, replay_key(event.run_id, event.attempt))
@@ -173,26 +162,26 @@ def apply(health: Health, event: HealthEvent) -> None:
                 found.failure_count += 1
                 found.consecutive_failures += 1
                 found.last_used_at = event.at
-        case Superseded():
+        case ev.Superseded():
             found = health.version(event.version)
             if found is not None:
                 found.status, found.status_reason = "superseded", event.reason
-        case Invalidated():
+        case ev.Invalidated():
             found = health.version(event.version)
             if found is not None:
                 found.status = "invalidated"
                 found.status_reason = f"{event.reason} (by {event.by})"
-        case Pinned():
+        case ev.Pinned():
             _drop_pin(health)  # a pin moved on from: that version is no longer pinned
             health.pinned, health.pinned_at = event.version, event.at
             found = health.version(event.version)
             if found is not None:
                 found.status, found.status_reason = "active", f"pinned by {event.by}"
                 found.consecutive_failures = 0
-        case Unpinned():
+        case ev.Unpinned():
             if health.pinned == event.version:
                 _drop_pin(health)
-        case FullRunRecorded():
+        case ev.FullRunRecorded():
             health.full_run_costs.append(event.cost_usd)
             del health.full_run_costs[:-RECENT_FULL_RUNS]
             _remember(health, f"full:{event.run_id}")
@@ -208,7 +197,7 @@ def _drop_pin(health: Health) -> None:
     health.pinned, health.pinned_at = None, None
 
 
-def fold(task_id: str, events: list[HealthEvent]) -> Health:
+def fold(task_id: str, events: list[ev.HealthEvent]) -> Health:
     health = new(task_id)
     for event in events:
         apply(health, event)
@@ -234,9 +223,10 @@ def next_version(health: Health) -> int:
     return max((v.version for v in health.versions), default=0) + 1
 
 
-def full_run_cost(health: Health) -> float:
-    """What a full LLM run of this task costs: the mean of the recent ones seen, else
-    the cost of the run the current executor was compiled from."""
+def mean_full_run_cost(health: Health) -> float:
+    """What a full LLM run of this task costs: the mean of the recent ones seen (the
+    last RECENT_FULL_RUNS), else the cost of the run the current executor was compiled
+    from. (services/executor/cost.full_run_cost is one run's, from its run event.)"""
     if health.full_run_costs:
         return sum(health.full_run_costs) / len(health.full_run_costs)
     version = current(health) or (health.versions[-1] if health.versions else None)
@@ -298,11 +288,11 @@ class HealthError(Exception):
         self.details = details
 
 
-def _settle(health: Health, at: datetime, keep: set[int], reason: str) -> list[HealthEvent]:
+def _settle(health: Health, at: datetime, keep: set[int], reason: str) -> list[ev.HealthEvent]:
     """Supersede every active version not in `keep` (at most the pin and the newest
     stay active)."""
     return [
-        Superseded(at=at, version=v.version, reason=reason)
+        ev.Superseded(at=at, version=v.version, reason=reason)
         for v in health.versions
         if v.status == "active" and v.version not in keep
     ]
@@ -310,16 +300,16 @@ def _settle(health: Health, at: datetime, keep: set[int], reason: str) -> list[H
 
 def decide_trace(
     health: Health, executor: Executor | None, skip_reason: str | None, run_id: str, at: datetime
-) -> list[HealthEvent]:
+) -> list[ev.HealthEvent]:
     """A captured trace compiled (executor) or skipped (skip_reason)."""
     if f"trace:{run_id}" in health.seen or any(v.source_run_id == run_id for v in health.versions):
         return []
     if executor is None:
-        return [Skipped(at=at, run_id=run_id, reason=skip_reason or "skipped")]
+        return [ev.Skipped(at=at, run_id=run_id, reason=skip_reason or "skipped")]
     version = next_version(health)
     raw = msgspec.to_builtins(msgspec.structs.replace(executor, version=version))
-    events: list[HealthEvent] = [
-        Compiled(
+    events: list[ev.HealthEvent] = [
+        ev.Compiled(
             at=at,
             version=version,
             executor=raw,
@@ -332,7 +322,7 @@ def decide_trace(
         # The pin vouches for a version of the task as it was: the runner never replays
         # it for the edited task, so keeping it would make every run a full one.
         reason = f"the task changed; v{version} is compiled for it as it is now"
-        events.append(Unpinned(at=at, version=pinned.version, reason=reason))
+        events.append(ev.Unpinned(at=at, version=pinned.version, reason=reason))
         return events + _settle(health, at, {version}, reason)
     keep = {version} | ({health.pinned} if health.pinned is not None else set())
     events += _settle(health, at, keep, f"replaced by v{version}")
@@ -363,7 +353,7 @@ def decide_replay(
     tokens: int = 0,
     cost_usd: float = 0.0,
     cost_saved_usd: float = 0.0,
-) -> list[HealthEvent]:
+) -> list[ev.HealthEvent]:
     """`cost_saved_usd` is the run event's, recorded as is (see the module's rules)."""
     if _replay_seen(health, run_id, attempt):
         return []
@@ -372,7 +362,7 @@ def decide_replay(
         return []
     if ok:
         return [
-            ReplaySucceeded(
+            ev.ReplaySucceeded(
                 at=at,
                 version=version,
                 run_id=run_id,
@@ -382,8 +372,8 @@ def decide_replay(
                 cost_saved_usd=cost_saved_usd,
             )
         ]
-    events: list[HealthEvent] = [
-        ReplayFailed(
+    events: list[ev.HealthEvent] = [
+        ev.ReplayFailed(
             at=at,
             version=version,
             run_id=run_id,
@@ -400,22 +390,22 @@ def decide_replay(
     return events
 
 
-def _retire(health: Health, version: int, at: datetime, reason: str) -> list[HealthEvent]:
-    events: list[HealthEvent] = [Superseded(at=at, version=version, reason=reason)]
+def _retire(health: Health, version: int, at: datetime, reason: str) -> list[ev.HealthEvent]:
+    events: list[ev.HealthEvent] = [ev.Superseded(at=at, version=version, reason=reason)]
     if health.pinned == version:
-        events.append(Unpinned(at=at, version=version, reason=reason))
+        events.append(ev.Unpinned(at=at, version=version, reason=reason))
     return events
 
 
 def decide_full_run(
     health: Health, *, run_id: str, cost_usd: float, at: datetime
-) -> list[HealthEvent]:
+) -> list[ev.HealthEvent]:
     if f"full:{run_id}" in health.seen or cost_usd < 0:
         return []
-    return [FullRunRecorded(at=at, run_id=run_id, cost_usd=cost_usd)]
+    return [ev.FullRunRecorded(at=at, run_id=run_id, cost_usd=cost_usd)]
 
 
-def decide_lookup(health: Health, *, now: datetime, rules: Rules) -> list[HealthEvent]:
+def decide_lookup(health: Health, *, now: datetime, rules: Rules) -> list[ev.HealthEvent]:
     """Health applied at lookup: a stale or undecodable current version is superseded
     (then the next candidate is checked too)."""
     return _looked_up(health, now, rules)[1]
@@ -427,8 +417,8 @@ def as_of(health: Health, *, now: datetime, rules: Rules) -> Health:
     return _looked_up(health, now, rules)[0]
 
 
-def _looked_up(health: Health, now: datetime, rules: Rules) -> tuple[Health, list[HealthEvent]]:
-    events: list[HealthEvent] = []
+def _looked_up(health: Health, now: datetime, rules: Rules) -> tuple[Health, list[ev.HealthEvent]]:
+    events: list[ev.HealthEvent] = []
     probe = health
     while (version := current(probe)) is not None:
         reason = stale_reason(probe, now, rules)
@@ -450,16 +440,18 @@ def _looked_up(health: Health, now: datetime, rules: Rules) -> tuple[Health, lis
 
 def decide_invalidate(
     health: Health, *, reason: str, by: str, at: datetime, version: int | None = None
-) -> list[HealthEvent]:
+) -> list[ev.HealthEvent]:
     """Invalidate `version` (None: the current one); see the module's rules."""
     if not health.versions:
         raise HealthError("not_found", f"task {health.task_id} has no executor")
     target = current(health) if version is None else _invalidatable(health, version)
     if target is None:
         raise HealthError("conflict", f"task {health.task_id} has no active executor")
-    events: list[HealthEvent] = [Invalidated(at=at, version=target.version, reason=reason, by=by)]
+    events: list[ev.HealthEvent] = [
+        ev.Invalidated(at=at, version=target.version, reason=reason, by=by)
+    ]
     if health.pinned == target.version:
-        events.append(Unpinned(at=at, version=target.version, reason="invalidated"))
+        events.append(ev.Unpinned(at=at, version=target.version, reason="invalidated"))
     return events
 
 
@@ -488,7 +480,7 @@ def _invalidatable(health: Health, version: int) -> VersionState:
 
 def decide_pin(
     health: Health, *, version: int | None, by: str, at: datetime, rules: Rules = Rules()
-) -> list[HealthEvent]:
+) -> list[ev.HealthEvent]:
     """Pin `version` (None: unpin). Pinning vouches for the version: its idle time
     counts from the pin (last_activity), so a stale or superseded version may be
     pinned back into service, and pinning the pinned one again when it has gone stale
@@ -500,7 +492,9 @@ def decide_pin(
     if version is None:
         if health.pinned is None:
             return []
-        events: list[HealthEvent] = [Unpinned(at=at, version=health.pinned, reason=f"by {by}")]
+        events: list[ev.HealthEvent] = [
+            ev.Unpinned(at=at, version=health.pinned, reason=f"by {by}")
+        ]
         newest = _newest_active(health, exclude=None)
         keep = {newest} if newest is not None else set()
         return events + _settle(health, at, keep, f"unpinned; v{newest} is current")
@@ -542,8 +536,8 @@ def decide_pin(
         if stale_reason(health, at, rules) is None:
             return []
         # Stale: the next lookup would retire the pin; pinning again renews it.
-        return [Pinned(at=at, version=version, by=by)]
-    events = [Pinned(at=at, version=version, by=by)]
+        return [ev.Pinned(at=at, version=version, by=by)]
+    events = [ev.Pinned(at=at, version=version, by=by)]
     newest = _newest_active(health, exclude=version)
     # Only a newer version waits for the pin to go; an older active one (the pin being
     # moved on from) is replaced, or it would be replayed again when this pin goes.

@@ -41,6 +41,7 @@ from contracts.executors import (
 from contracts.runs import RunEvent
 from contracts.traces import Trace, TraceCaptured
 from services import __version__
+from services.compiler import executor_events as ev
 from services.compiler import health as h
 from services.compiler import outcomes, views
 from services.compiler.aggregate import health_event
@@ -119,9 +120,9 @@ class Compiler:
             )
             self.relay.wake()
             for item in events:
-                if isinstance(item, h.Compiled):
+                if isinstance(item, ev.Compiled):
                     log.info("executor_compiled", version=item.version)
-                elif isinstance(item, h.Skipped):
+                elif isinstance(item, ev.Skipped):
                     log.info("executor_skipped", reason=item.reason)
 
     async def _inline_outputs(self, trace: Trace) -> None:

@@ -20,6 +20,7 @@ from eventsourcing.persistence import JSONTranscoder
 
 from contracts.base import utc_now
 from contracts.executors import Executor
+from services.compiler import executor_events as ev
 from services.compiler import health as h
 from services.compiler.aggregate import (
     CREATED_TOPICS,
@@ -80,23 +81,23 @@ class ExecutorStore(Application[uuid.UUID]):
     def execute(
         self,
         task_id: str,
-        decide: Callable[[h.Health], list[h.HealthEvent]],
+        decide: Callable[[h.Health], list[ev.HealthEvent]],
         *,
         create: bool = True,
-    ) -> tuple[h.Health, list[h.HealthEvent]]:
+    ) -> tuple[h.Health, list[ev.HealthEvent]]:
         """Decide on the latest state and record; on a concurrent write, reload and
         decide again. Returns the new state and the events recorded."""
 
         def command(
             aggregate: ExecutorAggregate | None,
-        ) -> tuple[ExecutorAggregate | None, tuple[h.Health, list[h.HealthEvent]]]:
+        ) -> tuple[ExecutorAggregate | None, tuple[h.Health, list[ev.HealthEvent]]]:
             if aggregate is None and not create:
                 raise h.HealthError("not_found", f"task {task_id} has no executor")
             state = aggregate.state if aggregate is not None else h.new(task_id)
             events = decide(state)
             if not events:  # nothing to say: an aggregate is not created empty
                 return None, (state, [])
-            aggregate = aggregate or ExecutorAggregate(task_id)
+            aggregate = aggregate or ExecutorAggregate.open(ev.Created(task_id=task_id))
             aggregate.record(events)
             return aggregate, (aggregate.state, events)
 
@@ -107,7 +108,7 @@ class ExecutorStore(Application[uuid.UUID]):
 
     def record_trace(
         self, task_id: str, run_id: str, result: Executor | str
-    ) -> tuple[h.Health, list[h.HealthEvent]]:
+    ) -> tuple[h.Health, list[ev.HealthEvent]]:
         """A trace compiled (an Executor; its version is assigned here) or skipped (the
         reason)."""
         now = self.clock()
@@ -128,11 +129,11 @@ class ExecutorStore(Application[uuid.UUID]):
         tokens: int = 0,
         cost_usd: float = 0.0,
         cost_saved_usd: float = 0.0,
-    ) -> tuple[h.Health, list[h.HealthEvent]]:
+    ) -> tuple[h.Health, list[ev.HealthEvent]]:
         """A replay's outcome; `cost_saved_usd` is the run event's, recorded as is."""
         now = self.clock()
 
-        def decide(state: h.Health) -> list[h.HealthEvent]:
+        def decide(state: h.Health) -> list[ev.HealthEvent]:
             return h.decide_replay(
                 state,
                 run_id=run_id,
@@ -152,7 +153,7 @@ class ExecutorStore(Application[uuid.UUID]):
 
     def record_full_run(
         self, task_id: str, *, run_id: str, cost_usd: float
-    ) -> tuple[h.Health, list[h.HealthEvent]]:
+    ) -> tuple[h.Health, list[ev.HealthEvent]]:
         now = self.clock()
         return self.execute(
             task_id, lambda s: h.decide_full_run(s, run_id=run_id, cost_usd=cost_usd, at=now)
@@ -207,20 +208,20 @@ class ExecutorStore(Application[uuid.UUID]):
         """`state` as the next lookup would leave it: what every reply shows."""
         return h.as_of(state, now=self.clock(), rules=self.rules)
 
-    def history(self, task_id: str) -> list[h.HealthEvent]:
+    def history(self, task_id: str) -> list[ev.HealthEvent]:
         """Every recorded event of the task, oldest first."""
         return self._health_events(task_id)
 
     def _health_events(
         self, task_id: str, gt: int | None = None, lte: int | None = None
-    ) -> list[h.HealthEvent]:
+    ) -> list[ev.HealthEvent]:
         """The task's health events, oldest first, of versions past `gt` up to `lte`."""
         stored = self.events.get(aggregate_id(task_id), gt=gt, lte=lte)
         return [found[1] for found in map(health_event, stored) if found is not None]
 
     def history_page(
         self, task_id: str, limit: int, before: int | None
-    ) -> tuple[int, int, list[h.HealthEvent]]:
+    ) -> tuple[int, int, list[ev.HealthEvent]]:
         """The `limit` events before event number `before` (numbered from 1, oldest
         first; all of them when None), read by version from the store rather than the
         whole history: (how many events there are, the number of the first one before

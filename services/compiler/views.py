@@ -76,7 +76,7 @@ def summary(health: h.Health) -> ExecutorHealth:
         llm_steps=stats.llm_steps,
         templated_steps=stats.templated_steps,
         estimated_replay_cost_usd=stats.estimated_replay_cost_usd,
-        full_run_cost_usd=round(h.full_run_cost(health), 9),
+        full_run_cost_usd=round(h.mean_full_run_cost(health), 9),
         status_reason=reason,
         compiled_at=version.compiled_at if version else None,
         replays=health.replays,
@@ -103,7 +103,7 @@ def version_views(health: h.Health) -> list[VersionView]:
 
 
 def history(
-    task_id: str, state: h.Health, page: list[h.HealthEvent], start: int, total: int
+    task_id: str, state: h.Health, page: list[HealthEvent], start: int, total: int
 ) -> ExecutorHistory:
     """One page of the history (see HistoryQuery): `page` holds the events after the
     first `start` of `total`, numbered from 1, oldest first. Bounded, so a long-lived
@@ -153,15 +153,16 @@ def savings(states: Iterable[h.Health]) -> SavingsStats:
     )
 
 
-# Event fields the wire names otherwise; every other field goes out under its own name.
-_WIRE_NAMES = {"source_run_id": "run_id", "source_cost_usd": "cost_usd"}
+# Event fields the wire names otherwise; every other field goes out under its own name
+# (a field ExecutorEvent lacks would make to_wire fail: tests/unit/test_executor_health).
+WIRE_NAMES = {"source_run_id": "run_id", "source_cost_usd": "cost_usd"}
 
 
 def to_wire(task_id: str, event: HealthEvent) -> ExecutorEvent:
     """The ExecutorEvent published for a recorded event: every kind is published, a
     full run's cost too (it moves full_run_cost_usd, which runners' cached lookups
     hold: any executor event of the task makes them ask again)."""
-    fields = {_WIRE_NAMES.get(k, k): v for k, v in msgspec.structs.asdict(event).items()}
+    fields = {WIRE_NAMES.get(k, k): v for k, v in msgspec.structs.asdict(event).items()}
     if isinstance(event, Compiled):
         try:
             fields["executor"] = h.decode_executor(event.executor)

@@ -9,8 +9,10 @@ Executor) on the eventsourcing library.
   the stored fields are the event's. A change of what is stored is the library's
   `class_version` with `upcast_vN_vM(state)` on that class, and on the aggregate class for
   its snapshots (which hold `state`, through a registered transcoding).
-- `record(events)` stamps the decided events as the aggregate's next and applies them; the
-  application saves with services.kernel.commands, which retries a concurrent save.
+- `open(opening_event)` makes a new aggregate, its opening event recorded
+  (`Task.open(Defined(...))`); `record(events)` stamps the decided events as the
+  aggregate's next and applies them. The application saves with
+  services.kernel.commands, which retries a concurrent save.
 """
 
 from __future__ import annotations
@@ -26,13 +28,19 @@ from eventsourcing.utils import get_topic
 
 from services.kernel.codec import encode
 
-S = TypeVar("S", bound=msgspec.Struct)
-E = TypeVar("E", bound=msgspec.Struct)
+S = TypeVar("S", bound=msgspec.Struct)  # the state
+C = TypeVar("C", bound=msgspec.Struct)  # the opening (creation) event
+E = TypeVar("E", bound=msgspec.Struct)  # the events recorded after it
 
 
 class Carrier:
     """How one kind of event is stored: its fields as plain JSON values (datetimes as the
-    library's own), `text_fields` as JSON text."""
+    library's own), `text_fields` as JSON text.
+
+    The stored fields are the event type's, written once, on the msgspec Struct: the
+    stored class does not declare them again as the library's dataclass fields. They
+    live in the stored event's instance dict, where the library's mapper puts what it
+    reads back."""
 
     event_type: ClassVar[type[msgspec.Struct]]
     # Fields holding user data (a recorded tool input, a condition's input), stored as
@@ -43,7 +51,8 @@ class Carrier:
     @classmethod
     def carrying(cls, event: msgspec.Struct, **envelope: Any) -> Self:
         """This class's stored form of `event`, with the library's `envelope` (ids,
-        version, time), as the library's mapper would have read it back."""
+        version, time) and any context the aggregate adds, exactly as the library's
+        mapper would read it back."""
         fields: dict[str, Any] = {}
         for name in event.__struct_fields__:
             value = getattr(event, name)
@@ -51,6 +60,10 @@ class Carrier:
                 fields[name] = encode(value).decode()
             else:
                 fields[name] = msgspec.to_builtins(value, builtin_types=(datetime,))
+        # Built the way eventsourcing's Mapper.to_domain_event builds every stored event
+        # it reads (a bare instance given its dict): the class's constructor takes only
+        # the envelope, not the event's fields (see the class docstring). So an event
+        # recorded now is the very object a reload gives (tests/unit/test_kernel_aggregate).
         stored = object.__new__(cls)
         object.__setattr__(stored, "__dict__", {**envelope, **fields})
         return stored
@@ -58,7 +71,7 @@ class Carrier:
     @property
     def event(self) -> Any:
         """The event this stores, typed (after the library's upcasting)."""
-        stored = vars(self)
+        stored = vars(self)  # the undeclared stored fields (see the class docstring)
         fields = {k: stored[k] for k in self.event_type.__struct_fields__ if k in stored}
         for name in self.text_fields:
             fields[name] = msgspec.json.decode(fields[name])
@@ -73,17 +86,17 @@ class Stored(Carrier, Aggregate.Event):
 
 
 class StoredCreation(Carrier, Aggregate.Created):
-    """The aggregate's first event: its state starts from it (`Folded.start`)."""
+    """The aggregate's opening event: its state starts from it (`Folded.start`)."""
 
     def apply(self, aggregate: Any) -> None:
         aggregate.state = type(aggregate).start(self.event)
 
 
-class Folded(Aggregate, Generic[S, E]):
+class Folded(Aggregate, Generic[S, C, E]):
     """An aggregate whose state is folded from its events by pure rules. Subclasses
-    nest a `StoredCreation` for their first event and a `Stored` for every other kind,
-    and say how the state starts (`start`), how an event folds in (`fold`) and which
-    aggregate an opening event names (`id_of`)."""
+    nest a `StoredCreation` for their opening event and a `Stored` for every other
+    kind, and say how the state starts (`start`), how an event folds in (`fold`) and
+    which aggregate an opening event names (`id_of`). A new one is made with `open`."""
 
     if TYPE_CHECKING:
         state: S
@@ -104,7 +117,7 @@ class Folded(Aggregate, Generic[S, E]):
         }
 
     @classmethod
-    def start(cls, event: Any) -> S:
+    def start(cls, opening: C) -> S:
         """The state as the opening event leaves it."""
         raise NotImplementedError
 
@@ -113,7 +126,7 @@ class Folded(Aggregate, Generic[S, E]):
         raise NotImplementedError
 
     @classmethod
-    def id_of(cls, opening: Any) -> UUID:
+    def id_of(cls, opening: C) -> UUID:
         """The aggregate id the opening event names."""
         raise NotImplementedError
 
@@ -123,31 +136,27 @@ class Folded(Aggregate, Generic[S, E]):
         return {}
 
     @classmethod
-    def open(cls, opening: msgspec.Struct, *, id: UUID | None = None) -> Self:
-        """A new aggregate, its opening event recorded."""
-        carrier = cls._carriers[type(opening)]
-        stored = carrier.carrying(
+    def open(cls, opening: C) -> Self:
+        """A new aggregate, its opening event recorded. (Not `Aggregate(...)`: the
+        library would build the opening event from keyword arguments, and its stored
+        class takes none of the event's fields.)"""
+        stored = cls._carriers[type(opening)].carrying(
             opening,
             originator_topic=get_topic(cls),
-            originator_id=id or cls.id_of(opening),
+            originator_id=cls.id_of(opening),
             originator_version=cls.INITIAL_VERSION,
             timestamp=Aggregate.Event.create_timestamp(),
         )
+        # The library's own construction from an opening event (what a reload does).
         aggregate = cast(Self, stored.mutate(None))
         aggregate.pending_events.append(stored)
         return aggregate
-
-    @classmethod
-    def _create(cls, event_class: Any, *, id: UUID | None = None, **kwargs: Any) -> Self:
-        # `Aggregate(...)` with the opening event's fields: see open().
-        return cls.open(event_class.event_type(**kwargs), id=id)
 
     def record(self, events: Iterable[E]) -> list[E]:
         """Record decided events as the aggregate's next, applying each; returns them."""
         recorded = list(events)
         for event in recorded:
-            carrier = self._carriers[type(event)]
-            stored = carrier.carrying(
+            stored = self._carriers[type(event)].carrying(
                 event,
                 **self.context(),
                 originator_id=self.id,

@@ -3,9 +3,9 @@ it, save; when another writer saved first (RecordConflictError), load again and 
 command again on what it saved. Blocking, like the eventsourcing library: call it from a
 worker thread.
 
-Between attempts the runner waits a short, growing, jittered while: retried at once,
-writers that just collided collide again, and under contention most attempts are lost
-to conflicts. Writers in one process take turns per aggregate (striped locks), so
+Between attempts, CommandRunner.run waits a short, growing, jittered while: retried at
+once, writers that just collided collide again, and under contention most attempts are
+lost to conflicts. Writers in one process take turns per aggregate (striped locks), so
 conflicts come only from other processes.
 """
 

@@ -13,19 +13,20 @@ from __future__ import annotations
 
 from contracts import subjects as s
 from contracts.errors import ErrorInfo
-from contracts.tools import SESSION_LOST, CloseSession, ExecTool, SessionClosed, ToolResult
+from contracts.tools import (
+    NAVIGATE,
+    SESSION_LOST,
+    CloseSession,
+    ExecTool,
+    SessionClosed,
+    ToolResult,
+    is_browser_tool,
+)
 from services.kernel.bus import Bus
 from services.kernel.errors import RemoteError
 from services.kernel.logs import get_logger
 
 log = get_logger("rote.tools_client")
-
-# The one browser tool that starts a page of its own; every other acts on the open one.
-NAVIGATE = "browser_navigate"
-
-
-def is_browser_tool(tool: str) -> bool:
-    return tool.startswith("browser_")
 
 
 class ToolsClient:

@@ -34,6 +34,7 @@ from services.scheduler.ledger import RunLedger
 from services.scheduler.spec import checked_spec
 from services.scheduler.task import Task, UntrackedRuns
 from services.scheduler.task_events import (
+    DayOpened,
     Defined,
     RunDispatched,
     RunFinished,
@@ -278,7 +279,7 @@ class Tasks(Application[UUID]):
 
         def run(task: Task | None) -> tuple[Task | None, Task]:
             if task is None:
-                task = Task(task_id=task_id, spec=spec, at=at)
+                task = Task.open(Defined(task_id=task_id, spec=spec, at=at))
             elif key is not None and task.state.applied(key):
                 return None, task  # a copy of this create (it must not revive a deleted task)
             elif task.state.deleted or task.state.spec != spec:
@@ -394,13 +395,25 @@ class Tasks(Application[UUID]):
         except ServiceError:
             return False
 
-    def finish(self, task_id: str, run_id: str, at: datetime, **outcome: Any) -> str:
-        """Record a run's outcome (task_events.RunOutcome's fields, and `reported_by`) on
-        its task; an outcome no task waits for (a run from outside the scheduler, a late
-        one after abandonment) is kept as untracked, so its cost still counts. Returns
+    def finish(
+        self,
+        task_id: str,
+        run_id: str,
+        at: datetime,
+        *,
+        reported_by: str = "runner",
+        **outcome: Any,
+    ) -> str:
+        """Record a run's outcome (task_events.RunOutcome's fields) on its task; an
+        outcome no task waits for (a run from outside the scheduler, a late one after
+        abandonment) is kept as untracked, so its cost still counts. Returns
         "recorded", "duplicate" or "untracked"."""
+
+        def finish(task: Task) -> str:
+            return task.finish_run(run_id, at=at, reported_by=reported_by, **outcome)
+
         try:
-            result = self._command(task_id, lambda t: t.finish_run(run_id, at=at, **outcome))[1]
+            result = self._command(task_id, finish)[1]
         except ServiceError:
             result = "untracked"
         if result == "untracked" and not self._record_untracked(
@@ -415,7 +428,7 @@ class Tasks(Application[UUID]):
         day = utc_day(at)
 
         def run(runs: UntrackedRuns | None) -> tuple[UntrackedRuns, bool]:
-            runs = runs or UntrackedRuns(day=day.isoformat())
+            runs = runs or UntrackedRuns.open(DayOpened(day=day.isoformat()))
             return runs, runs.record_run(run_id, task_id, outcome, at)
 
         busy = "untracked runs are changing too fast; try again"

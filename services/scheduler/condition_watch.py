@@ -1,6 +1,8 @@
-"""The scheduler's condition checks: which conditions are due a check, the checks
+"""When each task's condition is checked: which conditions are due a check, the checks
 themselves (concurrent, bounded, one per task at a time), and what a check found, for as
-long as it stands.
+long as it stands. A check is a probe (the trigger's tool output, read by a `Probe`:
+condition_probe.ToolsProbe in the service) and a test of the predicate on that output
+(conditions.holds, pure).
 
 A check is awaited outside any lock, so a pause or update can land while it is out: what
 it found (a condition that held, and when it was checked) holds only while the task is
@@ -21,6 +23,8 @@ from anyio.abc import TaskGroup
 from contracts.tasks import ConditionTrigger
 from services.kernel.errors import ServiceError
 from services.kernel.logs import get_logger
+from services.kernel.secrets import redact
+from services.kernel.text import cut_text
 from services.scheduler import conditions
 from services.scheduler.application import Tasks
 from services.scheduler.task import Task
@@ -28,26 +32,37 @@ from services.scheduler.triggers import TriggerError, next_due
 
 log = get_logger("rote.scheduler")
 
-# The check a condition trigger runs: (task_id, trigger) -> the tool's output. Raising
-# means the check could not be made (treated as "not true", tried again next time).
-# A predicate that cannot be tested on the output it got (conditions.NeedsPath), or a
-# check the tools service refuses outright (conditions.BrokenCheck), pauses the task
+# What a check reads: (task_id, trigger) -> the trigger's tool output. Raising means
+# the check could not be made (treated as "not true", tried again next time). A probe
+# the tools service refuses outright (conditions.BrokenCheck), or a predicate that
+# cannot be tested on the output it got (conditions.NeedsPath), pauses the task
 # instead: every later check would fail the same way.
-ConditionCheck = Callable[[str, ConditionTrigger], Awaitable[Any]]
+Probe = Callable[[str, ConditionTrigger], Awaitable[Any]]
+# How much of an error a pause reason or a log line quotes.
+MAX_ERROR_CHARS = 500
+
+
+def _quoted(exc: Exception) -> str:
+    """An error's text as a pause reason (kept in the task's events) quotes it: masked,
+    since it may echo the trigger's input (a command, a URL with its password), and cut."""
+    return cut_text(redact(str(exc)), MAX_ERROR_CHARS)
 
 
 class ConditionWatch:
+    """The condition tasks' checks: due when their trigger says, probed through `probe`
+    (None: none are checked), and what each found."""
+
     def __init__(
         self,
         app: Tasks,
-        check: ConditionCheck | None,
+        probe: Probe | None,
         *,
         max_checks: int,
         on_saved: Callable[[], None],
         wake: Callable[[], None],
     ) -> None:
         self.app = app
-        self.check = check
+        self.probe = probe
         self.on_saved = on_saved
         self.wake = wake
         self.last_checked: dict[str, datetime] = {}  # condition tasks: last check
@@ -140,20 +155,20 @@ class ConditionWatch:
             task_group.start_soon(one, task, trigger)
 
     async def _check(self, task: Task, trigger: ConditionTrigger, now: datetime) -> bool:
-        assert self.check is not None
+        assert self.probe is not None
         task_id = task.task_id
         with structlog.contextvars.bound_contextvars(task_id=task_id):
             self.last_checked[task_id] = now
             self.checked_on[task_id] = task.state.basis()
             try:
-                output = await self.check(task_id, trigger)
+                output = await self.probe(task_id, trigger)
             except conditions.BrokenCheck as exc:
                 # Every later check would be refused the same way, silently.
-                why = f"the condition's check ({trigger.tool}) cannot be made: {str(exc)[:500]}"
+                why = f"the condition's check ({trigger.tool}) cannot be made: {_quoted(exc)}"
                 await self._pause_for_trigger(task_id, trigger, why, "condition_check_refused", now)
                 return False
             except Exception as exc:  # the tool call failed: it may work next time
-                log.warning("condition_check_failed", tool=trigger.tool, error=str(exc)[:500])
+                log.warning("condition_check_failed", tool=trigger.tool, error=_quoted(exc))
                 return False
             try:
                 held = conditions.holds(trigger.predicate, output)
@@ -161,12 +176,12 @@ class ConditionWatch:
                 # Left active it would check forever and never fire.
                 why = (
                     f"the condition's predicate cannot be tested on {trigger.tool}'s output:"
-                    f" {str(exc)[:500]}"
+                    f" {_quoted(exc)}"
                 )
                 await self._pause_for_trigger(task_id, trigger, why, "condition_untestable", now)
                 return False
             except Exception as exc:  # this output lacks it (no number yet): the next may not
-                log.warning("condition_check_failed", tool=trigger.tool, error=str(exc)[:500])
+                log.warning("condition_check_failed", tool=trigger.tool, error=_quoted(exc))
                 return False
             log.info("condition_checked", tool=trigger.tool, held=held)
             if held:

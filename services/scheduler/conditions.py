@@ -1,4 +1,7 @@
-"""Condition predicates: small declarative tests on a tool's output.
+"""Condition predicates, pure: small declarative tests on a tool's output, and what
+makes a condition trigger uncheckable (a `url` its tool cannot use, a `path` its output
+never has, a check the tools service refuses). Reading the output is
+condition_probe.py's; when each condition is checked, condition_watch.py's.
 
 `path` picks a value out of structured output (`stdout`, `items.0.price`); without it
 the whole output is tested.
@@ -32,7 +35,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from contracts.tasks import Above, Below, Contains, NotContains, Predicate
-from services.kernel.tools_client import NAVIGATE, is_browser_tool
+from contracts.tools import NAVIGATE, is_browser_tool
 
 _GROUP_SPACES = "\u00a0\u2009\u202f"
 # An exponent counts only when no letter or digit follows it (`1e5abc` is a word).

@@ -1,7 +1,8 @@
 """The scheduler's moving part: commands, the tick (recover, find due runs, apply the
 dispatch rules), condition checks (run by condition_watch.py) and run outcomes. No NATS
-here: the clock, the condition check and the "something was saved" signal are injected,
-so tests drive it with a manual clock and the service with the real one.
+here: the clock, the condition probe (what reads a trigger's tool output) and the
+"something was saved" signal are injected, so tests drive it with a manual clock and
+the service with the real one.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from services.scheduler import recovery
 from services.scheduler.application import Tasks, to_view
 from services.scheduler.budget import next_utc_day, over_budget, skip_reason, utc_day
 from services.scheduler.clock import Clock
-from services.scheduler.condition_watch import ConditionCheck, ConditionWatch
+from services.scheduler.condition_watch import ConditionWatch, Probe
 from services.scheduler.dispatch import Candidate, plan
 from services.scheduler.ids import run_id_for_key
 from services.scheduler.task import Task
@@ -96,7 +97,7 @@ class Scheduler:
         clock: Clock,
         config: SchedulerConfig | None = None,
         *,
-        check_condition: ConditionCheck | None = None,
+        probe: Probe | None = None,
         on_saved: Callable[[], None] = lambda: None,
     ) -> None:
         self.app = app
@@ -105,7 +106,7 @@ class Scheduler:
         self.on_saved = on_saved
         self.conditions = ConditionWatch(
             app,
-            check_condition,
+            probe,
             max_checks=self.config.max_condition_checks,
             on_saved=on_saved,
             wake=self.wake,
@@ -490,9 +491,10 @@ class Scheduler:
 
     # --- conditions ------------------------------------------------------------------
 
-    async def check_conditions(self) -> dict[str, bool]:
-        """Evaluate every condition whose check is due, and wait for them all; a true
-        one is queued for dispatch. Returns task_id -> whether it held."""
+    async def check_due_conditions(self) -> dict[str, bool]:
+        """Check every condition that is due, and wait for them all; a true one is
+        queued for dispatch. Returns task_id -> whether it held. For stepping the engine
+        by hand (tests, the fixture writer): the service runs run_condition_checks."""
         results: dict[str, bool] = {}
         async with anyio.create_task_group() as tg:
             await self.start_condition_checks(tg, results)
@@ -505,7 +507,7 @@ class Scheduler:
         already out (concurrently, bounded), without waiting for them: a check that
         hangs (up to the tool's timeout) holds back its own task only. A true one is
         queued for dispatch; `results` gets task_id -> whether it held."""
-        if self.conditions.check is None:
+        if self.conditions.probe is None:
             return
         await _in_thread(self.app.catalog.catch_up)
         now = self.clock.now()

@@ -12,7 +12,6 @@ recorded task events (plus run requests) out through the store's notification lo
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -32,7 +31,6 @@ from contracts.base import utc_now
 from contracts.executors import ExecutorEvent
 from contracts.runs import ListRuns, RunEvent, StartRun
 from contracts.tasks import (
-    ConditionTrigger,
     CreateTask,
     ListTasks,
     RunTask,
@@ -40,7 +38,6 @@ from contracts.tasks import (
     TaskRejected,
     UpdateTask,
 )
-from contracts.tools import ExecTool, ToolResult
 from services import __version__
 from services.kernel.bus import Bus
 from services.kernel.codec import decode, encode
@@ -53,7 +50,7 @@ from services.kernel.consumers import (
     replace_lost,
 )
 from services.kernel.endpoints import Endpoint, Handler, start_service, stop_service
-from services.kernel.errors import RemoteError, ServiceError
+from services.kernel.errors import ServiceError
 from services.kernel.event_store import application_env, open_application
 from services.kernel.lease import Lease, LeaseLost
 from services.kernel.logs import get_logger
@@ -61,17 +58,10 @@ from services.kernel.relay import EventRelay
 from services.kernel.runtime import ServiceContext
 from services.kernel.secrets import redact, redact_value
 from services.kernel.streams import KV_TTL_S
-from services.kernel.tools_client import ToolsClient
 from services.scheduler.adhoc import AdHocRuns
 from services.scheduler.application import Tasks
 from services.scheduler.clock import Clock, SystemClock
-from services.scheduler.conditions import (
-    NAVIGATE,
-    BrokenCheck,
-    ConditionError,
-    page_url_problem,
-    refused_check,
-)
+from services.scheduler.condition_probe import ToolsProbe
 from services.scheduler.engine import Scheduler, SchedulerConfig
 from services.scheduler.outbox import messages_for
 from services.scheduler.task import Task
@@ -84,7 +74,6 @@ INTAKE_PREFIX = s.intake_task("")
 MAX_INTAKE_DELIVERIES = 5
 # How much of a refused command its rejection event shows.
 MAX_REJECTED_PAYLOAD_CHARS = 64 * 1024
-CONDITION_TIMEOUT_S = 30.0
 BACKLOG_WAIT_S = 10.0
 
 
@@ -122,7 +111,7 @@ class SchedulerRelay(EventRelay):
         if not isinstance(domain_event, Task.Event):
             return
         if isinstance(domain_event, Task.Defined):
-            self._task_ids[domain_event.originator_id] = domain_event.task_id
+            self._task_ids[domain_event.originator_id] = domain_event.event.task_id
         task_id = await self._task_id(domain_event.originator_id)
         if task_id is None:
             return
@@ -134,76 +123,6 @@ class SchedulerRelay(EventRelay):
         for message in messages:
             # One message too large for the bus is left out, not retried forever.
             await self.send(notification, message.subject, message.event, msg_id=message.msg_id)
-
-
-@dataclass(frozen=True)
-class _Check:
-    """One check of a trigger: its own session (the run_id its calls carry) and the
-    deadline its calls share."""
-
-    task_id: str
-    trigger: ConditionTrigger
-    check_id: str = field(default_factory=lambda: f"cond-{uuid.uuid4().hex[:20]}")
-    deadline: float = field(default_factory=lambda: anyio.current_time() + CONDITION_TIMEOUT_S)
-
-    def request(self, tool: str, tool_input: dict[str, Any]) -> ExecTool:
-        """A call of `tool` with the time the check has left."""
-        left = self.deadline - anyio.current_time()
-        if left < 1:
-            raise ConditionError(f"opening {self.trigger.url} took the check's whole time")
-        tool_name = self.trigger.tool
-        return ExecTool(
-            run_id=self.check_id,
-            task_id=self.task_id,
-            allowed_tools=[NAVIGATE, tool_name] if self.trigger.url else [tool_name],
-            tool=tool,
-            input=tool_input,
-            timeout_s=left,
-            source="condition",
-        )
-
-
-class ConditionChecker:
-    """A condition check is one tool call through the tools service, allowed only the
-    trigger's tool; with `url`, a browser_navigate to it first, in the check's own
-    session, and the tool after it on the process holding that page (the shared tools
-    client pins them, as it pins a run's calls). Both share the check's time. A browser
-    check closes its session afterwards."""
-
-    def __init__(self, bus: Bus) -> None:
-        self.tools = ToolsClient(bus)
-
-    async def __call__(self, task_id: str, trigger: ConditionTrigger) -> Any:
-        if (problem := page_url_problem(trigger.tool, trigger.url)) is not None:
-            # Stored before `url` was required: it would test a blank page forever.
-            raise BrokenCheck(problem)
-        check = _Check(task_id, trigger)
-        try:
-            if trigger.url:
-                await self._open(check, trigger.url)
-            result = await self._call(check, trigger.tool, trigger.input)
-        finally:
-            with anyio.CancelScope(shield=True):
-                await self.tools.close(check.check_id)
-        if not result.ok:
-            message = result.error.message if result.error else "tool failed"
-            raise ConditionError(f"{trigger.tool} failed: {message}")
-        return result.output
-
-    async def _open(self, check: _Check, url: str) -> None:
-        opened = await self._call(check, NAVIGATE, {"url": url})
-        if not opened.ok:
-            message = opened.error.message if opened.error else "navigation failed"
-            raise ConditionError(f"could not open {url}: {message}")
-
-    async def _call(self, check: _Check, tool: str, tool_input: dict[str, Any]) -> ToolResult:
-        request = check.request(tool, tool_input)
-        try:
-            return await self.tools.call(request, timeout=request.timeout_s + 5)
-        except RemoteError as exc:
-            # The code says whether the check itself is wrong (the engine pauses the
-            # task) or the service could not make it this time (checked again later).
-            raise refused_check(exc.code, exc.message, exc.info.field) from None
 
 
 def shown_payload(data: bytes) -> str:
@@ -282,7 +201,7 @@ class SchedulerService:
             app,
             clock,
             config,
-            check_condition=ConditionChecker(bus),
+            probe=ToolsProbe(bus),
             on_saved=self.relay.wake,
         )
         self.adhoc = AdHocRuns(bus)
@@ -486,12 +405,14 @@ class SchedulerService:
                 "tasks, by status, a page at a time",
             ),
             ep("runs_list", s.RUNS_LIST, ListRuns, engine.runs, "the run ledger, newest first"),
-            ep(
+            # One request at a time: checking that a chosen run_id is free and queuing
+            # the run are one step, so two starts under one run_id cannot both pass.
+            Endpoint(
                 "runs_start",
                 s.RUNS_START,
                 StartRun,
                 self.adhoc.start,
-                "run an inline spec once, with no task",
+                description="run an inline spec once, with no task",
             ),
         ]
 

@@ -1,6 +1,7 @@
 """The Task aggregate: a task's definition, status, and the runs it asked for; and the
 untracked runs of a day. Each one's state is folded from its events by pure rules
-(task_rules.py; services/kernel/aggregate.py tells the idiom).
+(task_rules.py; services/kernel/aggregate.py tells the idiom). A new task is
+`Task.open(Defined(...))`, a new day's untracked runs `UntrackedRuns.open(DayOpened(...))`.
 
 Public methods are commands: each records what the rules decide on the state (nothing,
 when nothing changes) and answers what its caller needs to know.
@@ -44,15 +45,9 @@ class _WithSpec:
         _spec_as_text(state)
 
 
-class Task(Folded[TaskState, ev.TaskEvent]):
+class Task(Folded[TaskState, ev.Defined, ev.TaskEvent]):
     class Defined(_WithSpec, StoredCreation):
         event_type = ev.Defined
-
-        @property
-        def task_id(self) -> str:
-            """The task it defines (the relay names a task's events by it)."""
-            task_id: str = vars(self)["task_id"]
-            return task_id
 
     class Redefined(_WithSpec, Stored):
         event_type = ev.Redefined
@@ -117,10 +112,6 @@ class Task(Folded[TaskState, ev.TaskEvent]):
         old.setdefault("last_slot", None)
         old.setdefault("deferred_to", None)
         state["state"] = msgspec.convert(old, TaskState)
-
-    def __init__(self, task_id: str, spec: TaskSpec, at: datetime) -> None:
-        """Task(task_id, spec, at): a new task, Defined recorded (the library passes the
-        opening event's fields here; the state is start(Defined))."""
 
     @classmethod
     def start(cls, event: ev.Defined) -> TaskState:
@@ -246,7 +237,7 @@ class Task(Folded[TaskState, ev.TaskEvent]):
         return bool(self.record(decided))
 
 
-class UntrackedRuns(Folded[UntrackedState, ev.UntrackedRun]):
+class UntrackedRuns(Folded[UntrackedState, ev.DayOpened, ev.UntrackedRun]):
     """Outcomes of runs no task was waiting for, one aggregate per UTC day: runs started
     by rote.api.runs.start (no task) and late outcomes of abandoned runs.
     They cost money too, so the daily budget and the ledger must see them."""
@@ -258,9 +249,6 @@ class UntrackedRuns(Folded[UntrackedState, ev.UntrackedRun]):
         # The outcome, a plain object in every version: keys a caller left out read as
         # the ledger's defaults (RunOutcome).
         event_type = ev.UntrackedRun
-
-    def __init__(self, day: str) -> None:
-        """UntrackedRuns(day): a new day, Opened recorded (see Task.__init__)."""
 
     @classmethod
     def start(cls, event: ev.DayOpened) -> UntrackedState:

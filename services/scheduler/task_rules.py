@@ -202,11 +202,13 @@ def apply(state: TaskState, event: TaskEvent) -> None:
 
 
 def _start_over(state: TaskState, spec: TaskSpec, at: datetime) -> None:
-    fresh = start(Defined(task_id=state.task_id, spec=spec, at=at))
-    for name in ("spec", "status", "status_reason", "updated_at", "trigger_set_at"):
-        setattr(state, name, getattr(fresh, name))
-    for name in ("resumed_at", "last_fired_at", "last_slot", "deferred_to", "pending"):
-        setattr(state, name, None)
+    """A fresh definition, as a new task's (start): active, its trigger set now, no
+    slot used, nothing pending. The history stays: created_at, the runs and their
+    counts and cost, the intake keys."""
+    state.spec, state.status, state.status_reason = spec, "active", None
+    state.updated_at = state.trigger_set_at = at
+    state.resumed_at = state.last_fired_at = state.last_slot = state.deferred_to = None
+    state.pending = None
     state.consecutive_failures = 0
 
 
@@ -498,5 +500,9 @@ def apply_untracked(state: UntrackedState, event: UntrackedRun) -> None:
 
 def outcome_of(fields: dict[str, Any]) -> RunOutcome:
     """A run's outcome from the keyword arguments callers give (tokens as ModelTokens or
-    their dicts; none kept as None)."""
+    their dicts; none kept as None). A name that is not RunOutcome's is a TypeError, as
+    a mistyped keyword argument is."""
+    unknown = sorted(set(fields) - set(RunOutcome.__struct_fields__))
+    if unknown:
+        raise TypeError(f"not a field of a run's outcome: {', '.join(unknown)}")
     return msgspec.convert({**fields, "tokens": fields.get("tokens") or None}, RunOutcome)

@@ -12,7 +12,7 @@ import msgspec
 
 from contracts.executors import Executor
 from contracts.traces import Trace
-from services.compiler import health as h
+from services.compiler import executor_events as ev
 from services.compiler.compile import compile
 from services.compiler.store import ExecutorStore
 from services.kernel.event_store import application_env
@@ -63,8 +63,8 @@ def test_concurrent_writers_on_one_task_are_all_recorded(tmp_path: Path, event_s
 
         assert [str(e) for e in errors] == []
         events = stores[0].history("t")
-        compiled = [e.source_run_id for e in events if isinstance(e, h.Compiled)]
-        outcomes = [e.run_id for e in events if isinstance(e, h.ReplaySucceeded | h.ReplayFailed)]
+        compiled = [e.source_run_id for e in events if isinstance(e, ev.Compiled)]
+        outcomes = [e.run_id for e in events if isinstance(e, ev.ReplaySucceeded | ev.ReplayFailed)]
         expected_compiled = 1 + len(range(0, threads, 10))
         assert len(compiled) == len(set(compiled)) == expected_compiled
         assert (

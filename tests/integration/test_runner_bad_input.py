@@ -1,10 +1,11 @@
 """What the run endpoints do with input they cannot carry or read: a spec too big for a
 run request, or one tasks.create would refuse, is refused up front by runs.start with
-nothing queued, and an unreadable event among a run's events does not break the run's
-view (runs.get) or transcript."""
+nothing queued; two starts under one run_id start one run; and an unreadable event
+among a run's events does not break the run's view (runs.get) or transcript."""
 
 from __future__ import annotations
 
+import anyio
 import pytest
 
 from contracts import subjects as s
@@ -115,6 +116,27 @@ async def test_a_valid_inline_spec_runs_with_its_trigger_as_stored(settings: Set
         (event,) = await stored(stack.bus, s.STREAM_RUNS, requested, RunEvent)
     assert event.spec is not None
     assert event.spec.trigger == CronTrigger(expr="0 9 * * *")
+
+
+async def test_two_starts_at_once_under_one_run_id_start_one_run(settings: Settings) -> None:
+    # Checking that the run_id is free and queuing the run are one step: the second
+    # start finds the first's run and is refused, rather than both being told started.
+    spec = TaskSpec(name="n", prompt="p")
+    answers: list[str] = []
+
+    async def start() -> None:
+        try:
+            await stack.bus.request(s.RUNS_START, StartRun(spec=spec, run_id="r-1"), RunStarted)
+            answers.append("started")
+        except RemoteError as exc:
+            answers.append(exc.code)
+
+    async with open_stack(settings, ["scheduler"]) as stack:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(start)
+            tg.start_soon(start)
+        assert sorted(answers) == ["conflict", "started"]
+        assert (await stack.bus.js.stream_info(s.STREAM_WORK)).state.messages == 1
 
 
 async def test_an_unreadable_event_of_a_run_does_not_break_its_view(settings: Settings) -> None:

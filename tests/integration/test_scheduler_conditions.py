@@ -34,9 +34,9 @@ from services.kernel.codec import encode
 from services.kernel.runtime import ServiceContext
 from services.kernel.settings import Settings
 from services.kernel.streams import ensure_streams
+from services.scheduler.condition_probe import ToolsProbe
 from services.scheduler.conditions import BrokenCheck, ConditionError
 from services.scheduler.engine import SchedulerConfig
-from services.scheduler.service import ConditionChecker
 from services.scheduler.service import serve as serve_scheduler
 from services.tools.service import serve as serve_tools
 from tests.e2e.helpers import stored
@@ -260,7 +260,7 @@ async def test_a_browser_checks_session_is_closed_on_the_process_that_holds_it(
             predicate=Contains(text="in stock"),
             every_s=60,
         )
-        assert await ConditionChecker(bus)("t1", trigger) == "in stock"
+        assert await ToolsProbe(bus)("t1", trigger) == "in stock"
     finally:
         for sub in subs:
             await sub.unsubscribe()
@@ -397,7 +397,7 @@ async def test_a_browser_check_navigates_then_calls_its_tool_on_the_same_process
             predicate=Below(value=10),
             every_s=60,
         )
-        assert await ConditionChecker(bus)("t1", trigger) == ["$8.99"]
+        assert await ToolsProbe(bus)("t1", trigger) == ["$8.99"]
     finally:
         for sub in subs:
             await sub.unsubscribe()
@@ -450,7 +450,7 @@ async def test_a_failed_navigation_is_a_failed_check_and_the_session_is_closed(
             every_s=60,
         )
         with pytest.raises(ConditionError) as caught:
-            await ConditionChecker(bus)("t1", trigger)
+            await ToolsProbe(bus)("t1", trigger)
     finally:
         for sub in subs:
             await sub.unsubscribe()
@@ -482,7 +482,7 @@ async def test_a_stored_page_check_without_url_pauses_asking_for_it_not_checking
             every_s=60,
         )
         with pytest.raises(BrokenCheck) as caught:
-            await ConditionChecker(bus)("t1", trigger)
+            await ToolsProbe(bus)("t1", trigger)
     finally:
         await sub.unsubscribe()
     assert "starts blank" in str(caught.value) and "`url`" in str(caught.value)

@@ -33,6 +33,7 @@ from services.kernel.settings import Settings
 from services.kernel.streams import ensure_streams
 from services.scheduler.application import Tasks
 from services.scheduler.task import Task
+from services.scheduler.task_events import Defined
 from tests.integration.test_scheduler_intake import events, scheduler
 
 pytestmark = pytest.mark.anyio
@@ -157,7 +158,7 @@ async def test_a_stored_event_too_large_for_the_bus_does_not_hold_back_the_rest(
             every_s=3600,
         ),
     )
-    store_tasks(sqlite_settings, Task("huge", huge, T0))
+    store_tasks(sqlite_settings, Task.open(Defined(task_id="huge", spec=huge, at=T0)))
     async with scheduler(sqlite_settings, bus):
         headers, reply = await call(bus, s.TASKS_CREATE, FINE)
         assert "Nats-Service-Error" not in headers, reply
@@ -207,7 +208,13 @@ async def test_a_stored_interval_past_the_datetime_range_pauses_that_task_only(
 ) -> None:
     # Recorded by a version without the bound, and run once: its next time, a
     # trillion seconds after that run, is past the year 9999.
-    far = Task("far", TaskSpec(name="Far", prompt="p", trigger=IntervalTrigger(every_s=1e12)), T0)
+    far = Task.open(
+        Defined(
+            task_id="far",
+            spec=TaskSpec(name="Far", prompt="p", trigger=IntervalTrigger(every_s=1e12)),
+            at=T0,
+        )
+    )
     far.dispatch_run("r-far-1", "schedule", T0)
     far.finish_run("r-far-1", status="completed", at=T0)
     store_tasks(sqlite_settings, far)
@@ -277,7 +284,7 @@ async def test_a_stored_task_too_deep_to_load_does_not_stop_the_scheduler(
         json.dumps({"name": "Deep", "prompt": "p", "trigger": deep_condition(600)}).encode(),
         TaskSpec,
     )
-    store_tasks(sqlite_settings, Task("deep", deep, T0))
+    store_tasks(sqlite_settings, Task.open(Defined(task_id="deep", spec=deep, at=T0)))
     async with scheduler(sqlite_settings, bus):
         headers, reply = await call(bus, s.TASKS_CREATE, FINE)
         assert "Nats-Service-Error" not in headers, reply

@@ -24,6 +24,7 @@ from services.scheduler.application import Tasks
 from services.scheduler.clock import ManualClock
 from services.scheduler.engine import Scheduler
 from services.scheduler.task import Task
+from services.scheduler.task_events import Defined
 from services.scheduler.triggers import TriggerError, validate
 from tests.unit.conftest import T0
 
@@ -121,7 +122,9 @@ async def test_a_task_stored_before_url_existed_loads_and_takes_other_edits(
         type=ConditionTrigger,
     )
     assert old.url is None
-    app.save(Task(task_id="old", spec=TaskSpec(name="old", prompt="p", trigger=old), at=T0))
+    app.save(
+        Task.open(Defined(task_id="old", spec=TaskSpec(name="old", prompt="p", trigger=old), at=T0))
+    )
     engine = Scheduler(app, clock)
     assert app.get("old").state.spec.trigger == old
     view = await engine.update(UpdateTask(task_id="old", prompt="check the price"))

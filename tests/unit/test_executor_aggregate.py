@@ -12,10 +12,12 @@ import pytest
 
 from contracts.executors import Executor, ToolStep
 from contracts.traces import Trace
+from services.compiler import executor_events as ev
 from services.compiler import health as h
 from services.compiler import views
+from services.compiler.aggregate import ExecutorAggregate
 from services.compiler.compile import compile
-from services.compiler.store import ExecutorAggregate, ExecutorStore
+from services.compiler.store import ExecutorStore
 from services.kernel.event_store import application_env
 from services.kernel.settings import Settings
 
@@ -56,7 +58,7 @@ def store(settings: Settings, clock: Clock) -> Iterator[ExecutorStore]:
     app.close()
 
 
-def fail(store: ExecutorStore, run_id: str, version: int = 1) -> list[h.HealthEvent]:
+def fail(store: ExecutorStore, run_id: str, version: int = 1) -> list[ev.HealthEvent]:
     return store.record_replay(
         "t", run_id=run_id, version=version, ok=False, step=1, reason="selector vanished"
     )[1]
@@ -64,7 +66,7 @@ def fail(store: ExecutorStore, run_id: str, version: int = 1) -> list[h.HealthEv
 
 def succeed(
     store: ExecutorStore, run_id: str, version: int = 1, attempt: int = 1, saved: float = 0.04
-) -> list[h.HealthEvent]:
+) -> list[ev.HealthEvent]:
     return store.record_replay(
         "t",
         run_id=run_id,
@@ -94,7 +96,7 @@ def test_three_consecutive_failures_supersede(store: ExecutorStore) -> None:
     fail(store, "x2")
     assert store.lookup_active("t")[0] is not None
     events = fail(store, "x3")
-    assert [type(e) for e in events] == [h.ReplayFailed, h.Superseded]
+    assert [type(e) for e in events] == [ev.ReplayFailed, ev.Superseded]
     found, state = store.lookup_active("t")
     assert found is None and state is not None and h.status(state) == "superseded"
     # A failure redelivered after the fact does not count again.
@@ -122,8 +124,8 @@ def test_a_redelivered_run_records_each_attempts_replay_once(
     )
     assert summary.total_cost_saved_usd == pytest.approx(0.03)
     assert [(type(e), getattr(e, "attempt", None)) for e in store.history("t")[1:]] == [
-        (h.ReplayFailed, 1),
-        (h.ReplaySucceeded, 2),
+        (ev.ReplayFailed, 1),
+        (ev.ReplaySucceeded, 2),
     ]
     other = ExecutorStore(application_env(settings, "compiler"), snapshot_every=4)
     assert other.health("t") == state
@@ -149,11 +151,11 @@ def test_stale_at_thirty_days(store: ExecutorStore, clock: Clock) -> None:
     found, state = store.lookup_active("t")
     assert found is None and state is not None
     assert views.summary(state).status_reason == "stale: unused for 31 days (limit 30)"
-    assert isinstance(store.history("t")[-1], h.Superseded)
+    assert isinstance(store.history("t")[-1], ev.Superseded)
 
 
 def test_undecodable_executor_is_superseded_not_retried(store: ExecutorStore) -> None:
-    broken = h.Compiled(
+    broken = ev.Compiled(
         at=T0, version=1, executor={"steps": [{"type": "teleport"}]}, source_run_id="r"
     )
     store.execute("t", lambda state: [broken])
@@ -225,7 +227,7 @@ def test_two_concurrent_compilations_get_distinct_versions(settings: Settings) -
     a.record_trace("t", "r0", executor())
     interleaved = False
 
-    def decide_a(state: h.Health) -> list[h.HealthEvent]:
+    def decide_a(state: h.Health) -> list[ev.HealthEvent]:
         nonlocal interleaved
         if not interleaved:
             interleaved = True
@@ -233,7 +235,7 @@ def test_two_concurrent_compilations_get_distinct_versions(settings: Settings) -
         return h.decide_trace(state, executor(), None, "rA", T0)
 
     _, events = a.execute("t", decide_a)
-    compiled = [e for e in events if isinstance(e, h.Compiled)]
+    compiled = [e for e in events if isinstance(e, ev.Compiled)]
     assert [e.version for e in compiled] == [3]
     state = a.health("t")
     assert state is not None
@@ -349,8 +351,8 @@ def test_tool_inputs_shaped_like_library_values_read_back_as_recorded(
 def test_events_stored_as_plain_data_by_earlier_versions_still_read(
     store: ExecutorStore, settings: Settings, clock: Clock
 ) -> None:
-    aggregate = ExecutorAggregate("t")
-    compiled = h.Compiled(
+    aggregate = ExecutorAggregate.open(ev.Created(task_id="t"))
+    compiled = ev.Compiled(
         at=T0,
         version=1,
         executor=msgspec.to_builtins(msgspec.structs.replace(executor(), version=1)),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import typing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -10,8 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from contracts.executors import Executor
+from contracts.executors import Executor, ExecutorEvent
 from contracts.traces import Trace
+from services.compiler import executor_events as ev
 from services.compiler import health as h
 from services.compiler import views
 from services.compiler.compile import compile
@@ -29,19 +31,19 @@ def executor() -> Executor:
     return result
 
 
-def run(state: h.Health, events: list[h.HealthEvent]) -> list[h.HealthEvent]:
+def run(state: h.Health, events: list[ev.HealthEvent]) -> list[ev.HealthEvent]:
     for event in events:
         h.apply(state, event)
     return events
 
 
-def compiled(state: h.Health, run_id: str, at: datetime = T0) -> list[h.HealthEvent]:
+def compiled(state: h.Health, run_id: str, at: datetime = T0) -> list[ev.HealthEvent]:
     return run(state, h.decide_trace(state, executor(), None, run_id, at))
 
 
 def outcome(
     state: h.Health, run_id: str, ok: bool, version: int = 1, attempt: int = 1
-) -> list[h.HealthEvent]:
+) -> list[ev.HealthEvent]:
     events = h.decide_replay(
         state,
         run_id=run_id,
@@ -57,10 +59,10 @@ def outcome(
 
 def test_compilations_get_the_next_version_and_supersede_the_last() -> None:
     state = h.new("t")
-    assert [type(e) for e in compiled(state, "r1")] == [h.Compiled]
+    assert [type(e) for e in compiled(state, "r1")] == [ev.Compiled]
     second = compiled(state, "r2")
-    assert [type(e) for e in second] == [h.Compiled, h.Superseded]
-    assert second[1] == h.Superseded(at=T0, version=1, reason="replaced by v2")
+    assert [type(e) for e in second] == [ev.Compiled, ev.Superseded]
+    assert second[1] == ev.Superseded(at=T0, version=1, reason="replaced by v2")
     current = h.current(state)
     assert current is not None and current.version == 2
     assert h.decode_executor(current.executor).version == 2
@@ -76,7 +78,7 @@ def test_a_success_resets_the_run_of_failures() -> None:
     assert version is not None
     assert (version.success_count, version.failure_count, version.consecutive_failures) == (1, 4, 2)
     events = outcome(state, "x5", False)
-    assert [type(e) for e in events] == [h.ReplayFailed, h.Superseded]
+    assert [type(e) for e in events] == [ev.ReplayFailed, ev.Superseded]
     assert h.current(state) is None and h.status(state) == "superseded"
     assert views.summary(state).status_reason == "3 consecutive replay failures"
 
@@ -85,7 +87,7 @@ def test_a_success_resets_the_run_of_failures() -> None:
 def test_superseded_exactly_when_three_failures_run_together(outcomes: list[bool]) -> None:
     state = h.new("t")
     log = compiled(state, "r1")
-    recorded: list[h.HealthEvent] = []
+    recorded: list[ev.HealthEvent] = []
     for i, ok in enumerate(outcomes):
         recorded += outcome(state, f"x{i}", ok)
     log += recorded
@@ -93,7 +95,7 @@ def test_superseded_exactly_when_three_failures_run_together(outcomes: list[bool
     for ok in outcomes:
         runs = 0 if ok else runs + 1
         longest = max(longest, runs)
-    superseded = [e for e in recorded if isinstance(e, h.Superseded)]
+    superseded = [e for e in recorded if isinstance(e, ev.Superseded)]
     assert len(superseded) == (1 if longest >= 3 else 0)
     version = state.versions[0]
     assert version.success_count == outcomes.count(True)
@@ -119,7 +121,7 @@ def test_a_redelivered_run_that_replays_again_counts_each_attempt_once() -> None
     # Attempt 2 (the run redelivered) replayed successfully: that is news, and it is
     # what the run's final event says.
     succeeded = outcome(state, "x1", True, attempt=2)
-    assert [(type(e), e.attempt) for e in succeeded] == [(h.ReplaySucceeded, 2)]  # type: ignore[union-attr]
+    assert [(type(e), e.attempt) for e in succeeded] == [(ev.ReplaySucceeded, 2)]  # type: ignore[union-attr]
     assert outcome(state, "x1", True, attempt=2) == []
     assert outcome(state, "x1", False, attempt=1) == []
     version = state.versions[0]
@@ -135,8 +137,8 @@ def test_a_run_counted_before_outcomes_were_per_attempt_is_not_counted_again() -
     state = h.new("t")
     compiled(state, "r1")
     # What a stored event without the field decodes as.
-    old_event = h.ReplayFailed(at=T0, version=1, run_id="x1", reason="gone")
-    assert isinstance(old_event, h.ReplayFailed) and old_event.attempt is None
+    old_event = ev.ReplayFailed(at=T0, version=1, run_id="x1", reason="gone")
+    assert isinstance(old_event, ev.ReplayFailed) and old_event.attempt is None
     run(state, [old_event])
     assert outcome(state, "x1", False, attempt=2) == []
     assert outcome(state, "x1", True, attempt=3) == []
@@ -160,7 +162,7 @@ def test_stale_after_thirty_days_unused() -> None:
     compiled(state, "r1")
     assert h.decide_lookup(state, now=T0 + timedelta(days=29), rules=RULES) == []
     events = h.decide_lookup(state, now=T0 + timedelta(days=31), rules=RULES)
-    assert len(events) == 1 and isinstance(events[0], h.Superseded)
+    assert len(events) == 1 and isinstance(events[0], ev.Superseded)
     assert events[0].reason.startswith("stale: unused for 31 days")
     # A replay on day 20 makes it fresh until day 50.
     run(
@@ -174,9 +176,9 @@ def test_stale_after_thirty_days_unused() -> None:
 
 def test_an_undecodable_executor_is_superseded_once() -> None:
     state = h.new("t")
-    run(state, [h.Compiled(at=T0, version=1, executor={"steps": "garbage"}, source_run_id="r1")])
+    run(state, [ev.Compiled(at=T0, version=1, executor={"steps": "garbage"}, source_run_id="r1")])
     events = run(state, h.decide_lookup(state, now=T0, rules=RULES))
-    assert len(events) == 1 and isinstance(events[0], h.Superseded)
+    assert len(events) == 1 and isinstance(events[0], ev.Superseded)
     assert events[0].reason.startswith("cannot be decoded")
     assert h.current(state) is None
     assert h.decide_lookup(state, now=T0, rules=RULES) == []  # not retried forever
@@ -195,7 +197,7 @@ def test_an_undecodable_executors_odd_stats_read_as_zeros(stats: object) -> None
     """What an earlier contract stored may hold anything; a query still answers."""
     state = h.new("t")
     raw = {"steps": "garbage", "stats": stats}
-    run(state, [h.Compiled(at=T0, version=1, executor=raw, source_run_id="r1")])
+    run(state, [ev.Compiled(at=T0, version=1, executor=raw, source_run_id="r1")])
     shown = views.summary(h.as_of(state, now=T0, rules=RULES))
     assert (shown.status, shown.version, shown.total_steps, shown.llm_steps) == (
         "superseded",
@@ -232,7 +234,7 @@ def test_a_pinned_version_survives_new_compilations_and_still_counts_failures() 
     state = h.new("t")
     compiled(state, "r1")
     run(state, h.decide_pin(state, version=1, by="ops", at=T0))
-    assert [type(e) for e in compiled(state, "r2")] == [h.Compiled]  # v1 is not superseded
+    assert [type(e) for e in compiled(state, "r2")] == [ev.Compiled]  # v1 is not superseded
     current = h.current(state)
     assert current is not None and current.version == 1
     assert state.versions[1].status == "active"  # v2 waits for the pin to go
@@ -240,7 +242,7 @@ def test_a_pinned_version_survives_new_compilations_and_still_counts_failures() 
     assert state.versions[0].failure_count == 1
     # Unpinning makes the newest current and retires the old pin.
     events = run(state, h.decide_pin(state, version=None, by="ops", at=T0))
-    assert [type(e) for e in events] == [h.Unpinned, h.Superseded]
+    assert [type(e) for e in events] == [ev.Unpinned, ev.Superseded]
     current = h.current(state)
     assert current is not None and current.version == 2
 
@@ -253,7 +255,7 @@ def test_a_compilation_for_an_edited_task_unpins_the_old_pin() -> None:
     run(state, h.decide_pin(state, version=1, by="ops", at=T0))
     edited = msgspec.structs.replace(executor(), task_fingerprint="edited")
     events = run(state, h.decide_trace(state, edited, None, "r2", T0))
-    assert [type(e) for e in events] == [h.Compiled, h.Unpinned, h.Superseded]
+    assert [type(e) for e in events] == [ev.Compiled, ev.Unpinned, ev.Superseded]
     assert state.pinned is None and state.versions[0].status == "superseded"
     assert state.versions[0].status_reason == (
         "the task changed; v2 is compiled for it as it is now"
@@ -270,7 +272,7 @@ def test_a_compilation_for_an_edited_task_unpins_the_old_pin() -> None:
     )
     run(state, h.decide_pin(state, version=1, by="ops", at=T0))
     assert [type(e) for e in run(state, h.decide_trace(state, edited, None, "r2", T0))] == [
-        h.Compiled
+        ev.Compiled
     ]
     assert state.pinned == 1
 
@@ -282,7 +284,7 @@ def test_a_pinned_version_that_keeps_failing_is_superseded_and_unpinned() -> Non
     compiled(state, "r2")
     for i in range(3):
         events = outcome(state, f"x{i}", False)
-    assert [type(e) for e in events] == [h.ReplayFailed, h.Superseded, h.Unpinned]
+    assert [type(e) for e in events] == [ev.ReplayFailed, ev.Superseded, ev.Unpinned]
     current = h.current(state)
     assert state.pinned is None and current is not None and current.version == 2
 
@@ -296,7 +298,7 @@ def test_moving_the_pin_to_a_newer_version_retires_the_old_pin() -> None:
     run(state, h.decide_pin(state, version=1, by="ops", at=T0))
     compiled(state, "r2")  # waits behind the pin
     events = run(state, h.decide_pin(state, version=2, by="ops", at=T0))
-    assert [type(e) for e in events] == [h.Pinned, h.Superseded]
+    assert [type(e) for e in events] == [ev.Pinned, ev.Superseded]
     assert [(v.version, v.status) for v in state.versions] == [(1, "superseded"), (2, "active")]
     assert state.versions[0].status_reason == "v2 pinned"
     run(state, h.decide_invalidate(state, reason="wrong answers", by="ops", at=T0))
@@ -374,7 +376,7 @@ def test_a_version_whose_executor_does_not_decode_cannot_be_pinned() -> None:
     # Pinned, it would be superseded again (and unpinned) at the next lookup.
     state = h.new("t")
     compiled(state, "r1")
-    run(state, [h.Compiled(at=T0, version=2, executor={"steps": 5}, source_run_id="r2")])
+    run(state, [ev.Compiled(at=T0, version=2, executor={"steps": 5}, source_run_id="r2")])
     run(state, h.decide_lookup(state, now=T0, rules=RULES))  # v2 superseded: undecodable
     with pytest.raises(h.HealthError) as caught:
         h.decide_pin(state, version=2, by="ops", at=T0)
@@ -396,7 +398,7 @@ def test_pinning_vouches_for_a_stale_version_and_renews_a_stale_pin() -> None:
     # Pinning it again renews the pin rather than doing nothing: the reply, get and the
     # next lookup then agree it is current.
     events = run(state, h.decide_pin(state, version=1, by="ops", at=later, rules=RULES))
-    assert [type(e) for e in events] == [h.Pinned]
+    assert [type(e) for e in events] == [ev.Pinned]
     assert h.decide_lookup(state, now=later, rules=RULES) == []
     shown = views.summary(h.as_of(state, now=later, rules=RULES))
     assert (shown.status, shown.version, shown.pinned_version) == ("active", 1, 1)
@@ -442,7 +444,7 @@ def test_an_invalidation_naming_a_replaced_version_leaves_the_current_one_alone(
     assert (caught.value.code, caught.value.field) == ("not_found", "version")
     assert msgspec.to_builtins(state) == before  # nothing decided
     events = run(state, h.decide_invalidate(state, version=2, reason="bad", by="bob", at=T0))
-    assert events == [h.Invalidated(at=T0, version=2, reason="bad", by="bob")]
+    assert events == [ev.Invalidated(at=T0, version=2, reason="bad", by="bob")]
     # Already invalidated: refused the same way, and no version is current any more.
     with pytest.raises(h.HealthError) as caught:
         h.decide_invalidate(state, version=2, reason="again", by="bob", at=T0)
@@ -461,7 +463,7 @@ def test_an_invalidation_may_name_either_active_version_beside_a_pin() -> None:
     run(state, h.decide_pin(state, version=1, by="ops", at=T0))
     compiled(state, "r2")
     events = run(state, h.decide_invalidate(state, version=2, reason="x", by="ops", at=T0))
-    assert events == [h.Invalidated(at=T0, version=2, reason="x", by="ops")]
+    assert events == [ev.Invalidated(at=T0, version=2, reason="x", by="ops")]
     current = h.current(state)
     assert current is not None and current.version == 1 and state.pinned == 1
     run(state, h.decide_pin(state, version=None, by="ops", at=T0))
@@ -473,7 +475,7 @@ def test_an_invalidation_may_name_either_active_version_beside_a_pin() -> None:
     compiled(state, "r2")
     run(state, h.decide_pin(state, version=1, by="ops", at=T0))
     events = run(state, h.decide_invalidate(state, version=1, reason="x", by="ops", at=T0))
-    assert [type(e) for e in events] == [h.Invalidated, h.Unpinned]
+    assert [type(e) for e in events] == [ev.Invalidated, ev.Unpinned]
     current = h.current(state)
     assert current is not None and current.version == 2 and state.pinned is None
 
@@ -481,13 +483,13 @@ def test_an_invalidation_may_name_either_active_version_beside_a_pin() -> None:
 def test_full_run_cost_is_the_mean_of_recent_full_runs() -> None:
     state = h.new("t")
     compiled(state, "r1")
-    assert h.full_run_cost(state) == pytest.approx(TRACE.cost_usd)  # no full run seen yet
+    assert h.mean_full_run_cost(state) == pytest.approx(TRACE.cost_usd)  # no full run seen yet
     for i, cost in enumerate([0.02, 0.04, 0.06]):
         run(state, h.decide_full_run(state, run_id=f"f{i}", cost_usd=cost, at=T0))
-    assert h.full_run_cost(state) == pytest.approx(0.04)
+    assert h.mean_full_run_cost(state) == pytest.approx(0.04)
     for i in range(20):
         run(state, h.decide_full_run(state, run_id=f"g{i}", cost_usd=0.10, at=T0))
-    assert h.full_run_cost(state) == pytest.approx(0.10)  # only the recent ones count
+    assert h.mean_full_run_cost(state) == pytest.approx(0.10)  # only the recent ones count
 
 
 @pytest.mark.parametrize("saved", [0.0, 0.039, -0.002])
@@ -516,7 +518,7 @@ def test_a_replay_saving_is_recorded_as_the_run_reported_it(saved: float) -> Non
 def test_skips_are_recorded_and_explain_a_missing_executor() -> None:
     state = h.new("t")
     events = run(state, h.decide_trace(state, None, "one-time task", "r1", T0))
-    assert events == [h.Skipped(at=T0, run_id="r1", reason="one-time task")]
+    assert events == [ev.Skipped(at=T0, run_id="r1", reason="one-time task")]
     summary = views.summary(state)
     assert summary.status == "none" and summary.status_reason == "skipped: one-time task"
     wire = views.to_wire("t", events[0])
@@ -530,9 +532,122 @@ def test_every_published_event_names_itself() -> None:
     assert [w.event for w in wires if w] == ["compiled", "compiled", "superseded"]
     assert wires[0] is not None and wires[0].executor is not None
     # Published too: it moves full_run_cost_usd, which runners cache with the lookup.
-    wire = views.to_wire("t", h.FullRunRecorded(at=T0, run_id="f", cost_usd=1.0))
+    wire = views.to_wire("t", ev.FullRunRecorded(at=T0, run_id="f", cost_usd=1.0))
     assert wire is not None and (wire.event, wire.run_id, wire.cost_usd) == (
         "full_run_recorded",
         "f",
         1.0,
     )
+
+
+def test_every_field_of_every_health_event_has_a_place_on_the_wire() -> None:
+    # to_wire maps fields by name: one the contract lacks would fail in the relay's
+    # convert, and the event would never be published.
+    wire_fields = set(ExecutorEvent.__struct_fields__)
+    kinds = typing.get_args(ev.HealthEvent)
+    assert len(kinds) == 9
+    for kind in kinds:
+        for name in kind.__struct_fields__:
+            assert views.WIRE_NAMES.get(name, name) in wire_fields, (kind.__name__, name)
+
+
+def test_each_kind_of_health_event_goes_out_as_it_always_did() -> None:
+    raw = msgspec.to_builtins(msgspec.structs.replace(executor(), version=1))
+    at = T0
+    cases: list[tuple[ev.HealthEvent, ExecutorEvent]] = [
+        (
+            ev.Compiled(at=at, version=1, executor=raw, source_run_id="r1", source_cost_usd=0.04),
+            ExecutorEvent(
+                task_id="t",
+                event="compiled",
+                at=at,
+                version=1,
+                run_id="r1",
+                executor=h.decode_executor(raw),
+                cost_usd=0.04,
+            ),
+        ),
+        (
+            ev.Compiled(at=at, version=2, executor={"steps": 3}, source_run_id="r2"),
+            ExecutorEvent(
+                task_id="t", event="compiled", at=at, version=2, run_id="r2", cost_usd=0.0
+            ),
+        ),
+        (
+            ev.Skipped(at=at, run_id="r3", reason="one-time task"),
+            ExecutorEvent(task_id="t", event="skipped", at=at, run_id="r3", reason="one-time task"),
+        ),
+        (
+            ev.ReplaySucceeded(
+                at=at,
+                version=1,
+                run_id="r4",
+                attempt=2,
+                tokens=7,
+                cost_usd=0.001,
+                cost_saved_usd=-0.002,
+            ),
+            ExecutorEvent(
+                task_id="t",
+                event="replay_succeeded",
+                at=at,
+                version=1,
+                run_id="r4",
+                attempt=2,
+                tokens=7,
+                cost_usd=0.001,
+                cost_saved_usd=-0.002,
+            ),
+        ),
+        (
+            ev.ReplayFailed(
+                at=at,
+                version=1,
+                run_id="r5",
+                attempt=1,
+                step=3,
+                reason="no match",
+                tokens=5,
+                cost_usd=0.002,
+            ),
+            ExecutorEvent(
+                task_id="t",
+                event="replay_failed",
+                at=at,
+                version=1,
+                run_id="r5",
+                attempt=1,
+                step=3,
+                reason="no match",
+                tokens=5,
+                cost_usd=0.002,
+            ),
+        ),
+        (
+            ev.Superseded(at=at, version=1, reason="replaced by v2"),
+            ExecutorEvent(
+                task_id="t", event="superseded", at=at, version=1, reason="replaced by v2"
+            ),
+        ),
+        (
+            ev.Invalidated(at=at, version=2, reason="wrong page", by="ops"),
+            ExecutorEvent(
+                task_id="t", event="invalidated", at=at, version=2, reason="wrong page", by="ops"
+            ),
+        ),
+        (
+            ev.Pinned(at=at, version=1, by="ops"),
+            ExecutorEvent(task_id="t", event="pinned", at=at, version=1, by="ops"),
+        ),
+        (
+            ev.Unpinned(at=at, version=1, reason="by ops"),
+            ExecutorEvent(task_id="t", event="unpinned", at=at, version=1, reason="by ops"),
+        ),
+        (
+            ev.FullRunRecorded(at=at, run_id="f", cost_usd=1.0),
+            ExecutorEvent(task_id="t", event="full_run_recorded", at=at, run_id="f", cost_usd=1.0),
+        ),
+    ]
+    assert {type(event) for event, _ in cases} == set(typing.get_args(ev.HealthEvent))
+    for event, wire in cases:
+        assert views.to_wire("t", event) == wire

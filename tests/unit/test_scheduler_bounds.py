@@ -28,6 +28,7 @@ from services.scheduler.application import Tasks
 from services.scheduler.clock import ManualClock
 from services.scheduler.engine import Scheduler, SchedulerConfig
 from services.scheduler.task import Task
+from services.scheduler.task_events import Defined
 from tests.unit.conftest import T0
 
 pytestmark = pytest.mark.anyio
@@ -147,10 +148,12 @@ async def test_a_stored_interval_too_long_to_compute_pauses_only_its_task(
     engine = Scheduler(app, clock, SchedulerConfig(max_concurrent=10))
     for every in (1e12, 1e308):
         app.save(
-            Task(
-                f"far-{every:g}",
-                TaskSpec(name="far", prompt="p", trigger=IntervalTrigger(every_s=every)),
-                T0,
+            Task.open(
+                Defined(
+                    task_id=f"far-{every:g}",
+                    spec=TaskSpec(name="far", prompt="p", trigger=IntervalTrigger(every_s=every)),
+                    at=T0,
+                )
             )
         )
     await engine.create(CreateTask(name="fine", prompt="p", trigger=IntervalTrigger(every_s=60)))
@@ -180,7 +183,7 @@ async def test_a_stored_condition_cooldown_too_long_to_compute_pauses_its_task(
     async def check(task_id: str, trigger: Any) -> Any:
         return {"text": "In stock"}
 
-    engine = Scheduler(app, clock, SchedulerConfig(), check_condition=check)
+    engine = Scheduler(app, clock, SchedulerConfig(), probe=check)
     trigger = ConditionTrigger(
         tool="browser_extract",
         url="https://shop.example/item",
@@ -188,12 +191,18 @@ async def test_a_stored_condition_cooldown_too_long_to_compute_pauses_its_task(
         every_s=60,
         cooldown_s=1e308,
     )
-    app.save(Task("restock", TaskSpec(name="restock", prompt="p", trigger=trigger), T0))
-    assert await engine.check_conditions() == {"restock": True}
+    app.save(
+        Task.open(
+            Defined(
+                task_id="restock", spec=TaskSpec(name="restock", prompt="p", trigger=trigger), at=T0
+            )
+        )
+    )
+    assert await engine.check_due_conditions() == {"restock": True}
     ((_, run_id),) = (await engine.tick()).dispatched
     await engine.on_run_event(completed("restock", run_id, clock.now()))
     clock.advance(60)
-    assert await engine.check_conditions() == {}  # paused, not checked; no error raised
+    assert await engine.check_due_conditions() == {}  # paused, not checked; no error raised
     view = await engine.get(TaskRef(task_id="restock"))
     assert view.status == "paused" and "cooldown_s" in (view.status_reason or "")
     assert (await engine.list(ListTasks(status="paused"))).tasks == [view]

@@ -31,6 +31,7 @@ from services.scheduler.application import Tasks
 from services.scheduler.clock import ManualClock
 from services.scheduler.outbox import messages_for
 from services.scheduler.task import Task
+from services.scheduler.task_events import Defined
 from services.scheduler.triggers import MAX_INPUT_NESTING
 from tests.unit.conftest import T0
 from tests.unit.test_scheduler_engine import outcome, scheduler, stored
@@ -84,7 +85,7 @@ async def test_a_stored_task_that_cannot_be_loaded_does_not_stop_the_others(
 ) -> None:
     # Saved by a version without the nesting bound: loading it exhausts the stack.
     deep = TaskSpec(name="deep", prompt="p", trigger=condition({"a": nested(600)}))
-    app.save(Task("deep", deep, T0))
+    app.save(Task.open(Defined(task_id="deep", spec=deep, at=T0)))
     engine = scheduler(app, clock)
     await engine.create(CreateTask(name="fine", prompt="p", trigger=IntervalTrigger(every_s=60)))
     assert [t for t, _ in (await engine.tick()).dispatched] == ["fine"]

@@ -37,6 +37,7 @@ from services.scheduler.conditions import BrokenCheck, ConditionError, refused_c
 from services.scheduler.engine import Scheduler, SchedulerConfig
 from services.scheduler.outbox import messages_for
 from services.scheduler.task import Task
+from services.scheduler.task_events import Defined
 from tests.unit.conftest import T0
 
 pytestmark = pytest.mark.anyio
@@ -128,16 +129,16 @@ async def test_condition_true_false_and_cooldown(app: Tasks, clock: ManualClock)
         checks.append(clock.now())
         return dict(page)
 
-    engine = Scheduler(app, clock, SchedulerConfig(), check_condition=check)
+    engine = Scheduler(app, clock, SchedulerConfig(), probe=check)
     await engine.create(
         CreateTask(name="restock", prompt="buy it", trigger=_condition(every_s=60, cooldown_s=600))
     )
-    assert await engine.check_conditions() == {"restock": False}
+    assert await engine.check_due_conditions() == {"restock": False}
     assert (await engine.tick()).dispatched == []
-    assert await engine.check_conditions() == {}  # next check not due yet
+    assert await engine.check_due_conditions() == {}  # next check not due yet
     clock.advance(60)
     page["text"] = "In stock now"
-    assert await engine.check_conditions() == {"restock": True}
+    assert await engine.check_due_conditions() == {"restock": True}
     (_, run_id), *_ = (await engine.tick()).dispatched
     assert stored(app, Task.RunDispatched)[0].origin == "condition"
     clock.advance(30)
@@ -145,10 +146,10 @@ async def test_condition_true_false_and_cooldown(app: Tasks, clock: ManualClock)
     # Still true, but inside the cooldown: no check, no run.
     for _ in range(9):
         clock.advance(60)
-        assert await engine.check_conditions() == {}
+        assert await engine.check_due_conditions() == {}
         assert (await engine.tick()).dispatched == []
     clock.advance(60)  # 630 s after the run went out
-    assert await engine.check_conditions() == {"restock": True}
+    assert await engine.check_due_conditions() == {"restock": True}
     assert len((await engine.tick()).dispatched) == 1
     assert len(checks) == 3
 
@@ -186,7 +187,7 @@ async def test_a_hanging_condition_check_holds_back_only_its_own_task(
             await hang.wait()
         return dict(page)
 
-    engine = Scheduler(app, clock, SchedulerConfig(tick_s=0.01), check_condition=check)
+    engine = Scheduler(app, clock, SchedulerConfig(tick_s=0.01), probe=check)
     await engine.create(spec("slow", trigger=_condition(every_s=10, cooldown_s=0)))
     await engine.create(spec("fast", trigger=_condition(every_s=10, cooldown_s=0)))
     async with anyio.create_task_group() as tg:
@@ -222,7 +223,7 @@ async def test_condition_checks_out_at_once_stay_within_the_bound(
         return {"text": "Sold out"}
 
     config = SchedulerConfig(tick_s=0.01, max_condition_checks=2)
-    engine = Scheduler(app, clock, config, check_condition=check)
+    engine = Scheduler(app, clock, config, probe=check)
     for name in ("a", "b", "c"):
         await engine.create(spec(name, trigger=_condition(every_s=10, cooldown_s=0)))
     async with anyio.create_task_group() as tg:
@@ -241,9 +242,9 @@ async def test_a_failing_condition_check_is_not_true(app: Tasks, clock: ManualCl
     async def broken(task_id: str, trigger: Any) -> Any:
         raise RuntimeError("tools service unavailable")
 
-    engine = Scheduler(app, clock, SchedulerConfig(), check_condition=broken)
+    engine = Scheduler(app, clock, SchedulerConfig(), probe=broken)
     await engine.create(CreateTask(name="c", prompt="p", trigger=_condition(60, 0)))
-    assert await engine.check_conditions() == {"c": False}
+    assert await engine.check_due_conditions() == {"c": False}
     assert (await engine.tick()).dispatched == []
 
 
@@ -267,9 +268,9 @@ async def test_a_predicate_that_cannot_be_tested_on_the_output_pauses_the_task(
     async def extract(task_id: str, trigger: Any) -> Any:
         return PRICES
 
-    engine = Scheduler(app, clock, SchedulerConfig(), check_condition=extract)
+    engine = Scheduler(app, clock, SchedulerConfig(), probe=extract)
     await engine.create(spec("cheap", trigger=_cheap()))
-    assert await engine.check_conditions() == {"cheap": False}
+    assert await engine.check_due_conditions() == {"cheap": False}
     view = await engine.get(TaskRef(task_id="cheap"))
     assert view.status == "paused"
     assert view.status_reason is not None
@@ -278,7 +279,7 @@ async def test_a_predicate_that_cannot_be_tested_on_the_output_pauses_the_task(
     (paused,) = stored(app, Task.Paused)
     assert paused.reason == view.status_reason
     clock.advance(60)
-    assert await engine.check_conditions() == {}  # paused: no more checks
+    assert await engine.check_due_conditions() == {}  # paused: no more checks
 
 
 @pytest.mark.parametrize(
@@ -297,12 +298,12 @@ async def test_a_check_that_may_work_next_time_leaves_the_task_active(
             raise output
         return output
 
-    engine = Scheduler(app, clock, SchedulerConfig(), check_condition=extract)
+    engine = Scheduler(app, clock, SchedulerConfig(), probe=extract)
     await engine.create(spec("cheap", trigger=_cheap()))
-    assert await engine.check_conditions() == {"cheap": False}
+    assert await engine.check_due_conditions() == {"cheap": False}
     assert (await engine.get(TaskRef(task_id="cheap"))).status == "active"
     clock.advance(60)
-    assert await engine.check_conditions() == {"cheap": False}  # checked again
+    assert await engine.check_due_conditions() == {"cheap": False}  # checked again
     assert stored(app, Task.Paused) == []
 
 
@@ -312,9 +313,9 @@ async def test_a_check_the_tools_service_refuses_pauses_the_task(
     async def refuse(task_id: str, trigger: Any) -> Any:
         raise refused_check("not_found", "no tool 'browser_extract'", "tool")
 
-    engine = Scheduler(app, clock, SchedulerConfig(), check_condition=refuse)
+    engine = Scheduler(app, clock, SchedulerConfig(), probe=refuse)
     await engine.create(spec("cheap", trigger=_cheap()))
-    assert await engine.check_conditions() == {"cheap": False}
+    assert await engine.check_due_conditions() == {"cheap": False}
     view = await engine.get(TaskRef(task_id="cheap"))
     assert view.status == "paused" and view.status_reason is not None
     assert "check (browser_extract) cannot be made" in view.status_reason
@@ -322,7 +323,25 @@ async def test_a_check_the_tools_service_refuses_pauses_the_task(
     (paused,) = stored(app, Task.Paused)
     assert paused.reason == view.status_reason
     clock.advance(60)
-    assert await engine.check_conditions() == {}  # paused: no more checks
+    assert await engine.check_due_conditions() == {}  # paused: no more checks
+
+
+async def test_the_error_a_pause_reason_quotes_is_masked_and_cut(
+    app: Tasks, clock: ManualClock
+) -> None:
+    # The refusal may echo the trigger's input: the reason is kept in the task's events.
+    denied = "curl https://ops:hunter22-pw@status.example/health " + "x" * 2000
+
+    async def refuse(task_id: str, trigger: Any) -> Any:
+        raise refused_check("command_denied", f"not allowed: {denied}", "input.command")
+
+    engine = Scheduler(app, clock, SchedulerConfig(), probe=refuse)
+    await engine.create(spec("cheap", trigger=_cheap()))
+    assert await engine.check_due_conditions() == {"cheap": False}
+    (paused,) = stored(app, Task.Paused)
+    assert paused.reason is not None and "not allowed: curl https://ops:" in paused.reason
+    assert "hunter22-pw" not in paused.reason and "[redacted]" in paused.reason
+    assert len(paused.reason) < 700
 
 
 @pytest.mark.parametrize(
@@ -371,9 +390,9 @@ async def test_a_trigger_fixed_during_the_check_is_not_paused_for_the_old_one(
         await engine.update(UpdateTask(task_id="cheap", trigger=fixed))
         return PRICES
 
-    engine = Scheduler(app, clock, SchedulerConfig(), check_condition=extract)
+    engine = Scheduler(app, clock, SchedulerConfig(), probe=extract)
     await engine.create(spec("cheap", trigger=_cheap()))
-    assert await engine.check_conditions() == {"cheap": False}
+    assert await engine.check_due_conditions() == {"cheap": False}
     view = await engine.get(TaskRef(task_id="cheap"))
     assert view.status == "active" and view.spec.trigger == fixed
 
@@ -681,7 +700,7 @@ async def test_a_trigger_that_cannot_be_scheduled_pauses_its_task_not_the_others
     engine = scheduler(app, clock)
     await engine.create(spec("fine", trigger=IntervalTrigger(every_s=60)))
     never = TaskSpec(name="never", prompt="p", trigger=CronTrigger(expr="0 0 31 2 *"))
-    broken = Task("never", never, T0)
+    broken = Task.open(Defined(task_id="never", spec=never, at=T0))
     app.save(broken)
     assert [t for t, _ in (await engine.tick()).dispatched] == ["fine"]
     view = await engine.get(TaskRef(task_id="never"))

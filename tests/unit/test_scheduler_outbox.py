@@ -10,6 +10,7 @@ from services.kernel.secrets import register_secret
 from services.scheduler.application import to_view
 from services.scheduler.outbox import messages_for
 from services.scheduler.task import Task
+from services.scheduler.task_events import Defined
 from tests.unit.conftest import T0
 
 SECRET = "tok-outbox-9f8e7d6c5b4a"
@@ -18,7 +19,7 @@ SECRET = "tok-outbox-9f8e7d6c5b4a"
 def test_a_secret_in_a_spec_is_masked_in_events_not_in_the_run_request() -> None:
     register_secret(SECRET)
     spec = TaskSpec(name="deploy check", prompt=f"Log in with {SECRET} and read the status")
-    task = Task("deploy-check", spec, T0)
+    task = Task.open(Defined(task_id="deploy-check", spec=spec, at=T0))
     task.request_run("r-1", "manual", T0)
     task.dispatch_run("r-1", "manual", T0)
     messages = [m for e in task.collect_events() for m in messages_for(e, "deploy-check")]
@@ -34,7 +35,7 @@ def test_a_secret_in_a_spec_is_masked_in_events_not_in_the_run_request() -> None
 
 def test_a_spec_without_secrets_is_shown_as_it_is() -> None:
     spec = TaskSpec(name="news", prompt="Open http://127.0.0.1:8000/news and report")
-    task = Task("news", spec, T0)
+    task = Task.open(Defined(task_id="news", spec=spec, at=T0))
     (message,) = [m for e in task.collect_events() for m in messages_for(e, "news")]
     assert isinstance(message.event, TaskEvent) and message.event.spec == spec
 
@@ -43,7 +44,9 @@ def test_reasons_and_errors_are_masked_in_events() -> None:
     # An operator's pause reason and a run's error may quote a secret or a URL with
     # its password; the events keep them readable around the mask.
     register_secret(SECRET)
-    task = Task("deploy-check", TaskSpec(name="deploy check", prompt="Check"), T0)
+    task = Task.open(
+        Defined(task_id="deploy-check", spec=TaskSpec(name="deploy check", prompt="Check"), at=T0)
+    )
     task.pause(f"rotating {SECRET}", T0)
     task.resume(T0)
     task.request_run("r-1", "manual", T0)
@@ -69,7 +72,9 @@ def test_reasons_and_errors_are_masked_in_events() -> None:
 def test_a_pause_reason_is_masked_in_the_task_view_too() -> None:
     # tasks.get shows the reason as the paused event does.
     register_secret(SECRET)
-    task = Task("deploy-check", TaskSpec(name="deploy check", prompt="Check"), T0)
+    task = Task.open(
+        Defined(task_id="deploy-check", spec=TaskSpec(name="deploy check", prompt="Check"), at=T0)
+    )
     task.pause(f"rotating {SECRET}", T0)
     assert to_view(task).status_reason == "rotating [redacted]"
 
@@ -78,7 +83,7 @@ def test_a_run_asked_for_is_a_requested_run_before_it_goes_out() -> None:
     # runs.get reads a run from its events: the run_id tasks.run gave out names one at
     # once, even while it waits behind another. Sent out later, its `requested` event
     # comes again under the same Nats-Msg-Id: the stream keeps one.
-    task = Task("news", TaskSpec(name="news", prompt="Report"), T0)
+    task = Task.open(Defined(task_id="news", spec=TaskSpec(name="news", prompt="Report"), at=T0))
     task.request_run("r-1", "manual", T0)
     task.dispatch_run("r-1", "manual", T0, queued=True)
     requested = [

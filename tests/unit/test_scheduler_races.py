@@ -84,10 +84,10 @@ async def test_a_condition_that_held_before_a_pause_does_not_run_after_the_resum
     app: Tasks, clock: ManualClock
 ) -> None:
     page = Page()
-    engine = Scheduler(app, clock, SchedulerConfig(compile_wait_s=0), check_condition=page)
+    engine = Scheduler(app, clock, SchedulerConfig(compile_wait_s=0), probe=page)
     await engine.create(spec("restock", trigger=in_stock()))
     page.during = lambda: engine.pause(TaskRef(task_id="restock"))
-    await engine.check_conditions()
+    await engine.check_due_conditions()
     assert (await engine.tick()).dispatched == []  # paused
 
     clock.advance(3600)
@@ -95,7 +95,7 @@ async def test_a_condition_that_held_before_a_pause_does_not_run_after_the_resum
     # An hour-old answer is not the condition now: it is checked again first.
     assert (await engine.tick()).dispatched == []
     page.text = "Sold out"
-    assert await engine.check_conditions() == {"restock": False}
+    assert await engine.check_due_conditions() == {"restock": False}
     assert (await engine.tick()).dispatched == []
     assert dispatched(app) == 0
 
@@ -104,14 +104,14 @@ async def test_a_condition_checked_under_the_old_trigger_does_not_run_after_an_u
     app: Tasks, clock: ManualClock
 ) -> None:
     page = Page("In stock")
-    engine = Scheduler(app, clock, SchedulerConfig(compile_wait_s=0), check_condition=page)
+    engine = Scheduler(app, clock, SchedulerConfig(compile_wait_s=0), probe=page)
     await engine.create(spec("restock", trigger=in_stock()))
     new = in_stock("Back in stock next week")
     page.during = lambda: engine.update(UpdateTask(task_id="restock", trigger=new))
-    await engine.check_conditions()
+    await engine.check_due_conditions()
     assert (await engine.tick()).dispatched == []
     # Checked under the new trigger, the same page does not satisfy it.
-    assert await engine.check_conditions() == {"restock": False}
+    assert await engine.check_due_conditions() == {"restock": False}
     assert (await engine.tick()).dispatched == []
     assert dispatched(app) == 0
 
@@ -170,15 +170,13 @@ async def test_a_create_or_update_that_changes_nothing_keeps_a_condition_that_he
     app: Tasks, clock: ManualClock
 ) -> None:
     page = Page()
-    engine = Scheduler(
-        app, clock, SchedulerConfig(max_concurrent=1, compile_wait_s=0), check_condition=page
-    )
+    engine = Scheduler(app, clock, SchedulerConfig(max_concurrent=1, compile_wait_s=0), probe=page)
     await engine.create(spec("busy", trigger=ManualTrigger()))
     busy = await engine.run(RunTask(task_id="busy"))
     await engine.tick()  # the one slot is taken
     restock = spec("restock", trigger=in_stock())
     await engine.create(restock)
-    assert await engine.check_conditions() == {"restock": True}  # waits for the slot
+    assert await engine.check_due_conditions() == {"restock": True}  # waits for the slot
 
     await engine.create(restock)  # a producer's retry
     await engine.create(restock, key="intake-1")  # ... through the intake

@@ -1,5 +1,5 @@
 """The scheduler's pure rules: condition predicates, dispatch limits, the daily budget,
-recovery, max_failures, ids and the run ledger. No server, no store."""
+recovery, max_failures, ids, the run ledger and a task's own rules. No server, no store."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from contracts.base import SubjectToken
-from contracts.tasks import Above, Below, Contains, NotContains
+from contracts.tasks import Above, Below, Contains, IntervalTrigger, NotContains, TaskSpec
 from services.kernel.codec import decode, encode
 from services.kernel.ids import new_run_id
 from services.kernel.ids import slug as task_id_from_name
@@ -20,6 +20,9 @@ from services.scheduler.conditions import ConditionError, as_number, holds
 from services.scheduler.dispatch import Candidate, plan
 from services.scheduler.ids import run_id_for_key
 from services.scheduler.ledger import RunLedger
+from services.scheduler.task import Task
+from services.scheduler.task_events import Defined
+from services.scheduler.task_rules import outcome_of
 from tests.unit.conftest import T0
 
 DF = {
@@ -284,3 +287,40 @@ def test_ledger_folds_a_run_and_lists_newest_first() -> None:
         ledger.requested("a", f"r{i}", "schedule", T0 + timedelta(minutes=i))
     assert [r.run_id for r in ledger.list("a")] == ["r5", "r4"]  # only the newest kept
     assert len(ledger.list(limit=1)) == 1
+
+
+# --- a task's rules ----------------------------------------------------------------------
+
+
+def test_a_mistyped_outcome_field_is_an_error_not_ignored() -> None:
+    task = Task.open(Defined(task_id="t", spec=TaskSpec(name="t", prompt="p"), at=T0))
+    task.dispatch_run("r-1", "manual", T0)
+    with pytest.raises(TypeError, match="eror"):
+        task.finish_run("r-1", at=T0, status="failed", eror="boom")
+    assert task.state.in_flight is not None  # nothing recorded
+    with pytest.raises(TypeError, match="reported_by"):
+        outcome_of({"status": "failed", "reported_by": "runner"})
+    assert task.finish_run("r-1", at=T0, status="failed", error="boom") == "recorded"
+
+
+def test_a_task_defined_again_starts_afresh_and_keeps_its_history() -> None:
+    interval = TaskSpec(name="t", prompt="p", trigger=IntervalTrigger(every_s=60))
+    task = Task.open(Defined(task_id="t", spec=interval, at=T0))
+    slot = T0 + timedelta(minutes=1)
+    task.dispatch_run("r-1", "schedule", slot, slot)
+    task.finish_run("r-1", at=slot, status="failed", cost_usd=0.5)
+    task.pause("by hand", slot)
+    task.resume(slot)
+    task.request_run("r-2", "manual", slot)
+    task.delete("gone", slot)
+    later = T0 + timedelta(hours=1)
+    task.define_again(TaskSpec(name="t", prompt="again"), later)
+    state = task.state
+    assert (state.status, state.status_reason, state.spec.prompt) == ("active", None, "again")
+    assert (state.created_at, state.updated_at, state.trigger_set_at) == (T0, later, later)
+    assert state.resumed_at is None and state.last_fired_at is None
+    assert state.last_slot is None and state.deferred_to is None and state.pending is None
+    assert state.consecutive_failures == 0
+    # Its history stays.
+    assert (state.runs_dispatched, state.total_cost_usd) == (1, 0.5)
+    assert (state.last_run_id, state.recent) == ("r-1", {"r-1": "failed"})

@@ -33,6 +33,7 @@ from services.scheduler.clock import ManualClock
 from services.scheduler.engine import Scheduler, SchedulerConfig
 from services.scheduler.outbox import messages_for
 from services.scheduler.task import Task
+from services.scheduler.task_events import Defined
 from services.scheduler.triggers import TriggerState, next_due, passed_slots
 from tests.unit.conftest import T0
 
@@ -168,12 +169,12 @@ async def test_a_condition_skipped_for_the_budget_waits_for_the_next_day_without
         checks.append(clock.now())
         return "95"
 
-    engine = Scheduler(app, clock, SchedulerConfig(daily_budget_usd=1.0), check_condition=check)
+    engine = Scheduler(app, clock, SchedulerConfig(daily_budget_usd=1.0), probe=check)
     await spend(engine, clock, 5.0)
     # A cooldown longer than the wait: had the skip started it, midnight would not check.
     trigger = ConditionTrigger(tool="t", predicate=Above(value=90), every_s=1, cooldown_s=86_400)
     await engine.create(spec("hot", trigger=trigger))
-    assert await engine.check_conditions() == {"hot": True}
+    assert await engine.check_due_conditions() == {"hot": True}
     assert [t for t, _ in (await engine.tick()).skipped] == ["hot"]
     midnight = datetime(2025, 1, 7, tzinfo=UTC)
     assert await due_of(engine, "hot") == midnight
@@ -181,14 +182,14 @@ async def test_a_condition_skipped_for_the_budget_waits_for_the_next_day_without
     # Nothing could go out before the budget's day ends: no checks, one skip.
     for _ in range(100):
         clock.advance(60)
-        assert await engine.check_conditions() == {}
+        assert await engine.check_due_conditions() == {}
         assert (await engine.tick()).skipped == []
     (skipped,) = stored(app, Task.RunSkipped)
     assert "checked again from 2025-01-07T00:00:00+00:00" in skipped.reason
     assert len(checks) == 1
 
     clock.set(midnight)
-    assert await engine.check_conditions() == {"hot": True}
+    assert await engine.check_due_conditions() == {"hot": True}
     assert [t for t, _ in (await engine.tick()).dispatched] == ["hot"]
 
 
@@ -199,11 +200,11 @@ async def test_an_update_or_resume_ends_a_conditions_wait_for_the_budget(
     async def check(task_id: str, trigger: Any) -> Any:
         return "95"
 
-    engine = Scheduler(app, clock, SchedulerConfig(daily_budget_usd=1.0), check_condition=check)
+    engine = Scheduler(app, clock, SchedulerConfig(daily_budget_usd=1.0), probe=check)
     await spend(engine, clock, 5.0)
     trigger = ConditionTrigger(tool="t", predicate=Above(value=90), every_s=60)
     await engine.create(spec("hot", trigger=trigger))
-    await engine.check_conditions()
+    await engine.check_due_conditions()
     assert [t for t, _ in (await engine.tick()).skipped] == ["hot"]
 
     clock.advance(60)
@@ -214,7 +215,7 @@ async def test_an_update_or_resume_ends_a_conditions_wait_for_the_budget(
         await engine.resume(TaskRef(task_id="hot"))
     due = await due_of(engine, "hot")
     assert due is not None and due <= clock.now()
-    assert await engine.check_conditions() == {"hot": True}
+    assert await engine.check_due_conditions() == {"hot": True}
     assert [t for t, _ in (await engine.tick()).skipped] == ["hot"]  # still over it
     assert len(stored(app, Task.RunSkipped)) == 2
 
@@ -245,7 +246,11 @@ async def test_a_stored_trigger_a_later_rule_refuses_does_not_block_other_edits(
         predicate=Above(value=90, path="stdot"),
         every_s=60,
     )
-    app.save(Task(task_id="disk", spec=TaskSpec(name="disk", prompt="p", trigger=typo), at=T0))
+    app.save(
+        Task.open(
+            Defined(task_id="disk", spec=TaskSpec(name="disk", prompt="p", trigger=typo), at=T0)
+        )
+    )
     engine = Scheduler(app, clock)
     view = await engine.update(UpdateTask(task_id="disk", prompt="clean up", max_failures=5))
     assert view.spec.prompt == "clean up" and view.spec.max_failures == 5

@@ -22,6 +22,7 @@ import msgspec
 
 from contracts.executors import Executor
 from contracts.traces import Trace
+from services.compiler import executor_events as ev
 from services.compiler import health as h
 from services.compiler.compile import compile
 from services.compiler.store import ExecutorStore
@@ -55,9 +56,9 @@ def _fill(store: ExecutorStore, task_id: str, count: int) -> int:
     while written < count:
         n = min(BATCH, count - written)
 
-        def batch(state: h.Health, first: int = written, n: int = n) -> list[h.HealthEvent]:
+        def batch(state: h.Health, first: int = written, n: int = n) -> list[ev.HealthEvent]:
             return [
-                h.ReplaySucceeded(
+                ev.ReplaySucceeded(
                     at=start + timedelta(minutes=first + i),
                     version=1,
                     run_id=f"run-{first + i}",
