@@ -14,7 +14,7 @@ import math
 
 import pytest
 
-from services.compiler.expectations import MIN_ITEMS_FRACTION
+from services.compiler.step_checks import MIN_ITEMS_FRACTION
 from services.dev.bench.corpus_oracle import (
     ORIGIN,
     Visit,
