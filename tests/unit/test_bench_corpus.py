@@ -1,4 +1,4 @@
-"""The cost benchmark's corpus (services/dev/demo/corpus.py), checked without a browser.
+"""The cost benchmark's corpus (services/dev/bench/corpus/), checked without a browser.
 
 Every page renders on every layout; every task prompt parses in the stand-in model's
 vocabulary; on every layout a full run finds what the task needs by the stand-in's own
@@ -15,6 +15,9 @@ import math
 import pytest
 
 from services.compiler.step_checks import MIN_ITEMS_FRACTION
+from services.dev.bench.corpus.site import LAYOUTS, Layout
+from services.dev.bench.corpus.tasks import SITES, TASKS, CorpusTask, SiteServer
+from services.dev.bench.corpus.townhall import FORMS
 from services.dev.bench.corpus_oracle import (
     ORIGIN,
     Visit,
@@ -28,8 +31,6 @@ from services.dev.bench.corpus_oracle import (
     select,
     state,
 )
-from services.dev.demo.corpus import LAYOUTS, SITES, TASKS, CorpusTask, Layout, SiteServer
-from services.dev.demo.corpus_townhall import FORMS
 from services.dev.standin.scripts import (
     CANDIDATE_RECORDS,
     MAX_EXTRACT_ITEMS,

@@ -1,6 +1,6 @@
 """What the stand-in model's full run answers on a corpus page state, computed offline.
 
-The cost benchmark's corpus (services/dev/demo/corpus.py) is read with a small DOM
+The cost benchmark's corpus (services/dev/bench/corpus/) is read with a small DOM
 (html.parser) and a matcher for the simple selectors the stand-in uses (tags, classes,
 [attr], the descendant combinator); the stand-in's own policy functions (candidate
 lists, cheapest, detail and confirmation lines, list formatting) turn what they find into
@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from urllib.parse import urlsplit
 
-from services.dev.demo.corpus import SITES, CorpusTask, Layout, SiteServer
+from services.dev.bench.corpus.site import Layout
+from services.dev.bench.corpus.tasks import SITES, CorpusTask, SiteServer
 from services.dev.standin.reading import cheapest, confirmation_line, detail_value, format_list
 from services.dev.standin.scripts import (
     CANDIDATE_RECORDS,
