@@ -17,7 +17,7 @@ from contracts.base import (
 )
 
 # --- expectations checked on replay ----------------------------------------------------
-# services.compiler.expectations.check() is the one implementation of these checks.
+# services.executor.expectations.check() is the one implementation of these checks.
 
 
 class MinItems(msgspec.Struct, kw_only=True, tag="min_items", tag_field="kind"):
@@ -70,7 +70,7 @@ Expectation = MinItems | ContainsText | HttpStatus | ExitCode | InList | ValueLi
 # Steps are numbered 0.. in order (`index`); a step's output is kept under its index.
 # Strings in `input`, `prompt` and `template` may hold references to earlier outputs:
 # "{{step_N}}" or "{{step_N.path[0].field}}" (syntax and rendering:
-# services.compiler.references). A string that is exactly one reference keeps the JSON
+# services.executor.references). A string that is exactly one reference keeps the JSON
 # type of the value; references inside longer strings become text.
 
 

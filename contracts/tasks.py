@@ -129,7 +129,7 @@ class TaskSpec(Command, kw_only=True):
     max_iterations: PositiveInt = 30
     deadline_s: PositiveFloat = 600.0
     # Have the small model check each replayed answer against the form of the answer
-    # the executor came from; a failing verdict falls back (services/runner/quality.py).
+    # the executor came from; a failing verdict falls back (services/executor/quality.py).
     quality_check: bool = False
     max_failures: PositiveInt = 3
 

@@ -21,11 +21,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import anyio
 
 from services.cli.common import data_dir_problem, load_settings
+from services.dev.bench import harness
 
 SECTIONS = ["cost", "overhead", "throughput", "health", "browser"]
 # The names the JSON and the table give two sections work with --only too.
@@ -54,7 +54,7 @@ def section_names(only: list[str] | None) -> list[str]:
     return list(dict.fromkeys(ALIASES.get(name, name) for name in only or SECTIONS))
 
 
-def _in_own_process(harness: Any, name: str, quick: bool) -> Any:
+def _in_own_process(name: str, quick: bool) -> harness.Section:
     """Run one section as `rote bench --only NAME` in a child and read its JSON back."""
     with tempfile.TemporaryDirectory(prefix="rote-bench-") as tmp:
         out = Path(tmp) / f"{name}.json"
@@ -79,7 +79,6 @@ def run(args: argparse.Namespace) -> int:
         if problem:
             print(f"rote bench: {problem}", file=sys.stderr)
             return 2
-    harness = importlib.import_module("services.dev.bench.harness")
     names = section_names(args.only)
     started = time.perf_counter()
     if len(names) == 1:
@@ -87,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"running {names[0]}...", file=sys.stderr, flush=True)
         sections = [anyio.run(module.run, args.quick, backend="asyncio")]
     else:
-        sections = [_in_own_process(harness, name, args.quick) for name in names]
+        sections = [_in_own_process(name, args.quick) for name in names]
     duration = time.perf_counter() - started
     document = harness.to_json(sections, duration, args.quick)
     if args.output:

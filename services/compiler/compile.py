@@ -13,7 +13,7 @@ flow, dataflow/; the plan over the whole run is plan.py):
   dropped    a failed call, a read whose result nothing used (a probe: an extract that
              found nothing before one that did, a page read before choosing a
              selector), or a navigation that answered an HTTP error before another.
-Then: expectations the replay checks (expectations.py), a condition step after an
+Then: expectations the replay checks (step_checks.py), a condition step after an
 extract that later steps pick from (steps.py), and a result step producing the answer
 in the original run's form (result.py). Traces not worth compiling, and plans that
 leave nothing worth replaying, are skipped (skip.py); a small-model answer with no data
@@ -28,11 +28,11 @@ from contracts.traces import Trace
 from services.compiler.assembly import Assembly
 from services.compiler.dataflow.picks import Container, ListVerdict
 from services.compiler.dataflow.sources import Provenance
-from services.compiler.expectations import Content, structured_items
 from services.compiler.plan import Planned, analyse, prune, used_items, varying
 from services.compiler.result import result_step
 from services.compiler.skip import skip_plan, skip_reason
 from services.compiler.stats import stats
+from services.compiler.step_checks import Content, structured_items
 from services.compiler.steps import tool_step
 from services.executor.fingerprint import task_fingerprint
 from services.kernel.pricing import PriceTable

@@ -12,12 +12,9 @@ from services.compiler.dataflow.sources import Provenance
 from services.compiler.plan import Planned
 from services.compiler.recorded import non_empty
 from services.executor.toolkinds import is_content
+from services.kernel.secrets import MASK
 
 MIN_TOOL_STEPS = 2
-# What the tools service writes in place of a secret in the tool events a trace is built
-# from: services/kernel/secrets.py MASK (the literal here keeps this core free of the
-# kernel).
-SECRET_MASK = "[redacted]"
 
 
 def skip_reason(task: TaskSpec, trace: Trace) -> str | None:
@@ -84,7 +81,7 @@ def _unread_blob(step: TraceStep) -> bool:
 
 def _holds_mask(value: Any) -> bool:
     if isinstance(value, str):
-        return SECRET_MASK in value
+        return MASK in value  # what the tools service writes in place of a secret
     if isinstance(value, Mapping):
         return any(_holds_mask(k) or _holds_mask(v) for k, v in value.items())
     if isinstance(value, list | tuple):

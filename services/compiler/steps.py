@@ -14,10 +14,10 @@ from contracts.executors import ConditionStep, ToolStep
 from services.compiler.assembly import Assembly
 from services.compiler.dataflow.picks import pick_container
 from services.compiler.dataflow.sources import Pointer, Template
-from services.compiler.expectations import Content, expectations_for
 from services.compiler.judgement import pick_step, value_step
 from services.compiler.plan import Planned
 from services.compiler.recorded import non_empty
+from services.compiler.step_checks import Content, expectations_for
 from services.executor.references import Path, Ref, escape
 from services.executor.toolkinds import navigates
 

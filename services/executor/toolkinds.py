@@ -1,5 +1,6 @@
-"""What the compiler knows about each tool: whether it only reads (and so may be an
-exploratory probe), and what kind of value each input field holds.
+"""What each tool is, for the compiler and the replay alike: whether it only reads (and
+so may be an exploratory probe), navigates or acts, which of its failures are safe to
+retry, and what kind of value each input field holds.
 
 The kind of a value decides what its provenance may be:
   structure  selectors, directions, sizes: the model's choice of how, never data

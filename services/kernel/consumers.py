@@ -44,6 +44,7 @@ from services.kernel.errors import stopping
 from services.kernel.logs import get_logger
 from services.kernel.secrets import redact
 from services.kernel.streams import ensure_stream
+from services.kernel.text import cut_text
 
 log = get_logger("rote.consumers")
 
@@ -142,7 +143,7 @@ async def _settle(msg: Msg, action: str, consumer: str, delay: float | None = No
 
 def _described(exc: BaseException) -> str:
     """An exception for a log line: masked, then cut (half a secret would pass)."""
-    return redact(f"{type(exc).__name__}: {exc}")[:500]
+    return cut_text(redact(f"{type(exc).__name__}: {exc}"), 500)
 
 
 async def _heartbeat(msg: Msg, every_s: float) -> None:

@@ -22,27 +22,35 @@ def json_size(text: str) -> int:
 
 
 def cut_text(
-    text: str, limit: int, *, mark: str = ELLIPSIS, size: Callable[[str], int] = len
+    text: str,
+    limit: int,
+    *,
+    mark: str = ELLIPSIS,
+    size: Callable[[str], int] = len,
+    mark_after_limit: bool = False,
 ) -> str:
     """`text` if it fits in `limit` (as `size` measures it: characters by default);
-    else, masked, the longest head of it that fits with `mark` after it. A text that
-    only masking changed is returned masked; callers that must know whether anything
-    was cut compare the result with what they passed."""
+    else, masked, the longest head of it that fits with `mark` after it. With
+    `mark_after_limit` the head alone fits `limit` and the mark follows it (a tool's
+    output: its text is cut as soon as it is over `limit`, and `limit` of it is kept).
+    A text that only masking changed is returned masked; callers that must know whether
+    anything was cut compare the result with what they passed, or its size with `limit`."""
     if size(text) <= limit:
         return text
     text = redact(text)
     if size(text) <= limit:
         return text
-    if size(mark) > limit:
+    if not mark_after_limit and size(mark) > limit:
         mark = ""  # no room for the mark: the head alone
+    tail = "" if mark_after_limit else mark  # what must fit in `limit` after the head
     if size is len:
-        return text[: max(0, limit - len(mark))] + mark
+        return text[: max(0, limit - len(tail))] + mark
     # Any other measure (JSON bytes: escapes and multi-byte characters) is searched for,
     # among heads no longer than `limit`: no character measures less than one.
     lo, hi = 0, min(len(text), max(0, limit))
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if size(text[:mid] + mark) <= limit:
+        if size(text[:mid] + tail) <= limit:
             lo = mid
         else:
             hi = mid - 1

@@ -73,10 +73,10 @@ def _status_failure(exc: anthropic.APIStatusError) -> Failure:
     status = exc.status_code
     kind = exc.type or "error"
     detail = exc.api_message or exc.message
-    # Masked before it is cut: half a secret would no longer be recognised as one.
+    # Masked whole, short or not (cut_text masks only what it cuts).
     message = redact(f"model API answered {status} {kind}: {detail}")
-    if len(message) > MAX_DETAIL_CHARS:
-        message = message[:MAX_DETAIL_CHARS] + f" [... {len(message) - MAX_DETAIL_CHARS} more]"
+    more = f" [... {len(message) - MAX_DETAIL_CHARS} more]"
+    message = cut_text(message, MAX_DETAIL_CHARS, mark=more, mark_after_limit=True)
     wait = retry_after(exc.response.headers)
     if status in _RETRYABLE_STATUS:
         code, retryable = _RETRYABLE_STATUS[status], True

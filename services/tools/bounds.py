@@ -63,8 +63,8 @@ def _cut_key(key: Any, max_string: int, taken: dict[Any, Any]) -> tuple[Any, boo
     `#n` suffix, so no entry silently replaces another."""
     if not isinstance(key, str):
         return key, False
-    cut_key = cut_text(key, max_string + len(TRUNCATION_MARK), mark=TRUNCATION_MARK)
-    if cut := cut_key != key:
+    cut_key = cut_text(key, max_string, mark=TRUNCATION_MARK, mark_after_limit=True)
+    if cut := len(key) > max_string:
         n, unique = 2, cut_key
         while unique in taken:
             unique, n = f"{cut_key}#{n}", n + 1
@@ -74,10 +74,10 @@ def _cut_key(key: Any, max_string: int, taken: dict[Any, Any]) -> tuple[Any, boo
 
 def _cut(value: Any, max_string: int, max_items: int) -> tuple[Any, bool]:
     if isinstance(value, str):
-        # `max_string` of its text, then the mark. Masking a secret on the way counts as
-        # a cut: the output is not what was read.
-        bounded = cut_text(value, max_string + len(TRUNCATION_MARK), mark=TRUNCATION_MARK)
-        return bounded, bounded != value
+        # `max_string` of its text, then the mark. A string over the limit that masking
+        # alone made fit still counts as cut: the output is not what was read.
+        bounded = cut_text(value, max_string, mark=TRUNCATION_MARK, mark_after_limit=True)
+        return bounded, len(value) > max_string
     if isinstance(value, list):
         cut = len(value) > max_items
         items = []

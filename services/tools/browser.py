@@ -22,7 +22,7 @@ from playwright.async_api import Browser, BrowserContext, Page, Playwright, asyn
 from playwright.async_api import Error as PlaywrightError
 
 from services.kernel.logs import get_logger
-from services.kernel.text import cut_text
+from services.tools.browser_errors import first_line
 from services.tools.chromium import chromium_candidates, launch_args
 from services.tools.session import Session
 
@@ -34,6 +34,8 @@ CREATE_TIMEOUT_S = 10.0
 # Runs whose session died with Chromium, remembered until they come back (or end): a
 # bound, so runs that never return cannot grow it without end.
 MAX_LOST_REMEMBERED = 10_000
+# The first line of a failed launch, per Chromium tried, in the error that lists them.
+MAX_LAUNCH_ERROR_CHARS = 300
 
 
 class BrowserUnavailable(Exception):
@@ -175,10 +177,8 @@ class BrowserPool:
                     handle_sigint=False,
                 )
             except PlaywrightError as exc:
-                # Masked before the cut: half a secret would pass the later redact.
-                lines = (exc.message or str(exc)).strip().splitlines()
-                first_line = cut_text(lines[0], 300) if lines else type(exc).__name__
-                errors.append(f"{executable or 'playwright chromium'}: {first_line}")
+                quoted = first_line(exc, MAX_LAUNCH_ERROR_CHARS)
+                errors.append(f"{executable or 'playwright chromium'}: {quoted}")
                 continue
             return self._launched(browser, executable or own)
         hint = "install one (playwright install chromium) or set ROTE_CHROMIUM"

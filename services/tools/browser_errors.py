@@ -11,10 +11,12 @@ from services.tools.bounds import MAX_QUOTED_URL_CHARS
 MAX_ERROR_LINE_CHARS = 500
 
 
-def first_line(exc: PlaywrightError) -> str:
+def first_line(exc: PlaywrightError, limit: int = MAX_ERROR_LINE_CHARS) -> str:
+    """The first line of what Playwright said, cut to `limit` (the exception's type when
+    it said nothing)."""
     text = (exc.message or str(exc)).strip()
     # Masked before the cut (cut_text): half a secret no longer looks like one.
-    return cut_text(text.splitlines()[0], MAX_ERROR_LINE_CHARS) if text else type(exc).__name__
+    return cut_text(text.splitlines()[0], limit) if text else type(exc).__name__
 
 
 def quoted(url: str) -> str:

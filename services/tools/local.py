@@ -317,7 +317,9 @@ def file_read(path: Path, *, root: Path, max_chars: int) -> Outcome:
         whole = not more and len(text) <= wanted
         # `max_chars` of the file's text, then the mark.
         shown = _masked(text[:wanted], whole=whole)
-        text = cut_text(shown, max_chars + len(TRUNCATION_MARK), mark=TRUNCATION_MARK)
+        text = cut_text(shown, max_chars, mark=TRUNCATION_MARK, mark_after_limit=True)
+        if len(text) <= max_chars:  # masking alone made it fit: the file still went on
+            text += TRUNCATION_MARK
     return Outcome(text, ToolMetadata(), truncated)
 
 

@@ -63,9 +63,10 @@ async def read_page(
             parts.append(str(await frame.evaluate(READ_PAGE_JS)))
     raw = "\n\n".join(part for part in parts if part.strip())
     readable = readable_text(raw)
-    text = cut_text(readable, limits.max_page_chars + len(TRUNCATION_MARK), mark=TRUNCATION_MARK)
+    limit = limits.max_page_chars
+    text = cut_text(readable, limit, mark=TRUNCATION_MARK, mark_after_limit=True)
     title = await page_title(page)
-    return Outcome(text, ToolMetadata(url=page.url, title=title), text != readable)
+    return Outcome(text, ToolMetadata(url=page.url, title=title), len(readable) > limit)
 
 
 async def extract(

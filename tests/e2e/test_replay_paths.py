@@ -31,8 +31,8 @@ from contracts.runs import RunEvent, RunStarted, StartRun
 from contracts.tasks import TaskSpec
 from contracts.tools import ExecTool, ToolEvent
 from services.compiler.store import ExecutorStore
+from services.dev.bench.corpus.tasks import SITES, TASKS_BY_ID, SiteServer
 from services.dev.bench.corpus_oracle import expected_answer as oracle_answer
-from services.dev.demo.corpus import SITES, TASKS_BY_ID, SiteServer
 from services.dev.demo.site import DemoSite, stories
 from services.dev.standin.server import StandinServer
 from services.kernel.bus import Bus, routed

@@ -29,7 +29,7 @@ from contracts.llm import (
     ToolUseBlock,
     UsageEvent,
 )
-from services.dev.standin.policy import CANDIDATE_SELECTORS
+from services.dev.standin.scripts import CANDIDATE_SELECTORS
 from services.dev.standin.server import StandinServer
 from services.kernel.bus import Bus
 from services.kernel.codec import decode

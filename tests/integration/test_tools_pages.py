@@ -15,6 +15,7 @@ from urllib.parse import parse_qs, urlparse
 import anyio
 import pytest
 
+from services.kernel.text import TRUNCATION_MARK
 from services.tools.limits import BrowserLimits
 from services.tools.pages import MAX_OPEN_PAGES
 from services.tools.toolbox import ToolBox
@@ -112,6 +113,7 @@ document.querySelector(".deal").textContent = cut("Sale! 🎉 today");
     "/endless": '<title>E</title><div style="height:200000px">feed</div>',
     "/empty": "<title>Nothing yet</title>",
     "/tall": '<title>T</title><div style="height:3000px">article</div>',
+    "/hundred": "<title>H</title><p>" + "y" * 100 + "</p>",
     "/many": "<title>M</title>" + "".join(f"<p class=x>{'y' * 2000} {i}</p>" for i in range(500)),
     "/signin": """<title>S</title><style>a, button { text-transform: uppercase }</style>
 <a href="/a?google">Sign in with Google</a>
@@ -457,6 +459,21 @@ async def test_read_page_of_a_pdf_says_it_cannot_read_it(browser: Browser, site:
     # An empty web page is just that.
     await browser("browser_navigate", url=f"{site}/empty")
     assert (await browser("browser_read_page")).output == ""
+
+
+async def test_read_page_over_its_limit_shows_the_limit_then_the_mark(
+    browser: Browser, site: str
+) -> None:
+    await browser("browser_navigate", url=f"{site}/hundred")
+    config = browser.box.config
+    # The page's text is 100 characters: at, and 1, 16 and 17 over the limit.
+    for extra in (0, 1, len(TRUNCATION_MARK), len(TRUNCATION_MARK) + 1):
+        limits = replace(config.limits, max_page_chars=100 - extra)
+        reader = Browser(ToolBox(replace(config, limits=limits), browser.box.browsers))
+        page = await reader("browser_read_page")
+        assert page.ok and page.truncated == (extra > 0), (extra, page)
+        kept = "y" * (100 - extra)
+        assert page.output == (kept if extra == 0 else kept + TRUNCATION_MARK), extra
 
 
 async def test_read_page_includes_open_shadow_roots(browser: Browser, site: str) -> None:

@@ -1,4 +1,4 @@
-"""The cost benchmark's corpus (services/dev/demo/corpus.py), checked without a browser.
+"""The cost benchmark's corpus (services/dev/bench/corpus/), checked without a browser.
 
 Every page renders on every layout; every task prompt parses in the stand-in model's
 vocabulary; on every layout a full run finds what the task needs by the stand-in's own
@@ -14,7 +14,10 @@ import math
 
 import pytest
 
-from services.compiler.expectations import MIN_ITEMS_FRACTION
+from services.compiler.step_checks import MIN_ITEMS_FRACTION
+from services.dev.bench.corpus.site import LAYOUTS, Layout
+from services.dev.bench.corpus.tasks import SITES, TASKS, CorpusTask, SiteServer
+from services.dev.bench.corpus.townhall import FORMS
 from services.dev.bench.corpus_oracle import (
     ORIGIN,
     Visit,
@@ -28,9 +31,16 @@ from services.dev.bench.corpus_oracle import (
     select,
     state,
 )
-from services.dev.demo.corpus import LAYOUTS, SITES, TASKS, CorpusTask, Layout, SiteServer
-from services.dev.demo.corpus_townhall import FORMS
-from services.dev.standin import policy
+from services.dev.standin.scripts import (
+    CANDIDATE_RECORDS,
+    MAX_EXTRACT_ITEMS,
+    Cheapest,
+    Extract,
+    FillForm,
+    ReadPage,
+    TopN,
+)
+from services.dev.standin.vocabulary import parse_task
 
 EDITIONS = range(10)
 
@@ -65,20 +75,20 @@ def test_every_page_renders_on_every_layout(name: str, layout: Layout) -> None:
 
 @pytest.mark.parametrize("task", TASKS, ids=_IDS)
 def test_every_prompt_parses_in_the_standin_vocabulary(task: CorpusTask) -> None:
-    parsed = policy.parse_task(task.prompt_for(ORIGIN))
+    parsed = parse_task(task.prompt_for(ORIGIN))
     expected = {
-        "list": policy.TopN,
-        "click_list": policy.TopN,
-        "cheapest": policy.Cheapest,
-        "cheapest_detail": policy.Cheapest,
-        "form": policy.FillForm,
-        "read": policy.ReadPage,
-        "extract": policy.Extract,
+        "list": TopN,
+        "click_list": TopN,
+        "cheapest": Cheapest,
+        "cheapest_detail": Cheapest,
+        "form": FillForm,
+        "read": ReadPage,
+        "extract": Extract,
     }[task.kind]
     assert isinstance(parsed, expected), parsed
-    if isinstance(parsed, policy.TopN):
+    if isinstance(parsed, TopN):
         assert (parsed.click is not None) == (task.kind == "click_list")
-    if isinstance(parsed, policy.Cheapest):
+    if isinstance(parsed, Cheapest):
         assert (parsed.detail is not None) == (task.kind == "cheapest_detail")
     assert path_of(task) != "/"
 
@@ -88,7 +98,7 @@ def test_every_prompt_parses_in_the_standin_vocabulary(task: CorpusTask) -> None
 def test_a_full_run_answers_on_every_layout(task: CorpusTask, layout: Layout) -> None:
     for edition in (0, 5):
         answer = expected_answer(task, state(task, layout, edition))
-        assert "None" not in answer and answer.count("\n") <= policy.MAX_EXTRACT_ITEMS + 1
+        assert "None" not in answer and answer.count("\n") <= MAX_EXTRACT_ITEMS + 1
 
 
 def _recorded(task: CorpusTask, server: SiteServer) -> tuple[str, int]:
@@ -102,7 +112,7 @@ def _recorded(task: CorpusTask, server: SiteServer) -> tuple[str, int]:
 
 def _count_on(task: CorpusTask, server: SiteServer, selector: str) -> int:
     if task.kind in ("cheapest", "cheapest_detail"):
-        fields = dict(policy.CANDIDATE_RECORDS)[selector]
+        fields = dict(CANDIDATE_RECORDS)[selector]
         return len(records(Visit(server, "").get(path_of(task)), selector, fields))
     doc, _ = list_page(task, server)
     return len([n for n in select(doc, selector) if n.text])
@@ -122,15 +132,15 @@ def test_each_redesign_breaks_the_recorded_selector(task: CorpusTask) -> None:
 @pytest.mark.parametrize("task", [t for t in TASKS if not t.breaks], ids=lambda t: t.task_id)
 def test_other_tasks_survive_the_redesign(task: CorpusTask) -> None:
     assert task.kind in ("form", "read", "extract")
-    parsed = policy.parse_task(task.prompt_for(ORIGIN))
+    parsed = parse_task(task.prompt_for(ORIGIN))
     for layout in task.layouts:
         doc = Visit(state(task, layout, 2), "").get(path_of(task))
-        if isinstance(parsed, policy.FillForm):
+        if isinstance(parsed, FillForm):
             form = FORMS[path_of(task).strip("/")]
             names = {n.attrs["name"] for n in select(doc, "form")[0].walk() if "name" in n.attrs}
             assert names == {f.name for f in form.fields}
             assert set(parsed.fields) <= names
-        if isinstance(parsed, policy.Extract):
+        if isinstance(parsed, Extract):
             assert len(select(doc, parsed.selector)) >= 4
 
 

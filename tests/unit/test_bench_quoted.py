@@ -9,8 +9,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from services.dev.bench.corpus.tasks import TASKS_BY_ID
 from services.dev.bench.harness import percentile, quartiles
-from services.dev.demo.corpus import TASKS_BY_ID
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULT = ROOT / "services/dev/bench/results/full.json"

@@ -31,7 +31,7 @@ from contracts.tasks import ConditionTrigger, Contains
 from contracts.tools import ToolMetadata
 from contracts.traces import Trace, TraceStep
 from services.compiler.compile import compile
-from services.compiler.expectations import Content, title_to_expect
+from services.compiler.step_checks import Content, title_to_expect
 from services.executor import expectations, references
 
 DATA = Path(__file__).parent.parent / "data" / "traces"

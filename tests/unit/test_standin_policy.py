@@ -9,22 +9,19 @@ from typing import Any
 import pytest
 
 from contracts.tools import SESSION_LOST as RUNNER_SESSION_LOST
-from services.dev.standin.policy import (
-    CANDIDATE_RECORDS,
-    CANDIDATE_SELECTORS,
-    MAX_SESSION_RESTARTS,
-    STUCK_CALL,
+from services.dev.standin.conversation import (
     Answer,
     ApiFailure,
     Conversation,
     Decision,
     Step,
     ToolCall,
-    decide,
-    parse_fields,
-    parse_price,
     read_conversation,
 )
+from services.dev.standin.policy import MAX_SESSION_RESTARTS, STUCK_CALL, decide
+from services.dev.standin.reading import parse_price
+from services.dev.standin.scripts import CANDIDATE_RECORDS, CANDIDATE_SELECTORS
+from services.dev.standin.vocabulary import parse_fields
 from services.executor.quality import Verdict, parse_verdict, quality_prompt
 
 BROWSER = frozenset(
@@ -441,7 +438,8 @@ def test_a_truncation_note_after_json_output_is_ignored() -> None:
 def test_answer_again_prompt_answers_from_todays_data() -> None:
     # The compiler's llm result step for a form task: the stand-in must answer in the
     # same form as the full run, from the fresh page text it is given.
-    from services.dev.standin.policy import Answer, Conversation, decide
+    from services.dev.standin.conversation import Answer, Conversation
+    from services.dev.standin.policy import decide
 
     prompt = (
         "Task (for context): Open <url>, fill the form with name=Ada, plan=pro and report "

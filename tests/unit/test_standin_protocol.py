@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from services.dev.standin import protocol
-from services.dev.standin.policy import Answer, ToolCall
+from services.dev.standin.conversation import Answer, ToolCall
 from services.dev.standin.signing import DEFAULT_KEY
 
 KEY = DEFAULT_KEY

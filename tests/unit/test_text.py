@@ -20,6 +20,26 @@ def test_a_cut_text_fits_its_limit_with_its_mark() -> None:
     assert cut_text("x" * 100, 4, mark=TRUNCATION_MARK) == "xxxx"
 
 
+def test_with_the_mark_after_the_limit_a_text_over_it_keeps_limit_characters() -> None:
+    # A tool's output: cut as soon as it is over the limit, `limit` of it kept.
+    def cut(n: int) -> str:
+        return cut_text("x" * n, 40, mark=TRUNCATION_MARK, mark_after_limit=True)
+
+    assert cut(40) == "x" * 40
+    assert cut(41) == "x" * 40 + TRUNCATION_MARK
+    assert cut(40 + len(TRUNCATION_MARK)) == "x" * 40 + TRUNCATION_MARK
+    assert cut(41 + len(TRUNCATION_MARK)) == "x" * 40 + TRUNCATION_MARK
+    # However small the limit, the mark is shown.
+    assert cut_text("x" * 10, 4, mark=TRUNCATION_MARK, mark_after_limit=True) == (
+        "xxxx" + TRUNCATION_MARK
+    )
+    # Any measure: the head alone fits it.
+    text = "é\n" * 100
+    head = cut_text(text, 11, mark=TRUNCATION_MARK, size=json_size, mark_after_limit=True)
+    assert head.endswith(TRUNCATION_MARK) and json_size(head.removesuffix(TRUNCATION_MARK)) <= 11
+    assert json_size(text[: len(head) - len(TRUNCATION_MARK) + 1]) > 11
+
+
 def test_an_answers_head_is_the_longest_prefix_that_fits_as_json() -> None:
     # Escapes (a newline takes 2 bytes, a control character 6) and multi-byte
     # characters make a byte budget fewer characters.

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import msgspec
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -14,6 +15,8 @@ from services.kernel.text import TRUNCATION_MARK, cut_text
 from services.tools.bounds import (
     MAX_TITLE_CHARS,
     MAX_URL_CHARS,
+    _cut,
+    _cut_key,
     bound_metadata,
     bound_value,
     encoded_size,
@@ -27,12 +30,20 @@ from tests.strategies import json_values
 def test_short_values_are_untouched() -> None:
     value = {"a": ["x", 1, None], "b": "y"}
     assert bound_value(value, 1000) == (value, False)
-    assert cut_text("abc", 3, mark=TRUNCATION_MARK) == "abc"
+    assert cut_text("abc", 3, mark=TRUNCATION_MARK, mark_after_limit=True) == "abc"
 
 
 def test_long_text_is_cut_and_says_so() -> None:
-    text = cut_text("é" * 100, 10 + len(TRUNCATION_MARK), mark=TRUNCATION_MARK)
+    text = cut_text("é" * 100, 10, mark=TRUNCATION_MARK, mark_after_limit=True)
     assert text == "é" * 10 + "\n[... truncated]"
+
+
+@pytest.mark.parametrize("extra", [0, 1, len(TRUNCATION_MARK), len(TRUNCATION_MARK) + 1])
+def test_a_string_or_key_over_the_limit_keeps_the_limit_then_the_mark(extra: int) -> None:
+    text = "x" * (100 + extra)
+    want = (text, False) if extra == 0 else ("x" * 100 + TRUNCATION_MARK, True)
+    assert _cut(text, 100, 10) == want
+    assert _cut_key(text, 100, {}) == want
 
 
 def test_long_lists_and_strings_fit_the_budget() -> None:
@@ -136,7 +147,7 @@ def test_a_secret_in_an_output_is_masked_before_the_output_is_cut() -> None:
     register_secret(secret)
     page = "x" * 90 + secret + "y" * 100
     # The cut falls inside the secret.
-    text = cut_text(page, 100 + len(TRUNCATION_MARK), mark=TRUNCATION_MARK)
+    text = cut_text(page, 100, mark=TRUNCATION_MARK, mark_after_limit=True)
     assert text.endswith(TRUNCATION_MARK)
     assert "s3cr3t" not in text and text.startswith("x" * 90 + MASK)
     bounded, cut = bound_value({"text": page}, 160)

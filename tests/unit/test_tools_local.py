@@ -17,6 +17,8 @@ import anyio
 import pytest
 
 from services.kernel.errors import ServiceError
+from services.kernel.secrets import MASK, register_secret
+from services.kernel.text import TRUNCATION_MARK
 from services.tools import leftovers, local
 from services.tools.outcome import ToolFailure
 from services.tools.policy import PathRoots
@@ -152,6 +154,25 @@ def test_file_read_is_bounded_without_reading_everything(tmp_path: Path) -> None
     outcome = local.file_read(path, root=tmp_path, max_chars=1000)
     assert outcome.truncated
     assert outcome.output.startswith("y" * 1000) and len(outcome.output) < 1100
+
+
+@pytest.mark.parametrize("extra", [0, 1, len(TRUNCATION_MARK), len(TRUNCATION_MARK) + 1])
+def test_file_read_over_max_chars_shows_max_chars_then_the_mark(tmp_path: Path, extra: int) -> None:
+    path = tmp_path / "edge.txt"
+    path.write_text("y" * (100 + extra))
+    outcome = local.file_read(path, root=tmp_path, max_chars=100)
+    assert outcome.truncated == (extra > 0)
+    assert outcome.output == ("y" * 100 if extra == 0 else "y" * 100 + TRUNCATION_MARK)
+
+
+def test_file_read_cut_says_so_even_when_masking_made_it_short(tmp_path: Path) -> None:
+    secret = "file-read-secret-" + "k" * 200
+    register_secret(secret)
+    path = tmp_path / "env.txt"
+    path.write_text("a" * 10 + secret + "b" * 10)
+    outcome = local.file_read(path, root=tmp_path, max_chars=100)
+    assert outcome.truncated
+    assert outcome.output == "a" * 10 + MASK + "b" * 10 + TRUNCATION_MARK
 
 
 def test_file_read_failures(tmp_path: Path) -> None:

@@ -3,7 +3,7 @@
 The whole stack runs in-process (an embedded NATS with JetStream; system, llm, tools,
 compiler, tracer, runner; real Chromium; SQLite event stores in a temporary data dir)
 with the stand-in model over HTTP through the anthropic SDK. Each corpus task
-(services/dev/demo/corpus.py) gets its own local site and runs on a schedule: the content
+(services/dev/bench/corpus/) gets its own local site and runs on a schedule: the content
 edition advances every run, and the layout changes before the runs the task names (a
 redesign). For every run, on the same page state:
 
@@ -39,10 +39,10 @@ from pathlib import Path
 
 import anyio
 
+from services.dev.bench.corpus.tasks import TASKS, TASKS_BY_ID, CorpusTask
 from services.dev.bench.cost_runs import RunRecord, Watcher, drive
 from services.dev.bench.cost_summary import summarise
 from services.dev.bench.harness import Section, render_table, to_json
-from services.dev.demo.corpus import TASKS, TASKS_BY_ID, CorpusTask
 from services.dev.standin.server import StandinServer
 from services.kernel.embedded_nats import EmbeddedNats, free_port
 from services.kernel.logs import configure_logging

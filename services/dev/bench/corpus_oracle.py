@@ -1,6 +1,6 @@
 """What the stand-in model's full run answers on a corpus page state, computed offline.
 
-The cost benchmark's corpus (services/dev/demo/corpus.py) is read with a small DOM
+The cost benchmark's corpus (services/dev/bench/corpus/) is read with a small DOM
 (html.parser) and a matcher for the simple selectors the stand-in uses (tags, classes,
 [attr], the descendant combinator); the stand-in's own policy functions (candidate
 lists, cheapest, detail and confirmation lines, list formatting) turn what they find into
@@ -15,8 +15,20 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from urllib.parse import urlsplit
 
-from services.dev.demo.corpus import SITES, CorpusTask, Layout, SiteServer
-from services.dev.standin import policy
+from services.dev.bench.corpus.site import Layout
+from services.dev.bench.corpus.tasks import SITES, CorpusTask, SiteServer
+from services.dev.standin.reading import cheapest, confirmation_line, detail_value, format_list
+from services.dev.standin.scripts import (
+    CANDIDATE_RECORDS,
+    CANDIDATE_SELECTORS,
+    READ_LINES,
+    Cheapest,
+    Extract,
+    FillForm,
+    ReadPage,
+    TopN,
+)
+from services.dev.standin.vocabulary import parse_task
 
 ORIGIN = "http://127.0.0.1:8000"
 
@@ -154,7 +166,7 @@ class Visit:
 
 
 def path_of(task: CorpusTask) -> str:
-    parsed = policy.parse_task(task.prompt_for(ORIGIN))
+    parsed = parse_task(task.prompt_for(ORIGIN))
     assert parsed is not None and hasattr(parsed, "url")
     url = parsed.url
     assert url.startswith(ORIGIN)
@@ -167,9 +179,9 @@ def click_target(doc: Node, text: str) -> str:
     return links[0].attrs["href"]
 
 
-def list_page(task: CorpusTask, server: SiteServer) -> tuple[Node, policy.TopN]:
-    parsed = policy.parse_task(task.prompt_for(ORIGIN))
-    assert isinstance(parsed, policy.TopN)
+def list_page(task: CorpusTask, server: SiteServer) -> tuple[Node, TopN]:
+    parsed = parse_task(task.prompt_for(ORIGIN))
+    assert isinstance(parsed, TopN)
     visit = Visit(server, "")
     doc = visit.get(path_of(task))
     if parsed.click is not None:
@@ -180,7 +192,7 @@ def list_page(task: CorpusTask, server: SiteServer) -> tuple[Node, policy.TopN]:
 def found_list(task: CorpusTask, server: SiteServer) -> tuple[str, list[str]]:
     """The candidate selector a full run settles on, and the items it extracts."""
     doc, parsed = list_page(task, server)
-    for selector in policy.CANDIDATE_SELECTORS:
+    for selector in CANDIDATE_SELECTORS:
         items = [n.text for n in select(doc, selector) if n.text]
         if len(items) >= parsed.n:
             return selector, items
@@ -195,22 +207,22 @@ def records(doc: Node, selector: str, fields: dict[str, str]) -> list[dict[str, 
 
 def found_records(task: CorpusTask, server: SiteServer) -> tuple[str, list[dict[str, str | None]]]:
     doc = Visit(server, "").get(path_of(task))
-    for selector, fields in policy.CANDIDATE_RECORDS:
+    for selector, fields in CANDIDATE_RECORDS:
         rows = records(doc, selector, fields)
-        if policy.cheapest(rows) is not None:
+        if cheapest(rows) is not None:
             return selector, rows
     raise AssertionError(f"{task.task_id}: no candidate record finds a priced item")
 
 
 def expected_answer(task: CorpusTask, server: SiteServer) -> str:
     """What the stand-in's full run answers on the server's current page state."""
-    parsed = policy.parse_task(task.prompt_for(ORIGIN))
-    if isinstance(parsed, policy.TopN):
+    parsed = parse_task(task.prompt_for(ORIGIN))
+    if isinstance(parsed, TopN):
         _, items = found_list(task, server)
-        return policy.format_list(f"Top {parsed.n} {parsed.things}:", items[: parsed.n])
-    if isinstance(parsed, policy.Cheapest):
+        return format_list(f"Top {parsed.n} {parsed.things}:", items[: parsed.n])
+    if isinstance(parsed, Cheapest):
         _, rows = found_records(task, server)
-        best = policy.cheapest(rows)
+        best = cheapest(rows)
         assert best is not None
         answer = f"Cheapest {parsed.thing}: {best['name']} at {best['price']}"
         if parsed.detail is None:
@@ -218,10 +230,10 @@ def expected_answer(task: CorpusTask, server: SiteServer) -> str:
         visit = Visit(server, "")
         doc = visit.get(path_of(task))
         detail = visit.get(click_target(doc, str(best["name"])))
-        value = policy.detail_value("\n".join(detail.lines()), parsed.detail)
+        value = detail_value("\n".join(detail.lines()), parsed.detail)
         assert value, f"{task.task_id}: the detail page has no {parsed.detail}"
         return f"{answer}; {parsed.detail}: {value}"
-    if isinstance(parsed, policy.FillForm):
+    if isinstance(parsed, FillForm):
         doc = Visit(server, "").get(path_of(task))
         names = {n.attrs.get("name") for n in select(doc, "form")[0].walk()}
         missing = set(parsed.fields) - names
@@ -229,17 +241,17 @@ def expected_answer(task: CorpusTask, server: SiteServer) -> str:
         action = select(doc, "form")[0].attrs["action"]
         status, body = server.render(action, dict(parsed.fields))
         assert status == 200
-        line = policy.confirmation_line("\n".join(parse(body).lines()))
+        line = confirmation_line("\n".join(parse(body).lines()))
         assert line, f"{task.task_id}: no confirmation on {action}"
         return f"Confirmation: {line}"
-    if isinstance(parsed, policy.ReadPage):
+    if isinstance(parsed, ReadPage):
         lines = Visit(server, "").get(path_of(task)).lines()
-        return "\n".join(["The page reads:", *lines[: policy.READ_LINES]])
-    if isinstance(parsed, policy.Extract):
+        return "\n".join(["The page reads:", *lines[:READ_LINES]])
+    if isinstance(parsed, Extract):
         doc = Visit(server, "").get(path_of(task))
         items = [n.text for n in select(doc, parsed.selector)]
         assert items, f"{task.task_id}: {parsed.selector} matches nothing"
-        return policy.format_list(f"Items matching {parsed.selector}:", items)
+        return format_list(f"Items matching {parsed.selector}:", items)
     raise AssertionError(f"{task.task_id}: unexpected task {parsed!r}")
 
 

@@ -17,8 +17,9 @@ from contracts.base import utc_now
 from contracts.executors import ExecutorEvent
 from contracts.runs import RunEvent, RunStarted, StartRun
 from contracts.tasks import OnceTrigger, TaskSpec
+from services.dev.bench.corpus.site import Layout
+from services.dev.bench.corpus.tasks import SITES, CorpusTask, SiteServer
 from services.dev.bench.corpus_oracle import expected_answer
-from services.dev.demo.corpus import SITES, CorpusTask, Layout, SiteServer
 from services.executor.cost import full_run_cost
 from services.kernel.bus import Bus, routed
 from services.kernel.replay_read import read_all

@@ -9,9 +9,9 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from services.dev.bench.corpus.tasks import TASKS_BY_ID, CorpusTask
 from services.dev.bench.cost_runs import RunRecord
 from services.dev.bench.harness import Metric, Section
-from services.dev.demo.corpus import TASKS_BY_ID, CorpusTask
 
 # The projection: a month of hourly runs, a layout change every week.
 MONTH_RUNS = 24 * 30

@@ -1,2 +1,2 @@
-"""The offline demo: a local website whose layout can change, and the scripted walk
-through a task's life (`rote demo`)."""
+"""The offline demo: a local website whose layout can change (site.py, served by
+pages.py), and the scripted walk through a task's life (scenario.py, `rote demo`)."""

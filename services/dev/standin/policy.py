@@ -92,67 +92,8 @@ from services.dev.standin.conversation import (
     Decision,
     Step,
     ToolCall,
-    read_conversation,
 )
-from services.dev.standin.reading import (
-    cheapest,
-    confirmation_line,
-    detail_value,
-    format_list,
-    parse_price,
-)
-from services.dev.standin.scripts import (
-    CANDIDATE_RECORDS,
-    CANDIDATE_SELECTORS,
-    MAX_EXTRACT_ITEMS,
-    READ_LINES,
-    Cheapest,
-    Extract,
-    FillForm,
-    ReadPage,
-    Title,
-    TopN,
-)
-from services.dev.standin.vocabulary import MARKER, VOCABULARY, Task, parse_fields, parse_task
-
-# The policy whole, for its callers (the server, the bench's oracle, the tests): what it
-# decides from, the tasks it scripts and the readings its answers rest on.
-__all__ = [
-    "CANDIDATE_RECORDS",
-    "CANDIDATE_SELECTORS",
-    "MARKERS",
-    "MAX_EXTRACT_ITEMS",
-    "MAX_SESSION_RESTARTS",
-    "READ_LINES",
-    "STUCK_CALL",
-    "VOCABULARY",
-    "Answer",
-    "ApiFailure",
-    "Cheapest",
-    "Conversation",
-    "Decision",
-    "Extract",
-    "FillForm",
-    "ReadPage",
-    "Step",
-    "Task",
-    "Title",
-    "ToolCall",
-    "TopN",
-    "cheapest",
-    "confirmation_line",
-    "current_session",
-    "decide",
-    "detail_value",
-    "format_list",
-    "markers",
-    "parse_fields",
-    "parse_price",
-    "parse_task",
-    "read_conversation",
-    "session_lost",
-    "understood",
-]
+from services.dev.standin.vocabulary import MARKER, VOCABULARY, parse_task
 
 MARKERS: list[str] = [
     "[standin:stuck]",

@@ -37,7 +37,9 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from services.dev.standin import policy, protocol
+from services.dev.standin.conversation import Decision, read_conversation
 from services.dev.standin.signing import DEFAULT_KEY
+from services.dev.standin.vocabulary import VOCABULARY
 from services.kernel.logs import get_logger
 from services.kernel.secrets import redact
 
@@ -128,12 +130,12 @@ def _model_info(model_id: str) -> dict[str, str]:
     }
 
 
-def _decide(body: Any) -> policy.Decision:
-    return policy.decide(policy.read_conversation(body))
+def _decide(body: Any) -> Decision:
+    return policy.decide(read_conversation(body))
 
 
 def _index_page() -> str:
-    forms = "".join(f"<li><code>{html.escape(f)}</code></li>" for f in policy.VOCABULARY)
+    forms = "".join(f"<li><code>{html.escape(f)}</code></li>" for f in VOCABULARY)
     marks = "".join(f"<li><code>{html.escape(m)}</code></li>" for m in policy.MARKERS)
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>rote stand-in model (not Claude)</title></head>

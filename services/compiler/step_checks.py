@@ -1,4 +1,5 @@
-"""What a replay checks after each tool step (`expectations_for`): the HTTP status, the
+"""The checks a replay makes after each tool step, built at compile time
+(`expectations_for`; services/executor/expectations.py runs them): the HTTP status, the
 items an extract found, the lines a page read has, an exit code, and a page title only
 where one trace can justify it (`title_to_expect`).
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from services.dev.demo.corpus_site import (
+from services.dev.bench.corpus.site import (
     Item,
     Layout,
     Site,

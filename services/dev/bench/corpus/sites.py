@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import random
 
-from services.dev.demo.corpus_lists import ListSite, top_list
-from services.dev.demo.corpus_site import (
+from services.dev.bench.corpus.lists import ListSite, top_list
+from services.dev.bench.corpus.site import (
     LIST_SIZE,
     Item,
     Layout,

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from services.dev.demo.corpus_site import (
+from services.dev.bench.corpus.site import (
     Layout,
     Site,
     esc,

@@ -1,36 +1,14 @@
-"""Local sites and recurring tasks for the cost benchmark (services/dev/bench/bench_cost.py).
-
-Eight small sites, each rendered in three layouts (v1 -> v2 -> v3) and in numbered
-editions. An edition changes the content (new stories, moved prices, fresh reference
-numbers), so a replay must read the page again; a layout change is a redesign: the list
-a task reads moves to markup that a *different* entry of the stand-in model's candidate
-lists finds (services/dev/standin/scripts.py CANDIDATE_SELECTORS and CANDIDATE_RECORDS), so
-the selector a compiled executor recorded finds nothing any more. Forms keep their
-field names through a redesign, page reads use no selector and an extract of a class
-every layout keeps still matches: those tasks survive layout changes, as they would on
-real sites.
-
-Each task is a prompt in the stand-in's vocabulary with `{url}` for the site's origin.
-Every task gets its own `SiteServer` (its own port, layout and edition), so tasks can
-run side by side on their own schedules.
-
-    with SiteServer(SITES["gazette"]) as server:
-        server.layout, server.edition = "v2", 3
-        prompt = TASKS[0].prompt_for(server.url)
-
-This module holds the tasks, the sites by name and their server; corpus_site.py what a
-site is made of, corpus_lists.py the list sites' markup, corpus_sites.py the seven list
-sites' content and corpus_townhall.py the forms.
-"""
+"""The cost benchmark's recurring tasks, its sites by name and the server that serves one
+site in a chosen layout and edition (what the corpus is: services/dev/bench/corpus/)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal, TypedDict, Unpack
 
-from services.dev.demo.corpus_site import LAYOUTS, Layout, Site
-from services.dev.demo.corpus_sites import BOOKSHOP, EVENTS, FARES, GAZETTE, JOBS, KITCHEN, STAYS
-from services.dev.demo.corpus_townhall import TOWNHALL
+from services.dev.bench.corpus.site import LAYOUTS, Layout, Site
+from services.dev.bench.corpus.sites import BOOKSHOP, EVENTS, FARES, GAZETTE, JOBS, KITCHEN, STAYS
+from services.dev.bench.corpus.townhall import TOWNHALL
 from services.dev.demo.pages import PageServer, Rendered
 
 SITES: dict[str, Site] = {
