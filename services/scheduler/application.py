@@ -44,7 +44,7 @@ from services.scheduler.task_events import (
     RunStarted,
     UntrackedRun,
 )
-from services.scheduler.task_rules import DueUnder, TaskState, outcome_of
+from services.scheduler.task_rules import DueUnder, RunSkip, TaskState, outcome_of
 from services.scheduler.triggers import TriggerError, next_due
 
 log = get_logger("rote.scheduler")
@@ -361,33 +361,9 @@ class Tasks(Application[UUID]):
             lambda t: t.dispatch_run(run_id, origin, at, slot, queued=queued, due_under=due_under),
         )[1]
 
-    def skip(
-        self,
-        task_id: str,
-        reason: str,
-        origin: RunOrigin,
-        at: datetime,
-        run_id: str | None,
-        slot: datetime | None = None,
-        budget_from: datetime | None = None,
-        *,
-        queued: bool = False,
-        due_under: DueUnder | None = None,
-    ) -> bool:
+    def skip(self, task_id: str, skip: RunSkip) -> bool:
         """Whether the skip was recorded (Task.skip_run says when it is not)."""
-        return self._command(
-            task_id,
-            lambda t: t.skip_run(
-                reason,
-                origin,
-                at,
-                run_id,
-                slot,
-                budget_from,
-                queued=queued,
-                due_under=due_under,
-            ),
-        )[1]
+        return self._command(task_id, lambda t: t.skip_run(skip))[1]
 
     def start(self, task_id: str, run_id: str, at: datetime, attempt: int = 1) -> bool:
         try:

@@ -43,6 +43,7 @@ from services.scheduler.condition_watch import ConditionWatch, Probe
 from services.scheduler.dispatch import Candidate, plan
 from services.scheduler.ids import run_id_for_key
 from services.scheduler.task import Task
+from services.scheduler.task_rules import RunSkip
 from services.scheduler.triggers import TriggerError, next_due, passed_slots
 
 log = get_logger("rote.scheduler")
@@ -447,18 +448,17 @@ class Scheduler:
             # Every skip the plan makes is over budget, which lifts the next UTC day. As
             # for a dispatch, the task has the last word: a pause since the tick's look
             # (which skips a queued run itself) leaves nothing to skip here.
-            skipped = await _in_thread(
-                self.app.skip,
-                candidate.task_id,
-                reason,
-                candidate.origin,
-                now,
-                candidate.run_id,
-                candidate.slot,
-                next_utc_day(now),
+            skip = RunSkip(
+                reason=reason,
+                origin=candidate.origin,
+                at=now,
+                run_id=candidate.run_id,
+                slot=candidate.slot,
+                budget_from=next_utc_day(now),
                 queued=candidate.run_id is not None,
                 due_under=candidate.due_under,
             )
+            skipped = await _in_thread(self.app.skip, candidate.task_id, skip)
             if not skipped:
                 log.info("run_not_skipped", origin=candidate.origin, reason="task changed")
                 return

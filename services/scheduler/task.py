@@ -202,39 +202,10 @@ class Task(Folded[TaskState, ev.Defined, ev.TaskEvent]):
         self.record(rules.decide_pause_after(self.state, finished[0]))
         return "recorded"
 
-    def skip_run(
-        self,
-        reason: str,
-        origin: RunOrigin,
-        at: datetime,
-        run_id: str | None,
-        slot: datetime | None = None,
-        budget_from: datetime | None = None,
-        *,
-        queued: bool = False,
-        due_under: DueUnder | None = None,
-    ) -> bool:
-        """A due run that will not go out (over budget, task paused). It consumes its
-        schedule slot (`slot`, as in dispatch_run), or the pending request it came from
-        (`queued`). False (nothing recorded) when, as for dispatch_run, the caller's
-        earlier look is stale: the queued run is gone, the task no longer active, or its
-        trigger changed.
-        Over budget (`budget_from`: when the budget allows runs again) a `once` is not
-        used up but kept until then, and a condition is not checked again until then
-        (nothing could go out before: one skip, not one per check) nor does its cooldown
-        start: only a run that went out waits one out."""
-        decided = rules.decide_skip(
-            self.state,
-            reason,
-            origin,
-            at,
-            run_id,
-            slot,
-            budget_from,
-            queued=queued,
-            due_under=due_under,
-        )
-        return bool(self.record(decided))
+    def skip_run(self, skip: rules.RunSkip) -> bool:
+        """A due run that will not go out (rules.RunSkip says how). False (nothing
+        recorded) when, as for dispatch_run, the caller's earlier look is stale."""
+        return bool(self.record(rules.decide_skip(self.state, skip)))
 
 
 class UntrackedRuns(Folded[UntrackedState, ev.DayOpened, ev.UntrackedRun]):

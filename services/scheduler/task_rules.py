@@ -323,7 +323,8 @@ def _skip_pending(state: TaskState, why: str, at: datetime) -> list[TaskEvent]:
     if state.pending is None:
         return []
     pending = state.pending
-    return decide_skip(state, why, pending.origin, at, pending.run_id, queued=True)
+    skip = RunSkip(reason=why, origin=pending.origin, at=at, run_id=pending.run_id, queued=True)
+    return decide_skip(state, skip)
 
 
 def decide_resume(state: TaskState, at: datetime) -> list[TaskEvent]:
@@ -436,23 +437,32 @@ def decide_pause_after(state: TaskState, finished: RunFinished) -> list[TaskEven
     return _paused(state, why, finished.at)
 
 
-def decide_skip(
-    state: TaskState,
-    reason: str,
-    origin: RunOrigin,
-    at: datetime,
-    run_id: str | None,
-    slot: datetime | None = None,
-    budget_from: datetime | None = None,
-    *,
-    queued: bool = False,
-    due_under: DueUnder | None = None,
-) -> list[TaskEvent]:
-    """A due run that will not go out (see Task.skip_run)."""
-    if not _still_due(state, run_id, queued, due_under):
+class RunSkip(msgspec.Struct, frozen=True, kw_only=True):
+    """A due run that will not go out (over budget, task paused). It consumes its
+    schedule slot (`slot`, as a dispatch does), or the pending request it came from
+    (`queued`). Over budget (`budget_from`: when the budget allows runs again) a `once`
+    is not used up but kept until then, and a condition is not checked again until then
+    (nothing could go out before: one skip, not one per check) nor does its cooldown
+    start: only a run that went out waits one out. `due_under`: the trigger a scheduled
+    run fell due under (see _still_due)."""
+
+    reason: str
+    origin: RunOrigin
+    at: datetime
+    run_id: str | None = None
+    slot: datetime | None = None
+    budget_from: datetime | None = None
+    queued: bool = False
+    due_under: DueUnder | None = None
+
+
+def decide_skip(state: TaskState, skip: RunSkip) -> list[TaskEvent]:
+    """The skip, unless the caller's earlier look is stale: the queued run is gone, the
+    task no longer active, or its trigger changed (nothing is recorded then)."""
+    if not _still_due(state, skip.run_id, skip.queued, skip.due_under):
         return []
-    deferred_to = None
-    if budget_from is not None and origin in SCHEDULED_ORIGINS:
+    reason, budget_from, deferred_to = skip.reason, skip.budget_from, None
+    if budget_from is not None and skip.origin in SCHEDULED_ORIGINS:
         if isinstance(state.spec.trigger, OnceTrigger):
             deferred_to = budget_from
             reason = (
@@ -465,11 +475,15 @@ def decide_skip(
                 f"{reason}; the condition is checked again from"
                 f" {budget_from.isoformat()} (or when the task is updated or resumed)"
             )
-    return [
-        RunSkipped(
-            reason=reason, origin=origin, at=at, run_id=run_id, slot=slot, deferred_to=deferred_to
-        )
-    ]
+    skipped = RunSkipped(
+        reason=reason,
+        origin=skip.origin,
+        at=skip.at,
+        run_id=skip.run_id,
+        slot=skip.slot,
+        deferred_to=deferred_to,
+    )
+    return [skipped]
 
 
 # --- untracked runs ----------------------------------------------------------------------

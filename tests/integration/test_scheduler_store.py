@@ -28,6 +28,7 @@ from services.kernel.event_store import application_env
 from services.kernel.settings import Settings
 from services.scheduler.application import Tasks, to_view
 from services.scheduler.task import Task
+from services.scheduler.task_rules import RunSkip
 
 T0 = datetime(2025, 1, 6, 8, 0, tzinfo=UTC)
 
@@ -88,7 +89,7 @@ def test_a_task_lives_and_a_fresh_process_rebuilds_it(open_app: type[Tasks]) -> 
     )
     assert result == "recorded"
     assert app.finish("price-watch", "run-1", at(961), status="completed") == "duplicate"
-    app.skip("price-watch", "over budget", "schedule", at(1800), None)
+    app.skip("price-watch", RunSkip(reason="over budget", origin="schedule", at=at(1800)))
 
     fresh = open_app()
     task = fresh.get("price-watch")
