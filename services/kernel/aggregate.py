@@ -17,6 +17,7 @@ Executor) on the eventsourcing library.
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypeVar, cast
@@ -117,18 +118,18 @@ class Folded(Aggregate, Generic[S, C, E]):
         }
 
     @classmethod
+    @abstractmethod
     def start(cls, opening: C) -> S:
         """The state as the opening event leaves it."""
-        raise NotImplementedError
 
+    @abstractmethod
     def fold(self, event: E) -> None:
         """Fold one recorded event into `state` (the rules' `apply`)."""
-        raise NotImplementedError
 
     @classmethod
+    @abstractmethod
     def id_of(cls, opening: C) -> UUID:
         """The aggregate id the opening event names."""
-        raise NotImplementedError
 
     def context(self) -> dict[str, Any]:
         """What every event recorded from now on carries besides its own fields, for

@@ -15,10 +15,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
-pytestmark = pytest.mark.skipif(
-    not LINT_IMPORTS.exists(), reason="import-linter is not installed (pip install -e .[dev])"
-)
-
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
     # The tree under test first on the path, so its packages are the ones analysed.

@@ -30,8 +30,8 @@ from services.dev.bench.harness import Metric, Section, render_table, to_json
 from services.kernel.event_store import application_env
 from services.kernel.settings import Settings
 
-# A full run of the demo's "top 3 headlines" task (a copy of tests/data/traces/news_top3.json,
-# shipped with the bench so that it runs from an installed package).
+# A full run of the demo's "top 3 headlines" task, shipped with the bench so that it runs
+# from an installed package (tests/data/traces/news_top3.json links to it).
 TRACE = Path(__file__).parent / "trace_news_top3.json"
 TARGET_MS = 20.0
 SNAPSHOT_EVERY = 50

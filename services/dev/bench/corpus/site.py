@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import html
 import random
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -97,20 +98,21 @@ def priced(
 # --- the sites ------------------------------------------------------------------------------
 
 
-class Site:
+class Site(ABC):
     """A site renders any of its paths in a layout and an edition."""
 
     name: str = ""
     title: str = ""
 
+    @abstractmethod
     def render(
         self, path: str, layout: Layout, edition: int, form: dict[str, str] | None = None
     ) -> Rendered:
-        raise NotImplementedError
+        """The page at `path`, in `layout` at `edition` (`form`: a POST's fields)."""
 
+    @abstractmethod
     def paths(self, edition: int) -> list[str]:
         """Every GET page, for checks."""
-        raise NotImplementedError
 
 
 def path_parts(path: str) -> list[str]:
