@@ -21,6 +21,9 @@ ERROR_STATUS: dict[str, int] = {
     "command_denied": 403,
     "not_found": 404,
     "conflict": 409,
+    # An action sent under an idempotency key that an earlier call with that key started
+    # and never finished: whether it acted is unknown, so it is not run again.
+    "in_doubt": 409,
     "too_large": 413,  # over the NATS max payload
     "rate_limited": 429,
     "internal": 500,

@@ -22,6 +22,10 @@ FailureReason = Literal[
     "replay_failed",
     # Never went out: its task was paused or deleted first, or the day's budget spent.
     "skipped",
+    # An action of the run may or may not have happened (its call started, its outcome
+    # is unknown) and no check could tell: the run stopped rather than act again, and
+    # its task is paused until someone looks (the error names the step).
+    "needs_attention",
 ]
 RunOrigin = Literal["schedule", "manual", "condition", "operator", "catch_up"]
 

@@ -53,6 +53,9 @@ EXECUTORS_STATS: Final = api("executors", "stats")
 TOOLS_LIST: Final = api("tools", "list")
 TOOLS_EXEC: Final = api("tools", "exec")
 TOOLS_CLOSE_SESSION: Final = api("tools", "close_session")
+# What became of an acting call sent under an idempotency key (and, fenced, that it
+# never runs later if it has not run yet): how a run settles an action in doubt.
+TOOLS_CALL_STATUS: Final = api("tools", "call_status")
 
 
 def tools_exec_on(instance: str) -> str:
@@ -171,6 +174,12 @@ BUCKET_RELAY: Final = "rote_relay"
 BUCKET_TRANSCRIPTS: Final = "rote_transcripts"
 # Key-value bucket of leases (one holder per role, e.g. "scheduler"); keys expire.
 BUCKET_LEASES: Final = "rote_leases"
+# Key-value bucket: each run's effect journal (contracts/effects.py), key
+# <run_id>.<effect key>, and its terminal event, key <run_id>.finished.
+BUCKET_EFFECTS: Final = "rote_effects"
+# Key-value bucket: the tools service's record of each acting call it ran under an
+# idempotency key, key <run_id>.<idempotency key>; any tools process reads it.
+BUCKET_TOOL_CALLS: Final = "rote_tool_calls"
 
 # Headers.
 HEADER_MSG_ID: Final = "Nats-Msg-Id"

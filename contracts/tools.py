@@ -51,6 +51,10 @@ class ExecTool(Command, kw_only=True):
     attempt: Annotated[int, msgspec.Meta(ge=1)] = 1
     # The model's tool_use id (full-LLM calls): ties the call to the transcript.
     tool_use_id: Annotated[str, msgspec.Meta(max_length=128)] | None = None
+    # Set on acting calls (a click, a submit, a write): the same key, for the same run,
+    # runs at most once on any tools process, across their restarts. A repeat gets the
+    # first call's result, or `in_doubt` when that one started and never finished.
+    idempotency_key: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_~-]{1,64}$")] | None = None
 
 
 class ToolMetadata(msgspec.Struct, kw_only=True):
@@ -77,6 +81,33 @@ class ToolResult(Reply, kw_only=True):
     # The tools process that holds this run's browser session: later calls of the run
     # go to it directly (subjects.tools_exec_on), so several processes can share runs.
     served_by: str | None = None
+
+
+class CallStatusQuery(Command, kw_only=True):
+    """rote.api.tools.call_status: what became of the call sent as `key` for `run_id`.
+    `fence`: a key no call has used yet is closed, so a request still on its way can
+    never run later under it (the caller then knows it did not act)."""
+
+    run_id: SubjectToken
+    key: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_~-]{1,64}$")]
+    fence: bool = True
+
+
+CallState = Literal["unknown", "fenced", "running", "finished", "in_doubt"]
+
+
+class CallStatus(Reply, kw_only=True):
+    """unknown: no call used the key (fence=false); fenced: none did, and none will;
+    running: a call is running under it, until `until` at the latest; finished: it ran,
+    `result` is what it answered; in_doubt: it started and never finished (its tools
+    process died mid-call), so whether it acted is unknown."""
+
+    run_id: str
+    key: str
+    state: CallState
+    result: ToolResult | None = None
+    started_at: UtcDatetime | None = None
+    until: UtcDatetime | None = None
 
 
 class CloseSession(Command, kw_only=True):
