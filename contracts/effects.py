@@ -23,6 +23,9 @@ from contracts.tools import ToolMetadata
 # done: it ran, `ok`/`output`/`error` are what it answered;
 # not_done: it never ran (a check showed it, and closed its key so it never will);
 # in_doubt: it started and no check could tell whether it acted.
+# The key, beside a run's effects, of its terminal event.
+FINISHED_KEY = "finished"
+
 EffectState = Literal["intended", "done", "not_done", "in_doubt"]
 
 

@@ -127,6 +127,10 @@ class RunEvent(Event, kw_only=True):
     spec: TaskSpec | None = None
     origin: RunOrigin | None = None
     attempt: int = 1
+    # Actions the run did not do again because its effect journal showed them done (an
+    # earlier delivery, or the replay it fell back from, did them): their recorded
+    # results stood in. Its trace would not show them happening, so none is built.
+    resumed_actions: int = 0
 
 
 # --- queries ---------------------------------------------------------------------------

@@ -14,14 +14,19 @@ import zlib
 
 import msgspec
 from nats.aio.msg import Msg
+from nats.js.kv import KeyValue
 
 from contracts import subjects as s
+from contracts.effects import FINISHED_KEY, Effect
 from contracts.executors import ActiveExecutor, ExecutorRef
 from contracts.llm import CompleteReply, CompleteRequest, TextEvent, ToolDefinition, Usage
-from contracts.tools import ExecTool, ListTools, ToolList, ToolResult
+from contracts.runs import RunEvent
+from contracts.tools import CallStatus, CallStatusQuery, ExecTool, ListTools, ToolList, ToolResult
 from services.kernel.bus import Bus, routed
+from services.kernel.codec import decode, encode
 from services.kernel.errors import RemoteError
 from services.kernel.logs import get_logger
+from services.kernel.replay_read import read_all
 from services.kernel.secrets import redact
 from services.kernel.tools_client import ToolsClient
 from services.runner.ports import PortError, Ports, named_call
@@ -34,6 +39,9 @@ LLM_TIMEOUT_S = 300.0
 # LLM_TIMEOUT_S. A slow call is not re-sent: it looks just like a lost one, and a
 # re-send another llm process took would pay for it twice.
 LLM_RESENDS = 3
+# How long asking the tools service what became of an action's call may take (NATS
+# may be coming back from an outage: the request waits for it).
+CALL_STATUS_TIMEOUT_S = 30.0
 
 
 class ExecutorCache:
@@ -131,6 +139,12 @@ def bus_ports(bus: Bus, executors: ExecutorCache | None = None) -> Ports:
     async def close_session(run_id: str, attempt: int) -> None:
         await tools.close(run_id, attempt)
 
+    async def call_status(query: CallStatusQuery) -> CallStatus:
+        try:
+            return await tools.call_status(query, timeout=CALL_STATUS_TIMEOUT_S)
+        except RemoteError as exc:
+            raise PortError(exc.code, exc.message) from None
+
     async def list_tools(names: list[str]) -> list[ToolDefinition]:
         try:
             return (await bus.request(s.TOOLS_LIST, ListTools(names=names), ToolList)).tools
@@ -156,4 +170,42 @@ def bus_ports(bus: Bus, executors: ExecutorCache | None = None) -> Ports:
         active_executor=executors.get,
         close_session=close_session,
         max_payload=bus.nc.max_payload,
+        call_status=call_status,
     )
+
+
+class KvEffects:
+    """The runs' effect journals in the JetStream key-value bucket `rote_effects`
+    (replicated like rote's other buckets): any runner reads a run's journal."""
+
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+        self._kv: KeyValue | None = None
+
+    async def _bucket(self) -> KeyValue:
+        if self._kv is None:
+            self._kv = await self.bus.js.key_value(s.BUCKET_EFFECTS)
+        return self._kv
+
+    async def load(self, run_id: str) -> tuple[dict[str, Effect], RunEvent | None]:
+        await self._bucket()
+        msgs = await read_all(
+            self.bus.js, f"KV_{s.BUCKET_EFFECTS}", f"$KV.{s.BUCKET_EFFECTS}.{run_id}.>"
+        )
+        effects: dict[str, Effect] = {}
+        finished: RunEvent | None = None
+        for msg in msgs:
+            if (msg.headers or {}).get("KV-Operation") in ("DEL", "PURGE"):
+                continue
+            key = msg.subject.rsplit(".", 1)[-1]
+            if key == FINISHED_KEY:
+                finished = decode(msg.data, RunEvent)
+            else:
+                effects[key] = decode(msg.data, Effect)
+        return effects, finished
+
+    async def put(self, effect: Effect) -> None:
+        await (await self._bucket()).put(f"{effect.run_id}.{effect.key}", encode(effect))
+
+    async def put_finished(self, event: RunEvent) -> None:
+        await (await self._bucket()).put(f"{event.run_id}.{FINISHED_KEY}", encode(event))

@@ -38,6 +38,7 @@ from contracts.tools import ExecTool, ToolResult
 from services.kernel.codec import encode
 from services.kernel.logs import get_logger
 from services.runner.accounting import Ledger
+from services.runner.effects import resume_note
 from services.runner.ports import PortError, RunScope
 from services.runner.stuck import StuckDetector
 
@@ -220,6 +221,7 @@ class AgentLoop:
         self.task_id = scope.task_id
         self.attempt = scope.attempt
         self.transcript = scope.transcript
+        self.effects = scope.effects
         self.ledger = ledger
         self.tool_timeout_s = tool_timeout_s
         self.max_tool_timeout_s = max_tool_timeout_s
@@ -258,7 +260,7 @@ class AgentLoop:
                 error=exc.message,
                 infrastructure=exc.code in FATAL_TOOL_CODES,
             )
-        messages = [Message(role="user", content=self.spec.prompt)]
+        messages = [Message(role="user", content=self._prompt())]
         self.transcript.message(messages[0])
         stuck = StuckDetector()
 
@@ -284,6 +286,12 @@ class AgentLoop:
             reason="max_iterations",
             error=f"no answer after {self.spec.max_iterations} model turns",
         )
+
+    def _prompt(self) -> str:
+        """The task's prompt; for a run resumed after some of its actions happened, with
+        what they were and returned, so the model does not do them again."""
+        note = resume_note(self.effects.happened()) if self.effects is not None else None
+        return self.spec.prompt if note is None else f"{self.spec.prompt}\n\n{note}"
 
     async def _ask(
         self, messages: list[Message], tools: list[ToolDefinition]
@@ -417,7 +425,11 @@ class AgentLoop:
             tool_use_id=use.id,
         )
         try:
-            result = await self.ports.exec_tool(request)
+            if self.effects is not None:
+                # A repeat of an action the run already did gets that one's result.
+                result = await self.effects.run_call(request, self.ports.exec_tool)
+            else:
+                result = await self.ports.exec_tool(request)
         except PortError as exc:
             error = f"{exc.code}: {exc.message}"
             block = ToolResultBlock(tool_use_id=use.id, content=error, is_error=True)

@@ -37,8 +37,10 @@ from services.runner.agent_loop import (
     MAX_TOOL_TIMEOUT_S,
     AgentLoop,
     AgentOutcome,
+    time_left,
 )
 from services.runner.bounds import abandon_error
+from services.runner.effects import ActionInDoubt, EffectStore, RunEffects
 from services.runner.ports import Ports, PublishRunEvent, RunScope
 from services.runner.replay import Replayer, ReplayResult
 from services.runner.transcript import TranscriptRecorder
@@ -83,6 +85,8 @@ class AttemptNeeds:
     ports: Ports
     limits: Limits
     publish: PublishRunEvent
+    # Where runs' effect journals live (effects.py); None: actions are not journaled.
+    journal: EffectStore | None = None
 
 
 @dataclass
@@ -99,7 +103,15 @@ class AttemptState:
     # The run ledger's cost when path B's full loop began (None: it never began).
     loop_from_usd: float | None = None
 
-    def cut_off_replay(self, ledger: Ledger, reason: str) -> None:
+    def stop_in_doubt(self, ledger: Ledger, doubt: ActionInDoubt) -> None:
+        """An action may have happened and nothing can tell: the run stops, asking for
+        a person. A replay cut off by it is not the executor's failure."""
+        self.cut_off_replay(ledger, str(doubt), infrastructure=True)
+        self.outcome = AgentOutcome(
+            ok=False, reason="needs_attention", error=str(doubt), ledger=ledger
+        )
+
+    def cut_off_replay(self, ledger: Ledger, reason: str, *, infrastructure: bool = False) -> None:
         """The deadline stopped the replay mid-step: the executor failed this run (its
         health must hear of it) and what its steps spent is part of the run's cost."""
         replayer = self.replayer
@@ -115,6 +127,7 @@ class AttemptState:
             tokens=replayer.ledger.snapshot(),
             cost_usd=round(replayer.ledger.cost_usd, 8),
             duration_ms=int((time.monotonic() - replayer.started) * 1000),
+            infrastructure=infrastructure,
         )
 
 
@@ -135,6 +148,8 @@ class AttemptResult:
     # What path B's full loop cost alone (None: it never ran). A full run's cost, which
     # replays are measured against, is one full loop, never a dead attempt's too.
     loop_cost_usd: float | None
+    # Actions answered from the run's effect journal instead of done again.
+    resumed_actions: int = 0
 
 
 def terminal_event(
@@ -167,6 +182,7 @@ def terminal_event(
         replay=result.replay,
         origin=request.origin,
         attempt=attempt,
+        resumed_actions=result.resumed_actions,
     )
 
 
@@ -193,6 +209,7 @@ class RunAttempt:
         transcript: TranscriptRecorder,
         limits: Limits,
         publish: PublishRunEvent,
+        effects: RunEffects | None = None,
     ) -> None:
         self.request = request
         self.scope = RunScope(
@@ -202,6 +219,7 @@ class RunAttempt:
             task_id=request.task_id,
             attempt=attempt,
             transcript=transcript,
+            effects=effects,
         )
         self.limits = limits
         self.publish = publish
@@ -217,16 +235,10 @@ class RunAttempt:
             # Nothing starts with no time left (a replay cut off before its first
             # step would count as the executor's failure): it ends below, `deadline`.
             if remaining > 0:
-                await self._path_a(ledger, state, deadline.deadline, earlier_replay)
-                if state.outcome is None:
-                    state.loop_from_usd = ledger.cost_usd
-                    state.outcome = await AgentLoop(
-                        self.scope,
-                        ledger=ledger,
-                        tool_timeout_s=min(self.limits.tool_timeout_s, remaining),
-                        max_tool_timeout_s=min(self.limits.max_tool_timeout_s, remaining),
-                        deadline=deadline.deadline,
-                    ).run()
+                try:
+                    await self._paths(ledger, state, deadline.deadline, earlier_replay)
+                except ActionInDoubt as doubt:
+                    state.stop_in_doubt(ledger, doubt)
         outcome = state.outcome
         # The loop (or the replay) ends as `deadline` itself when a call came back just as
         # time ran out.
@@ -245,7 +257,31 @@ class RunAttempt:
             loop_cost_usd=(
                 None if state.loop_from_usd is None else ledger.cost_usd - state.loop_from_usd
             ),
+            resumed_actions=self.scope.effects.answered if self.scope.effects else 0,
         )
+
+    async def _paths(
+        self,
+        ledger: Ledger,
+        state: AttemptState,
+        deadline: float,
+        earlier_replay: ReplayOutcome | None,
+    ) -> None:
+        """Path A, then path B if A gave no answer. First, any action an earlier delivery
+        left unsettled is settled (effects.py): one in doubt stops the run here."""
+        if self.scope.effects is not None:
+            await self.scope.effects.settle_earlier()
+        await self._path_a(ledger, state, deadline, earlier_replay)
+        if state.outcome is None:
+            remaining = time_left(deadline)
+            state.loop_from_usd = ledger.cost_usd
+            state.outcome = await AgentLoop(
+                self.scope,
+                ledger=ledger,
+                tool_timeout_s=min(self.limits.tool_timeout_s, remaining),
+                max_tool_timeout_s=min(self.limits.max_tool_timeout_s, remaining),
+                deadline=deadline,
+            ).run()
 
     async def _path_a(
         self,

@@ -41,6 +41,7 @@ from services.runner.attempt import (
 )
 from services.runner.bounds import abandon_error
 from services.runner.claims import RunClaims
+from services.runner.effects import RunEffects
 from services.runner.prior import PriorDeliveries
 from services.runner.transcript import TranscriptRecorder
 
@@ -48,6 +49,10 @@ log = get_logger("rote.runner")
 
 # How long a broken attempt may spend saving its transcript (it holds up a shutdown).
 TRANSCRIPT_SAVE_S = 5.0
+# How long a run's terminal event is tried (across a JetStream leader election, a NATS
+# restart) before the delivery gives up and breaks; well inside the delivery's
+# redelivery bound, which its heartbeat extends meanwhile.
+END_PUBLISH_S = 60.0
 
 
 class RunExecution:
@@ -73,6 +78,13 @@ class RunExecution:
         delivery holds, and return the run's terminal event (also when it was not
         published: another runner's, or an earlier ending's, stands)."""
         spec = request.spec
+        effects, ended = await self._journal(request, attempt)
+        if ended is not None:
+            # The run ended and its end was recorded, but its event may not have reached
+            # the stream (the delivery broke publishing it): only that is done again.
+            log.info("run_end_republished", status=ended.status)
+            await self._publish_end(ended, request.run_id)
+            return ended
         # The deadline bounds the run's wall-clock time, not each delivery's: a
         # redelivered run gets only what its first start left of it.
         prior = await self.prior.load(request, attempt)
@@ -107,6 +119,7 @@ class RunExecution:
             transcript=transcript,
             limits=needs.limits,
             publish=needs.publish,
+            effects=effects,
         )
         try:
             result = await run.run(elapsed, prior.failed_replay)
@@ -115,7 +128,37 @@ class RunExecution:
             raise
         if attempt > 1:  # what the earlier, broken attempts spent is this run's cost too
             result.ledger.merge(await self.prior.spent_before(request.run_id, started_at))
-        return await self._end(request, attempt, claim, transcript, result, started)
+        return await self._end(request, attempt, claim, transcript, result, started, effects)
+
+    async def _journal(
+        self, request: RunRequest, attempt: int
+    ) -> tuple[RunEffects | None, RunEvent | None]:
+        """The run's effect journal, and its recorded end if it has one. A first delivery
+        starts an empty one; a later one reads what earlier ones recorded, and breaks
+        (to be delivered again) when it cannot: acting without it could act twice."""
+        journal = self.needs.journal
+        if journal is None:
+            return None, None
+        check = self.needs.ports.call_status
+        if attempt <= 1:
+            return RunEffects(request.run_id, attempt, journal, check), None
+        return await RunEffects.load(request.run_id, attempt, journal, check)
+
+    async def _publish_end(self, event: RunEvent, run_id: str) -> None:
+        """Publish the run's terminal event, trying again (same Nats-Msg-Id) while
+        JetStream elects a leader or NATS comes back, for up to END_PUBLISH_S. The
+        delivery's heartbeat keeps it ours meanwhile; past that it breaks, and the next
+        delivery finds the end recorded in the journal and only publishes it."""
+        pause = 0.25
+        with anyio.fail_after(END_PUBLISH_S):
+            while True:
+                try:
+                    await self.needs.publish(event, f"{run_id}:finished")
+                    return
+                except Exception as exc:
+                    log.warning("run_end_unpublished", error=str(exc), retry_in_s=pause)
+                await anyio.sleep(pause)
+                pause = min(pause * 2, 4.0)
 
     async def _carry_over(self, transcript: TranscriptRecorder, run_id: str) -> None:
         """An attempt with no time left runs nothing: rather than write over the earlier
@@ -161,6 +204,7 @@ class RunExecution:
         transcript: TranscriptRecorder,
         result: AttemptResult,
         started: float,
+        effects: RunEffects | None,
     ) -> RunEvent:
         """Close the session, save the transcript and publish the run's terminal event,
         unless the run is no longer this runner's to end."""
@@ -189,7 +233,9 @@ class RunExecution:
             elif taken_over:
                 log.warning("run_outcome_dropped", already="claimed by another runner")
             else:
-                await self.needs.publish(finished, f"{request.run_id}:finished")
+                if effects is not None:
+                    await effects.record_finished(finished)
+                await self._publish_end(finished, request.run_id)
         log.info(
             "run_finished",
             status=finished.status,

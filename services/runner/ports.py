@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -17,8 +18,11 @@ from contracts.executors import ActiveExecutor
 from contracts.llm import CompleteReply, CompleteRequest, TextEvent, ToolDefinition
 from contracts.runs import RunEvent
 from contracts.tasks import TaskSpec
-from contracts.tools import ExecTool, ToolResult
+from contracts.tools import CallStatus, CallStatusQuery, ExecTool, ToolResult
 from services.runner.transcript import TranscriptRecorder
+
+if TYPE_CHECKING:
+    from services.runner.effects import RunEffects
 
 # NATS' default max_payload (1 MB), and what infra/nats configures.
 DEFAULT_MAX_PAYLOAD = 1024 * 1024
@@ -50,6 +54,9 @@ class Ports:
     # The largest request, in bytes, `complete` can carry (the bus's max payload; NATS
     # defaults to 1 MB): the agent loop fits its conversation under it.
     max_payload: int = DEFAULT_MAX_PAYLOAD
+    # What became of an acting call sent under an idempotency key (the tools service's
+    # record of it): how a run settles an action in doubt. None: nothing can tell.
+    call_status: Callable[[CallStatusQuery], Awaitable[CallStatus]] | None = None
 
 
 # Publishes one of the run's lifecycle events under its Nats-Msg-Id. The service masks
@@ -68,6 +75,9 @@ class RunScope:
     task_id: str
     attempt: int
     transcript: TranscriptRecorder
+    # The run's effect journal (effects.py); None: actions are not journaled (offline
+    # tools and tests that build a scope by hand).
+    effects: RunEffects | None = None
 
 
 def named_call(request: CompleteRequest) -> CompleteRequest:

@@ -144,6 +144,7 @@ class Replayer:
         self.task_id = scope.task_id
         self.attempt = scope.attempt
         self.transcript = scope.transcript
+        self.effects = scope.effects
         # Every step is tried at least once, whatever the caller passed.
         self.retries = max(0, retries)
         self.backoff_s = max(0.0, backoff_s)
@@ -322,7 +323,11 @@ class Replayer:
             attempt=self.attempt,
         )
         try:
-            result = await self.ports.exec_tool(request)
+            if self.effects is not None and acts(tool):
+                # Done by an earlier delivery: its recorded result, not a second time.
+                result = await self.effects.run_step(f"x{index}", request, self.ports.exec_tool)
+            else:
+                result = await self.ports.exec_tool(request)
         except PortError as exc:
             failed = _port_failure(index, tool, exc)
             # No reply (a timeout, a tools service that died mid-call) does not mean the

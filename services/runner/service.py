@@ -35,7 +35,7 @@ from services.kernel.run_store import RunStore, TranscriptUnreadable
 from services.kernel.runtime import ServiceContext
 from services.kernel.secrets import redact
 from services.kernel.text import cut_text, json_size
-from services.runner.adapters import ExecutorCache, bus_ports
+from services.runner.adapters import ExecutorCache, KvEffects, bus_ports
 from services.runner.attempt import AttemptNeeds, Limits
 from services.runner.bounds import MAX_EVENT_ERROR_CHARS, REF_PLACEHOLDER
 from services.runner.claims import RunClaims
@@ -71,6 +71,7 @@ class Runner:
                 replay_backoff_s=ctx.settings.replay_backoff_s,
             ),
             publish=self.publish,
+            journal=KvEffects(ctx.bus),
         )
         self.execution = RunExecution(
             needs, store=self.store, claims=self.claims, prior=PriorDeliveries(ctx.bus)

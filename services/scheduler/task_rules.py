@@ -423,7 +423,11 @@ def unrecorded(state: TaskState, run_id: str, reason: str | None) -> str:
 def decide_pause_after(state: TaskState, finished: RunFinished) -> list[TaskEvent]:
     """max_failures failed runs in a row pause the task; a run failed by the
     infrastructure (a service could not serve it) says nothing about the task.
-    Decided on the state `finished` left."""
+    Decided on the state `finished` left. A run that stopped because one of its
+    actions may or may not have happened (`needs_attention`) pauses the task at once:
+    the next run would face the same doubt, and a person must look first."""
+    if finished.reason == "needs_attention" and state.status == "active":
+        return _paused(state, f"a run needs attention: {finished.error}", finished.at)
     if (
         finished.status != "failed"
         or finished.infrastructure

@@ -76,6 +76,13 @@ class Tracer:
     async def on_run_completed(self, event: RunEvent, msg: Msg) -> None:
         if event.event != "completed" or event.source != "full_llm":
             return
+        if event.resumed_actions:
+            # Some of its actions were answered from its effect journal, not done in
+            # this attempt: a trace of it would leave them out. A later full run's will do.
+            log.info(
+                "trace_skipped_resumed_run", run_id=event.run_id, actions=event.resumed_actions
+            )
+            return
         with structlog.contextvars.bound_contextvars(run_id=event.run_id, task_id=event.task_id):
             started = await self.runs.last_event(event.run_id, "started")
             if started is None:

@@ -777,3 +777,27 @@ async def test_the_run_ledger_says_which_runs_fell_back_and_what_they_used(
     await engine.on_run_event(healed)
     (listed,) = (await engine.runs(ListRuns(task_id="news", limit=5))).runs
     assert listed.fell_back and listed.tokens["claude-sonnet-5-5"].input_tokens == 3000
+
+
+async def test_a_run_that_needs_attention_pauses_its_task_at_once(
+    app: Tasks, clock: ManualClock
+) -> None:
+    """An action that may or may not have happened: the next run would face the same
+    doubt, so the task waits for a person, whatever its max_failures."""
+    engine = scheduler(app, clock)
+    await engine.create(spec("m", trigger=ManualTrigger(), max_failures=5))
+    first = await engine.run(RunTask(task_id="m"))
+    await engine.tick()
+    doubt = msgspec.structs.replace(
+        outcome("m", first.run_id, clock.now(), ok=False),
+        reason="needs_attention",
+        error="step 1 (browser_fill_form) may or may not have happened",
+    )
+    await engine.on_run_event(doubt)
+    view = await engine.get(TaskRef(task_id="m"))
+    assert (view.status, view.consecutive_failures) == ("paused", 1)
+    assert view.status_reason is not None
+    assert (
+        "needs attention" in view.status_reason
+        and "step 1 (browser_fill_form)" in view.status_reason
+    )
