@@ -13,10 +13,17 @@ import pytest
 from contracts.base import utc_now
 from contracts.effects import Effect
 from contracts.errors import ErrorInfo
-from contracts.executors import ActiveExecutor, ExecutorHealth, ResultStep, ToolStep
+from contracts.executors import (
+    ActiveExecutor,
+    ExecutorHealth,
+    ExecutorStep,
+    ResultStep,
+    ToolStep,
+)
 from contracts.llm import (
     CompleteReply,
     CompleteRequest,
+    ContentBlock,
     TextBlock,
     TextEvent,
     ToolDefinition,
@@ -274,7 +281,7 @@ class Run:
     def ports(self) -> Ports:
         async def complete(req: CompleteRequest) -> CompleteReply:
             self.model_turns += 1
-            content = (
+            content: list[ContentBlock] = (
                 [ToolUseBlock(id="u1", name="browser_fill_form", input=FORM)]
                 if self.model_turns == 1
                 else [TextBlock(text="Signed up")]
@@ -310,7 +317,7 @@ class Run:
 
 
 def submit_executor() -> ActiveExecutor:
-    steps = [
+    steps: list[ExecutorStep] = [
         ToolStep(index=0, tool="browser_fill_form", input=FORM),
         ResultStep(index=1, mode="template", template="Signed up"),
     ]
