@@ -324,6 +324,7 @@ class RunAttempt:
             deadline=deadline,
         )
         result: ReplayResult = await state.replayer.run()
+        effects = self.scope.effects
         if result.out_of_time:
             # The deadline passed just before a step's call: the run ends there, as when
             # it cuts the replay off mid-step (run() records the replay's failure).
@@ -338,7 +339,9 @@ class RunAttempt:
             tokens=result.ledger.snapshot(),
             cost_usd=round(result.ledger.cost_usd, 8),
             duration_ms=result.duration_ms,
-            infrastructure=result.infrastructure,
+            # A replay resumed after actions answered from the journal reads pages those
+            # actions did not leave this time: its failure says nothing of the executor.
+            infrastructure=result.infrastructure or bool(effects and effects.answered),
         )
         if result.ok:
             state.source = "executor"

@@ -15,6 +15,7 @@ from contracts.effects import Effect
 from contracts.errors import ErrorInfo
 from contracts.executors import (
     ActiveExecutor,
+    ContainsText,
     ExecutorHealth,
     ExecutorStep,
     ResultStep,
@@ -372,3 +373,29 @@ async def test_an_action_in_doubt_stops_the_run_for_a_person() -> None:
     assert result.outcome.reason == "needs_attention"
     assert "browser_fill_form" in (result.outcome.error or "")
     assert run.tools.ran == [] and run.model_turns == 0  # neither replayed nor run in full
+
+
+async def test_a_resumed_replay_that_then_breaks_is_not_held_against_the_executor() -> None:
+    """Its read after the answered submit sees the page as it loads now, not as the
+    submit left it: the failure says nothing of the executor."""
+    steps: list[ExecutorStep] = [
+        ToolStep(index=0, tool="browser_fill_form", input=FORM),
+        ToolStep(
+            index=1, tool="browser_read_page", input={}, expect=[ContainsText(text="Welcome")]
+        ),
+        ResultStep(index=2, mode="template", template="Signed up"),
+    ]
+    active = ActiveExecutor(
+        executor=hand_built_executor(TASK, steps, version=2),
+        health=ExecutorHealth(task_id=TASK, status="active", version=2),
+    )
+    store = MemoryEffects()
+    run = Run(active=active)
+    first, _ = await attempt(run, store, 1)
+    assert first.replay is not None and not first.replay.ok
+    assert not first.replay.infrastructure  # a plain broken replay counts
+    run.model_turns = 0
+    second, _ = await attempt(run, store, 2)
+    assert second.replay is not None and not second.replay.ok
+    assert second.replay.infrastructure
+    assert [r.tool for r in run.tools.ran].count("browser_fill_form") == 1
