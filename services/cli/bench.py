@@ -27,7 +27,7 @@ import anyio
 from services.cli.common import data_dir_problem, load_settings
 from services.dev.bench import harness
 
-SECTIONS = ["cost", "overhead", "throughput", "health", "browser"]
+SECTIONS = ["cost", "overhead", "journal", "throughput", "health", "browser"]
 # The names the JSON and the table give two sections work with --only too.
 ALIASES = {"executor_health": "health", "browser_acquire": "browser"}
 

@@ -144,6 +144,16 @@ class RunExecution:
             return RunEffects(request.run_id, attempt, journal, check), None
         return await RunEffects.load(request.run_id, attempt, journal, check)
 
+    async def _recorded_end(self, run_id: str) -> RunEvent | None:
+        """The run's end as its journal recorded it, if it did and it can be read."""
+        if self.needs.journal is None:
+            return None
+        try:
+            return (await self.needs.journal.load(run_id))[1]
+        except Exception as exc:
+            log.warning("run_journal_unreadable", error=str(exc))
+            return None
+
     async def _publish_end(self, event: RunEvent, run_id: str) -> None:
         """Publish the run's terminal event, trying again (same Nats-Msg-Id) while
         JetStream elects a leader or NATS comes back, for up to END_PUBLISH_S. The
@@ -256,6 +266,14 @@ class RunExecution:
                 return  # it ended meanwhile (or another delivery ended it): one ending
         except Exception as exc:
             log.warning("run_finished_unknown", error=str(exc))
+        recorded = await self._recorded_end(request.run_id)
+        if recorded is not None:
+            # It ended, and only publishing its end failed: that end is the run's.
+            try:
+                await self.needs.publish(recorded, f"{request.run_id}:finished")
+                return
+            except Exception as exc:
+                log.error("run_end_unpublished", error=str(exc))
         log.error("run_abandoned", error=error)
         spent = await self.prior.spent_before(request.run_id, utc_now())
         try:

@@ -13,7 +13,7 @@ import pytest
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-SECTIONS = {"cost", "overhead", "throughput", "executor_health", "browser_acquire"}
+SECTIONS = {"cost", "overhead", "journal", "throughput", "executor_health", "browser_acquire"}
 
 
 def test_quick_bench_has_every_section(tmp_path: Path) -> None:

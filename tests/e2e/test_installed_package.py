@@ -28,7 +28,14 @@ REPO = Path(__file__).resolve().parents[2]
 # What the build reads: the packaging config, the readme it names, and the packages.
 SOURCES = ["pyproject.toml", "README.md", "contracts", "services"]
 # Every section `rote bench --quick` runs.
-BENCH_SECTIONS = {"cost", "overhead", "throughput", "executor_health", "browser_acquire"}
+BENCH_SECTIONS = {
+    "cost",
+    "overhead",
+    "journal",
+    "throughput",
+    "executor_health",
+    "browser_acquire",
+}
 
 
 def _run(
