@@ -187,8 +187,15 @@ async def _ensure(js: JetStreamContext, spec: StreamSpec, replicas: int) -> Outc
     return "updated"
 
 
-# How long a bucket keeps a key (None: forever). Transcripts live as long as run events.
-KV_TTL_S: dict[str, float] = {s.BUCKET_TRANSCRIPTS: 90 * DAY, s.BUCKET_LEASES: 15.0}
+# How long a bucket keeps a key (None: forever). Transcripts live as long as run events;
+# a run's effects and its acting calls' records as long as a run can be redelivered
+# (ROTE_WORK keeps a run request 7 days).
+KV_TTL_S: dict[str, float] = {
+    s.BUCKET_TRANSCRIPTS: 90 * DAY,
+    s.BUCKET_LEASES: 15.0,
+    s.BUCKET_EFFECTS: 7 * DAY,
+    s.BUCKET_TOOL_CALLS: 7 * DAY,
+}
 
 # The streams behind rote's buckets (NATS names them KV_<bucket> and OBJ_<bucket>).
 BUCKET_STREAMS: dict[str, str] = {
@@ -196,6 +203,8 @@ BUCKET_STREAMS: dict[str, str] = {
     f"OBJ_{s.BUCKET_BLOBS}": "large blobs by sha256",
     f"KV_{s.BUCKET_TRANSCRIPTS}": "run transcripts by run_id",
     f"KV_{s.BUCKET_LEASES}": "one holder at a time: the scheduler, each run",
+    f"KV_{s.BUCKET_EFFECTS}": "each run's effect journal: its actions, done once",
+    f"KV_{s.BUCKET_TOOL_CALLS}": "acting tool calls by idempotency key, run once",
 }
 
 

@@ -7,6 +7,12 @@ itself (`served_by`) and the run's later calls go to that process's own subject.
 that process is gone (no responder past the reconnect grace), its sessions went with
 it: a call that needs the run's page fails with `session_lost` until the run navigates
 again, and any other call starts afresh on another process.
+
+An acting call sent under an idempotency key (ExecTool.idempotency_key) is sent again
+when NATS reconnects while its reply is awaited (the reply may have been lost): the
+tools service answers a repeat from its record of the first instead of acting twice.
+So a lost reply costs a reconnect, not the call's whole timeout. `call_status` asks
+what became of such a call (services/tools/README.md#acting-calls-once).
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from contracts.errors import ErrorInfo
 from contracts.tools import (
     NAVIGATE,
     SESSION_LOST,
+    CallStatus,
+    CallStatusQuery,
     CloseSession,
     ExecTool,
     SessionClosed,
@@ -27,6 +35,9 @@ from services.kernel.errors import RemoteError
 from services.kernel.logs import get_logger
 
 log = get_logger("rote.tools_client")
+
+# How many times a call under an idempotency key is sent again after a reconnect.
+RESEND = 3
 
 
 class ToolsClient:
@@ -57,7 +68,13 @@ class ToolsClient:
         # call was not delivered, so the bus sends it again until its reconnect grace
         # is over; only then is the process taken for gone.
         return await self.bus.request(
-            subject, request, ToolResult, timeout=timeout, retry_undelivered=True
+            subject,
+            request,
+            ToolResult,
+            timeout=timeout,
+            retry_undelivered=True,
+            # Sent again only when a repeat is answered from the record of the first.
+            resend=RESEND if request.idempotency_key is not None else 0,
         )
 
     async def call(self, request: ExecTool, timeout: float) -> ToolResult:
@@ -90,6 +107,14 @@ class ToolsClient:
         if result.served_by:
             self._pinned[run_id] = result.served_by
         return result
+
+    async def call_status(self, query: CallStatusQuery, timeout: float = 10.0) -> CallStatus:
+        """What became of the call sent under `query.key` for the run (with `fence`, a
+        key no call used is closed so none ever runs under it). Any tools process
+        answers; RemoteError when none can (or the query is refused)."""
+        return await self.bus.request(
+            s.TOOLS_CALL_STATUS, query, CallStatus, timeout=timeout, retry_undelivered=True
+        )
 
     async def close(self, run_id: str, attempt: int | None = None) -> None:
         """Close the run's browser session on the process holding it (None: whichever

@@ -1,5 +1,6 @@
-"""rote.api.tools.{list,exec,close_session}: the tool catalogue, one tool call (with its
-started/finished events on JetStream), and closing a run's browser context."""
+"""rote.api.tools.{list,exec,close_session,call_status}: the tool catalogue, one tool
+call (with its started/finished events on JetStream), closing a run's browser context,
+and what became of an acting call sent under an idempotency key (call_records.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,11 @@ import structlog
 from anyio.abc import TaskStatus
 
 from contracts import subjects
+from contracts.base import utc_now
 from contracts.errors import ErrorInfo
 from contracts.tools import (
+    CallStatus,
+    CallStatusQuery,
     CloseSession,
     ExecTool,
     ListTools,
@@ -27,11 +31,12 @@ from services.kernel.codec import encode
 from services.kernel.endpoints import Endpoint, Handler, start_service, stop_service
 from services.kernel.errors import ServiceError
 from services.kernel.logs import get_logger
-from services.kernel.replies import Replies
+from services.kernel.replies import KeyReused, Replies
 from services.kernel.runtime import ServiceContext
 from services.kernel.secrets import register_from_env
-from services.tools import leftovers
+from services.tools import call_records, leftovers
 from services.tools.browser import BrowserPool
+from services.tools.call_records import CallRecord, CallRecords, RecordUnreadable
 from services.tools.events import ToolEvents, password_fields
 from services.tools.masking import masked
 from services.tools.specs import check_nesting, definitions
@@ -41,6 +46,15 @@ log = get_logger("rote.tools")
 
 # How often the calls of tools processes that died without ending them are looked for.
 ORPHAN_SWEEP_S = 60.0
+# A record that changes under a call reading it (created, then removed by a refusal)
+# is read again, this many times at most.
+RECORD_TRIES = 5
+# How often a repeat of a call running on another process looks whether it finished.
+SETTLE_POLL_S = 0.05
+MAX_SETTLE_POLL_S = 1.0
+# How long the finished record of a call that ran is retried across a NATS hiccup
+# before the reply goes out without it (the record then turns in doubt at its `until`).
+RECORD_END_S = 30.0
 
 
 @dataclass
@@ -65,17 +79,21 @@ class ToolsService:
     """One tools process's endpoints: its toolbox, its browser pool, and the events of
     the calls it runs."""
 
-    def __init__(self, toolbox: ToolBox, browsers: BrowserPool, events: ToolEvents) -> None:
+    def __init__(
+        self, toolbox: ToolBox, browsers: BrowserPool, events: ToolEvents, records: CallRecords
+    ) -> None:
         self.toolbox = toolbox
         self.browsers = browsers
         self.events = events
+        self.records = records
         # This process's name on the bus: a run's later calls come straight here.
         self.instance = uuid.uuid4().hex[:12]
         # A call sent again under its call_id (a re-sent `nats req`) gets the first one's
         # result: its action does not run twice, and its events (de-duplicated by
         # call_id) would not show a second run anyway. Refusals are not kept: nothing
         # ran, and asking again decides afresh. The record is this process's: a run's
-        # calls come here once it is pinned (served_by).
+        # calls come here once it is pinned (served_by). A call under an idempotency key
+        # is kept here by that key, and in `records` for every process.
         self.replies: Replies[ToolResult] = Replies(
             weigh=lambda outcome: len(encode(outcome)), remember=()
         )
@@ -88,10 +106,13 @@ class ToolsService:
     async def exec_tool(self, call: ExecTool) -> ToolResult:
         call_id = call.call_id or uuid.uuid4().hex[:16]
         # bind/reset rather than bound_contextvars(): the same, minus a generator.
+        keyed = {} if call.idempotency_key is None else {"key": call.idempotency_key}
         tokens = structlog.contextvars.bind_contextvars(
-            run_id=call.run_id, task_id=call.task_id, tool=call.tool, call_id=call_id
+            run_id=call.run_id, task_id=call.task_id, tool=call.tool, call_id=call_id, **keyed
         )
         try:
+            if call.idempotency_key is not None:
+                return await self._exec_once(call, call_id, call.idempotency_key)
             return await self.replies.by_call_id(
                 call.run_id,
                 call.call_id,
@@ -105,6 +126,146 @@ class ToolsService:
     async def close_session(self, req: CloseSession) -> SessionClosed:
         closed = await self.browsers.close_session(req.run_id, attempt=req.attempt)
         return SessionClosed(run_id=req.run_id, closed=closed)
+
+    async def call_status(self, query: CallStatusQuery) -> CallStatus:
+        """What became of the call under `query.key`, from the record any process reads;
+        a key no call used is closed for good when `fence` asks so."""
+        run_id, key = query.run_id, query.key
+        for _ in range(RECORD_TRIES):
+            try:
+                found = await self.records.get(run_id, key)
+            except RecordUnreadable as exc:
+                log.warning("tool_call_record_unreadable", key=key, error=str(exc)[:300])
+                return CallStatus(run_id=run_id, key=key, state="in_doubt")
+            if found is not None:
+                return call_records.status(run_id, key, found[0], utc_now())
+            if not query.fence:
+                return call_records.status(run_id, key, None, utc_now())
+            # Created only if still absent: a call that took the key meanwhile is read.
+            if await self.records.create(run_id, key, call_records.fenced(utc_now())) is not None:
+                log.info("tool_call_fenced", key=key)
+                return CallStatus(run_id=run_id, key=key, state="fenced")
+        raise _changing()
+
+    # --- a call under an idempotency key ------------------------------------------------
+
+    async def _exec_once(self, call: ExecTool, call_id: str, key: str) -> ToolResult:
+        """The call run at most once under its key by any tools process: a repeat in
+        this process waits for the first or gets its answer from memory; otherwise the
+        record tells (a call that finished, runs elsewhere, died mid-call, or a key a
+        status check closed)."""
+        check_nesting(call.input)  # before its fingerprint walks the input
+        print_ = call_records.fingerprint(call)
+        try:
+            return await self.replies.once(
+                ("key", call.run_id, key),
+                print_.encode(),
+                lambda: self._recorded(call, call_id, key, print_),
+                on_repeat=lambda: log.info("tool_call_repeated", recorded="memory"),
+            )
+        except KeyReused:
+            raise _key_reused(key) from None
+
+    async def _recorded(self, call: ExecTool, call_id: str, key: str, print_: str) -> ToolResult:
+        for _ in range(RECORD_TRIES):
+            record = call_records.running(call, print_, self.instance, utc_now())
+            try:
+                revision = await self.records.create(call.run_id, key, record)
+            except ServiceError as exc:
+                # Like its started event: a call that cannot be recorded does not run.
+                log.error("tool_call_unrecorded", error=exc.message)
+                raise
+            if revision is not None:
+                return await self._run_recorded(call, call_id, key, record, revision)
+            earlier = await self._settled(call, key, print_)
+            if earlier is not None:
+                return self._repeat(earlier)
+        raise _changing()
+
+    async def _run_recorded(
+        self, call: ExecTool, call_id: str, key: str, record: CallRecord, revision: int
+    ) -> ToolResult:
+        """Run the call whose running record was just written, then record its end.
+        Cancelled (the service stopping), its record stays running: in doubt later."""
+        try:
+            result = await self._run_call(call, call_id)
+        except ServiceError as exc:
+            if exc.code == "internal":  # it may have acted: its answer is kept
+                ended = call_records.finished(record, utc_now(), refusal=exc.info())
+                await self._record_end(call.run_id, key, ended)
+            else:  # refused before acting: asked again, it is decided afresh
+                await self._forget(call.run_id, key, revision)
+            raise
+        ended = call_records.finished(record, utc_now(), result=result)
+        await self._record_end(call.run_id, key, ended)
+        return result
+
+    async def _settled(self, call: ExecTool, key: str, print_: str) -> CallRecord | None:
+        """The record of the call that took the key first, once it has finished or can
+        no longer be running (past its `until`); None if it is gone meanwhile (that
+        call was refused: nothing ran). Another request under the key is refused."""
+        pause = SETTLE_POLL_S
+        while True:
+            try:
+                found = await self.records.get(call.run_id, key)
+            except RecordUnreadable as exc:
+                log.warning("tool_call_record_unreadable", error=str(exc)[:300])
+                raise ServiceError(
+                    "in_doubt", "the record of this idempotency key is unreadable"
+                ) from None
+            if found is None:
+                return None
+            record = found[0]
+            if record.state != "fenced" and record.fingerprint != print_:
+                raise _key_reused(key)
+            if record.state != "running" or record.until is None:
+                return record
+            left = (record.until - utc_now()).total_seconds()
+            if left <= 0:
+                return record
+            await anyio.sleep(min(pause, left))
+            pause = min(pause * 2, MAX_SETTLE_POLL_S)
+
+    def _repeat(self, record: CallRecord) -> ToolResult:
+        """The answer to a call whose key an earlier call (or a status check) took."""
+        state = call_records.state_of(record, utc_now())
+        if state == "fenced":
+            raise ServiceError("conflict", "this call was closed by a status check; it never ran")
+        if state != "finished":
+            log.warning("tool_call_in_doubt", instance=record.instance, started=record.started_at)
+            raise call_records.in_doubt(record)
+        log.info("tool_call_repeated", recorded="bucket", instance=record.instance)
+        if record.refusal is not None:
+            refusal = record.refusal
+            raise ServiceError(
+                refusal.code, refusal.message, field=refusal.field, details=refusal.details
+            )
+        assert record.result is not None
+        return record.result
+
+    async def _record_end(self, run_id: str, key: str, record: CallRecord) -> None:
+        """Write a call's finished record, retried across a NATS hiccup for up to
+        RECORD_END_S. Shielded: a call that ran is recorded even as the service stops."""
+        pause = 0.25
+        with anyio.CancelScope(shield=True, deadline=anyio.current_time() + RECORD_END_S):
+            while True:
+                try:
+                    await self.records.put(run_id, key, record)
+                    return
+                except ServiceError as exc:
+                    log.warning("tool_call_record_retried", error=exc.message)
+                await anyio.sleep(pause)
+                pause = min(pause * 2, 4.0)
+        # Its repeats wait for it, then are told it is in doubt.
+        log.error("tool_call_record_unwritten", within_s=RECORD_END_S)
+
+    async def _forget(self, run_id: str, key: str, revision: int) -> None:
+        with anyio.CancelScope(shield=True):
+            try:
+                await self.records.forget(run_id, key, revision)
+            except ServiceError as exc:
+                # Its repeats wait until it would have ended, then are told it is in doubt.
+                log.warning("tool_call_record_kept", error=exc.message)
 
     # --- one call -----------------------------------------------------------------------
 
@@ -215,6 +376,13 @@ class ToolsService:
                 "run one tool call in this process (where the run's session is)",
             ),
             ep(
+                "call_status",
+                subjects.TOOLS_CALL_STATUS,
+                CallStatusQuery,
+                self.call_status,
+                "what became of an acting call sent under an idempotency key",
+            ),
+            ep(
                 "close_session_here",
                 subjects.tools_close_session_on(self.instance),
                 CloseSession,
@@ -232,7 +400,12 @@ async def serve(
     # its secrets are masked here whoever started the service (idempotent).
     register_from_env()
     async with BrowserPool(config.browser) as browsers:
-        tools = ToolsService(ToolBox(config, browsers), browsers, ToolEvents(ctx.bus, config))
+        tools = ToolsService(
+            ToolBox(config, browsers),
+            browsers,
+            ToolEvents(ctx.bus, config),
+            CallRecords(ctx.bus),
+        )
         service = await start_service(
             ctx.bus,
             name="rote-tools",
@@ -247,6 +420,20 @@ async def serve(
             await _kill_orphans_forever()
         finally:
             await stop_service(service)
+
+
+def _key_reused(key: str) -> ServiceError:
+    return ServiceError(
+        "invalid_request",
+        f"idempotency_key {key!r} was already used for a different request",
+        field="idempotency_key",
+    )
+
+
+def _changing() -> ServiceError:
+    return ServiceError(
+        "unavailable", "the record of this call kept changing while it was read; try again"
+    )
 
 
 async def _kill_orphans_forever() -> None:
