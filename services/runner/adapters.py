@@ -132,7 +132,9 @@ def bus_ports(bus: Bus, executors: ExecutorCache | None = None) -> Ports:
 
     async def exec_tool(request: ExecTool) -> ToolResult:
         try:
-            return await tools.call(request, timeout=request.timeout_s + 15)
+            # Room past the call's own time for a repeat that waits on the first call
+            # under its key, which may run until its record's `until` (tools README).
+            return await tools.call(request, timeout=request.timeout_s + 20)
         except RemoteError as exc:
             raise PortError(exc.code, exc.message) from None
 

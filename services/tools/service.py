@@ -196,7 +196,10 @@ class ToolsService:
             else:  # refused before acting: asked again, it is decided afresh
                 await self._forget(call.run_id, key, revision)
             raise
-        ended = call_records.finished(record, utc_now(), result=result)
+        # Kept fully masked, as its finished event: a repeat answered from the bucket
+        # (after this process is gone) shows credential query parameters masked.
+        kept = await masked(msgspec.structs.replace(result), query=True)
+        ended = call_records.finished(record, utc_now(), result=kept)
         await self._record_end(call.run_id, key, ended)
         return result
 

@@ -105,9 +105,7 @@ class _Rig:
     async def replay(self, journaled: bool) -> float:
         self.replays += 1
         run_id = f"bench{self.replays}"
-        effects = (
-            RunEffects(run_id, 1, self.journal, self.ports.call_status) if journaled else None
-        )
+        effects = RunEffects(run_id, 1, self.journal, self.ports.call_status) if journaled else None
         scope = RunScope(
             spec=self.spec, ports=self.ports, run_id=run_id, task_id="bench", attempt=1,
             transcript=TranscriptRecorder(run_id, "bench"), effects=effects,
