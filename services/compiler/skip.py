@@ -19,6 +19,14 @@ MIN_TOOL_STEPS = 2
 
 def skip_reason(task: TaskSpec, trace: Trace) -> str | None:
     """Why this trace is not worth compiling, before looking at its data flow."""
+    outside = sorted({s.tool for s in trace.steps if s.status == "ok"} - set(task.allowed_tools))
+    if outside:
+        # Whoever may publish a trace would otherwise write the task's executor: its
+        # replay would be refused the tool (tools service) and fall back on every run.
+        return (
+            f"the trace uses tools the task does not allow ({', '.join(outside)}); "
+            "its replay would be refused them"
+        )
     if isinstance(task.trigger, OnceTrigger):
         return "one-time task: it will not run again"
     ok = sum(1 for s in trace.steps if s.status == "ok")

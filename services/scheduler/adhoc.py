@@ -12,18 +12,20 @@ from contracts.runs import RunEvent, RunRequest, RunStarted, StartRun
 from services.kernel.bus import Bus
 from services.kernel.errors import ServiceError
 from services.kernel.ids import new_run_id, slug
+from services.kernel.pricing import PriceTable
 from services.kernel.run_store import RunStore
 from services.kernel.secrets import redact_struct
 from services.scheduler.spec import checked_spec
 
 
 class AdHocRuns:
-    def __init__(self, bus: Bus) -> None:
+    def __init__(self, bus: Bus, prices: PriceTable) -> None:
         self.bus = bus
         self.store = RunStore(bus)
+        self.prices = prices
 
     async def start(self, command: StartRun) -> RunStarted:
-        spec = checked_spec(command.spec)
+        spec = checked_spec(command.spec, self.prices)
         task_id = command.task_id or slug(command.spec.name)
         run_id = command.run_id or new_run_id()
         if await self.store.last_event(run_id) is not None:

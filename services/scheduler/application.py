@@ -26,6 +26,7 @@ from services.kernel.commands import CommandRunner
 from services.kernel.errors import ServiceError
 from services.kernel.ids import slug
 from services.kernel.logs import get_logger
+from services.kernel.pricing import PriceTable, default_table
 from services.kernel.secrets import redact, redact_struct, redact_value
 from services.kernel.transcoding import StructAsText
 from services.scheduler.budget import DailySpend, utc_day
@@ -222,8 +223,11 @@ class Tasks(Application[UUID]):
     # process): rebuilding a busy task from its snapshot on every command is wasted work.
     env = {"AGGREGATE_CACHE_MAXSIZE": "10000"}
 
-    def __init__(self, env: dict[str, str] | None = None) -> None:
+    def __init__(self, env: dict[str, str] | None = None, prices: PriceTable | None = None) -> None:
         super().__init__(env=env)
+        # The models a spec may name (spec.checked_models): the service passes the table
+        # of ROTE_PRICES_FILE, the one the llm service prices calls by.
+        self.prices = prices or default_table()
         self.catalog = Catalog(self)
         self.commands = CommandRunner(self)
 
@@ -274,7 +278,7 @@ class Tasks(Application[UUID]):
     # --- commands ----------------------------------------------------------------------
 
     def create(self, command: CreateTask, at: datetime, key: str | None = None) -> Task:
-        spec = checked_spec(command)
+        spec = checked_spec(command, self.prices)
         task_id = command.task_id or slug(command.name)
 
         def run(task: Task | None) -> tuple[Task | None, Task]:
@@ -298,7 +302,7 @@ class Tasks(Application[UUID]):
     # `key`: the intake command's idempotency key; endpoint callers have none.
 
     def update(self, command: UpdateTask, at: datetime, key: str | None = None) -> Task:
-        return self._once(command.task_id, key, lambda t: t.change(command, at))
+        return self._once(command.task_id, key, lambda t: t.change(command, at, self.prices))
 
     def pause(self, task_id: str, reason: str | None, at: datetime, key: str | None = None) -> Task:
         return self._once(task_id, key, lambda t: t.pause(reason, at))

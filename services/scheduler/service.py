@@ -54,6 +54,7 @@ from services.kernel.errors import ServiceError
 from services.kernel.event_store import application_env, open_application
 from services.kernel.lease import Lease, LeaseLost
 from services.kernel.logs import get_logger
+from services.kernel.pricing import PriceTable, PriceTableError, load_price_table
 from services.kernel.relay import EventRelay
 from services.kernel.runtime import ServiceContext
 from services.kernel.secrets import redact, redact_value
@@ -204,7 +205,7 @@ class SchedulerService:
             probe=ToolsProbe(bus),
             on_saved=self.relay.wake,
         )
-        self.adhoc = AdHocRuns(bus)
+        self.adhoc = AdHocRuns(bus, app.prices)
 
     async def run(
         self,
@@ -432,6 +433,12 @@ async def serve(
     until the first one's lease is released or expires, then starts like a restart.
     A scheduler that loses its lease (stalled past it: a paused process, NATS away)
     stops and stands by in turn, rather than taking every service of its process down."""
+    try:
+        # The table the llm service prices calls by: a task may name only its models.
+        prices = load_price_table(ctx.settings.prices_file)
+    except PriceTableError as exc:
+        log.error("price_file_invalid", error=str(exc), hint="fix or unset ROTE_PRICES_FILE")
+        raise
     # A dead scheduler's lease outlives it by the bucket's TTL.
     leases = await ctx.bus.js.key_value(s.BUCKET_LEASES)
     lease = Lease(leases, "scheduler", ttl_s=KV_TTL_S[s.BUCKET_LEASES])
@@ -441,7 +448,7 @@ async def serve(
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(lease.keep)
-                await tg.start(partial(_serve, ctx, clock=clock, config=config))
+                await tg.start(partial(_serve, ctx, prices, clock=clock, config=config))
                 if not started:
                     task_status.started()
                     started = True
@@ -455,6 +462,7 @@ async def serve(
 
 async def _serve(
     ctx: ServiceContext,
+    prices: PriceTable,
     *,
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     clock: Clock | None = None,
@@ -465,9 +473,8 @@ async def _serve(
     config = config or SchedulerConfig(
         max_concurrent=settings.max_concurrent, daily_budget_usd=settings.daily_budget_usd
     )
-    app = await anyio.to_thread.run_sync(
-        open_application, partial(Tasks, env=application_env(settings, "scheduler")), "scheduler"
-    )
+    tasks = partial(Tasks, env=application_env(settings, "scheduler"), prices=prices)
+    app = await anyio.to_thread.run_sync(open_application, tasks, "scheduler")
     try:
         scheduler = SchedulerService(ctx.bus, app, clock or SystemClock(), config)
         await scheduler.run(ctx.task_group, task_status=task_status)

@@ -25,6 +25,7 @@ from contracts.runs import RunOrigin
 from contracts.tasks import TaskSpec, UpdateTask
 from services.kernel.aggregate import Folded, Stored, StoredCreation
 from services.kernel.codec import encode
+from services.kernel.pricing import PriceTable
 from services.scheduler import task_events as ev
 from services.scheduler import task_rules as rules
 from services.scheduler.ids import task_uuid, untracked_uuid
@@ -137,9 +138,9 @@ class Task(Folded[TaskState, ev.Defined, ev.TaskEvent]):
     def define_again(self, spec: TaskSpec, at: datetime) -> None:
         self.record(rules.decide_define_again(self.state, spec, at))
 
-    def change(self, command: UpdateTask, at: datetime) -> list[str]:
+    def change(self, command: UpdateTask, at: datetime, prices: PriceTable) -> list[str]:
         """Apply the fields the command sets; return the names that changed."""
-        events = self.record(rules.decide_change(self.state, command, at))
+        events = self.record(rules.decide_change(self.state, command, at, prices))
         return [name for e in events if isinstance(e, ev.Updated) for name in e.changed]
 
     def pause(self, reason: str | None, at: datetime) -> bool:

@@ -14,6 +14,7 @@ import msgspec
 from contracts.runs import RunOrigin, RunStatus
 from contracts.tasks import ConditionTrigger, OnceTrigger, TaskSpec, TaskStatus, Trigger, UpdateTask
 from services.kernel.errors import ServiceError
+from services.kernel.pricing import PriceTable
 from services.scheduler import failures
 from services.scheduler.spec import SPEC_FIELDS, checked_spec, checked_trigger
 from services.scheduler.task_events import (
@@ -280,8 +281,12 @@ def decide_define_again(state: TaskState, spec: TaskSpec, at: datetime) -> list[
     return [Redefined(spec=spec, at=at)]
 
 
-def decide_change(state: TaskState, command: UpdateTask, at: datetime) -> list[TaskEvent]:
-    """Apply the fields the command sets (the event names those that changed)."""
+def decide_change(
+    state: TaskState, command: UpdateTask, at: datetime, prices: PriceTable
+) -> list[TaskEvent]:
+    """Apply the fields the command sets (the event names those that changed). The
+    models are checked whether or not they changed: a task stored with an unpriced one
+    (before the check existed) escapes the daily budget until an edit names a priced one."""
     _must_exist(state)
     values = {name: getattr(state.spec, name) for name in SPEC_FIELDS}
     changed = []
@@ -299,7 +304,7 @@ def decide_change(state: TaskState, command: UpdateTask, at: datetime) -> list[T
     # The trigger is the new one, checked above, or the stored one, checked when it
     # was set: checking that again under rules added since (a shell_exec `path`)
     # would refuse every edit of the prompt or limits until the trigger is fixed.
-    spec = checked_spec(TaskSpec(**values), trigger_checked=True)
+    spec = checked_spec(TaskSpec(**values), prices, trigger_checked=True)
     return [Updated(spec=spec, changed=changed, at=at)]
 
 

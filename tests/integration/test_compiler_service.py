@@ -341,6 +341,23 @@ async def test_skips_are_published(settings: Settings, bus: Bus) -> None:
         assert active.executor is None
 
 
+async def test_a_trace_using_tools_its_task_does_not_allow_makes_no_executor(
+    settings: Settings, bus: Bus
+) -> None:
+    # Whoever may publish on rote.evt.trace.* could otherwise hand the runners a script.
+    forged = trace("news_top3", "forged", "run-1")
+    forged.task = msgspec.structs.replace(forged.task, allowed_tools=["browser_navigate"])
+    async with compiler(settings, bus):
+        await publish_trace(bus, forged)
+        skipped = await until(lambda: executor_events(bus, "forged", "skipped"))
+        assert skipped[0].reason == (
+            "the trace uses tools the task does not allow (browser_extract); "
+            "its replay would be refused them"
+        )
+        active = await call(bus, s.EXECUTORS_ACTIVE, {"task_id": "forged"}, ActiveExecutor)
+        assert active.executor is None
+
+
 async def test_operators_invalidate_and_pin(settings: Settings, bus: Bus) -> None:
     async with compiler(settings, bus):
         await publish_trace(bus, trace("news_top3", "news", "run-1"))

@@ -21,6 +21,7 @@ from contracts.runs import (
 )
 from contracts.tasks import MAX_SPEC_BYTES, ConditionTrigger, Contains, CronTrigger, TaskSpec
 from services.kernel.errors import RemoteError
+from services.kernel.pricing import default_table
 from services.kernel.runtime import open_stack
 from services.kernel.settings import Settings
 from services.scheduler import adhoc
@@ -68,8 +69,11 @@ def _nested(depth: int) -> str:
             "trigger.expr",
             "invalid cron expression",
         ),
+        # Unpriced, its run would count as $0 (an ad hoc run is not held to the budget,
+        # but the ledger still counts it).
+        ('{"name": "gpt", "prompt": "p", "model": "gpt-9"}', "model", "has no price"),
     ],
-    ids=["deep-condition-input", "bad-cron"],
+    ids=["deep-condition-input", "bad-cron", "unpriced-model"],
 )
 async def test_a_spec_tasks_create_would_refuse_is_refused_and_nothing_is_queued(
     settings: Settings, spec: str, field: str, says: str
@@ -103,7 +107,7 @@ async def test_a_run_whose_requested_event_cannot_be_made_is_not_queued(
     )
     async with open_stack(settings, []) as stack:
         with pytest.raises(RecursionError):
-            await adhoc.AdHocRuns(stack.bus).enqueue(request)
+            await adhoc.AdHocRuns(stack.bus, default_table()).enqueue(request)
         assert (await stack.bus.js.stream_info(s.STREAM_WORK)).state.messages == 0
 
 

@@ -234,3 +234,25 @@ async def test_a_recreated_intake_stream_still_gets_its_rejections(
         assert ack.seq == 1
         rejected = await events(bus, s.TASK_REJECTED, TaskRejected, 2)
         assert [r.payload.encode() for r in rejected] == [BAD_FIELD, BAD_CRON]
+
+
+async def test_a_task_naming_an_unpriced_model_is_refused_on_either_way_in(
+    settings: Settings, bus: Bus
+) -> None:
+    """An unknown model would count as $0 and run past ROTE_DAILY_BUDGET_USD: the
+    endpoint answers with the field and the models it could have named, the intake
+    refuses it on rote.evt.task.rejected, and no task is defined either way."""
+    unpriced = {"name": "gpt", "prompt": "p", "task_id": "gpt", "model": "gpt-9"}
+    async with scheduler(settings, bus):
+        reply = await bus.nc.request(s.TASKS_CREATE, json.dumps(unpriced).encode(), timeout=5)
+        assert (reply.headers or {}).get("Nats-Service-Error-Code") == "400"
+        error = json.loads(reply.data)["error"]
+        assert (error["code"], error["field"]) == ("invalid_request", "model")
+        assert "'gpt-9' has no price" in error["message"]
+        assert {"sonnet", "haiku", "claude-sonnet-5-5"} <= set(error["details"]["priced"])
+
+        small = {**unpriced, "model": "sonnet", "small_model": "gpt-9-mini"}
+        await bus.js.publish(s.intake_task("create"), json.dumps(small).encode())
+        (rejected,) = await events(bus, s.TASK_REJECTED, TaskRejected, 1)
+        assert (rejected.error.code, rejected.error.field) == ("invalid_request", "small_model")
+        assert await task_stream(bus, s.task_event("gpt", "*"), TaskEvent) == []
