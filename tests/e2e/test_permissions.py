@@ -32,6 +32,7 @@ from services.dev.standin.server import StandinServer
 from services.kernel.bus import Bus, connect
 from services.kernel.codec import decode
 from services.kernel.discovery import service_infos
+from services.kernel.errors import RemoteError
 from services.kernel.runtime import open_stack
 from services.kernel.settings import Settings
 from tests.integration.test_infra_nats import Servers, servers
@@ -74,9 +75,15 @@ async def run_now(operator: Bus, watch: RunWatch, task_id: str) -> RunEvent:
 async def active_version(operator: Bus, task_id: str) -> int:
     with anyio.fail_after(30):
         while True:
-            health = await operator.request(
-                s.EXECUTORS_GET, ExecutorRef(task_id=task_id), ExecutorHealth
-            )
+            try:
+                health = await operator.request(
+                    s.EXECUTORS_GET, ExecutorRef(task_id=task_id), ExecutorHealth
+                )
+            except RemoteError as exc:  # not compiled yet
+                if exc.code != "not_found":
+                    raise
+                await anyio.sleep(0.2)
+                continue
             if health.status == "active" and health.version is not None:
                 return health.version
             await anyio.sleep(0.2)
@@ -135,6 +142,19 @@ async def test_a_task_lives_with_every_service_under_its_own_user(
         replay = await run_now(operator, watch, "news")
         assert (replay.source, replay.executor_version) == ("executor", 1)
         assert replay.result == full.result
+
+        # A task that acts: its runs journal the submit (rote_effects, rote_tool_calls).
+        prompt = (
+            f"Open {site.url}/signup, fill the form with name=Ada, email=ada@example.org"
+            " and report the confirmation"
+        )
+        signup = CreateTask(task_id="signup", name="signup", prompt=prompt)
+        await operator.request(s.TASKS_CREATE, signup, TaskView)
+        signed = await run_now(operator, watch, "signup")
+        assert signed.status == "completed" and "Ada" in (signed.result or ""), signed.error
+        assert await active_version(operator, "signup") == 1
+        again = await run_now(operator, watch, "signup")
+        assert (again.status, again.source) == ("completed", "executor"), again.error
 
         # What an operator reads afterwards: the run, its transcript, its trace, and
         # which services run (`nats micro ls`).
