@@ -4,7 +4,7 @@ does it twice.
 
 Kept in the key-value bucket `rote_effects` (subjects.BUCKET_EFFECTS), key
 `<run_id>.<key>`: `key` is the action's place in the run, stable across redeliveries
-for a replay (`x<step>`, the executor's step) and per delivery for a full run
+for a replay (`x<version>-<step>`, the executor's version and step) and per delivery for a full run
 (`b<attempt>-<call>`). The run's terminal event is kept beside them, key
 `<run_id>.finished`, so a redelivered run that had ended only publishes it again.
 """

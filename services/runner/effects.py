@@ -3,7 +3,7 @@ kind says it acts: a click, a submit, a write, a command) is recorded before it 
 and settled after, so no redelivery, restart or fallback does it twice.
 
 - Before an action runs, its intent is put in the journal under its key (a replay's
-  `x<step>`, stable across deliveries; a full run's `b<attempt>-<call>`), and the call
+  `x<version>-<step>`, stable across deliveries; a full run's `b<attempt>-<call>`), and the call
   goes to the tools service under an idempotency key of its own (`<key>~<attempt>~<n>`),
   which the tools service runs at most once. After it, its outcome is put beside it.
 - A later delivery reads the journal first. An action recorded done is not run again:
@@ -169,8 +169,10 @@ class RunEffects:
         self.check = check
         self.effects: dict[str, Effect] = dict(effects or {})
         self.clock = clock
-        # Done actions a full-run call was answered from: each answers one call.
+        # Done actions a full-run call was answered from, or made: each answers one call.
         self.used: set[str] = set()
+        # The same for the replay: actions it matched by their tool and input, or made.
+        self.replayed: set[str] = set()
         # Calls answered from the journal instead of run (the run's event says how many).
         self.answered = 0
 
@@ -254,21 +256,41 @@ class RunEffects:
             self.answered += 1
             log.info("effect_from_journal", key=key, tool=earlier.tool)
             return recorded_result(earlier)
+        if earlier is None:
+            # Done under another key (another version's step, a full run's call): the
+            # same action all the same. This version's own steps have keys of their own.
+            version = key.split("-", 1)[0] + "-"
+            repeat = self._repeat_of(request, self.replayed, lambda k: k.startswith(version))
+            if repeat is not None:
+                return repeat
+        self.replayed.add(key)
         return await self._run(key, request, send, earlier)
+
+    def _repeat_of(
+        self, request: ExecTool, used: set[str], skip: Callable[[str], bool]
+    ) -> ToolResult | None:
+        """The recorded result of an action the run did with the same tool and input,
+        not yet matched on this path (each answers one call); None: there is none."""
+        wanted = redact_value(request.input)
+        for effect in self.happened():
+            if effect.key in used or skip(effect.key):
+                continue
+            if effect.tool != request.tool or effect.input != wanted:
+                continue
+            used.add(effect.key)
+            self.answered += 1
+            log.info("effect_from_journal", key=effect.key, tool=effect.tool)
+            return recorded_result(effect)
+        return None
 
     async def run_call(self, request: ExecTool, send: Send) -> ToolResult:
         """A full run's call: an action that repeats one the run already did (same tool,
         same input) gets that one's result; any other runs once and is recorded."""
         if not acts(request.tool):
             return await send(request)
-        wanted = redact_value(request.input)
-        for effect in self.happened():
-            if effect.key in self.used or effect.tool != request.tool or effect.input != wanted:
-                continue
-            self.used.add(effect.key)
-            self.answered += 1
-            log.info("effect_from_journal", key=effect.key, tool=effect.tool)
-            return recorded_result(effect)
+        repeat = self._repeat_of(request, self.used, lambda key: False)
+        if repeat is not None:
+            return repeat
         key = f"b{self.attempt}-{request.step}"
         # This run's own actions are not repeats of themselves: a second click on "Next"
         # is meant.
@@ -325,15 +347,15 @@ class RunEffects:
         """Record the effect. Its intent (`required`) must be recorded before it runs: an
         action the journal does not know of could happen twice. An outcome that cannot
         be recorded is left to the tools service's own record of the call."""
-        self.effects[effect.key] = effect
         try:
             await self.store.put(effect)
         except Exception as exc:
             log.warning("effect_unrecorded", key=effect.key, state=effect.state, error=str(exc))
-            if required:
+            if required:  # never sent: as if never intended
                 raise PortError(
                     "unavailable", f"the action could not be recorded in the run's journal: {exc}"
                 ) from None
+        self.effects[effect.key] = effect
 
     async def record_finished(self, event: RunEvent) -> None:
         """Keep the run's terminal event beside its effects: a delivery that finds it

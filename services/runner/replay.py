@@ -325,7 +325,8 @@ class Replayer:
         try:
             if self.effects is not None and acts(tool):
                 # Done by an earlier delivery: its recorded result, not a second time.
-                result = await self.effects.run_step(f"x{index}", request, self.ports.exec_tool)
+                key = f"x{self.executor.version}-{index}"
+                result = await self.effects.run_step(key, request, self.ports.exec_tool)
             else:
                 result = await self.ports.exec_tool(request)
         except PortError as exc:

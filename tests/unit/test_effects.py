@@ -399,3 +399,14 @@ async def test_a_resumed_replay_that_then_breaks_is_not_held_against_the_executo
     assert second.replay is not None and not second.replay.ok
     assert second.replay.infrastructure
     assert [r.tool for r in run.tools.ran].count("browser_fill_form") == 1
+
+
+async def test_a_replay_of_another_version_does_not_submit_what_the_run_already_did() -> None:
+    store, tools = MemoryEffects(), Tools()
+    await RunEffects(RUN, 1, store, tools.check).run_step("x1-0", call(), tools.send)
+    effects, _ = await RunEffects.load(RUN, 2, store, tools.check)
+    # v2's step 0 is the same submit; its step 3 submits the same form once more, meant.
+    first = await effects.run_step("x2-0", call(), tools.send)
+    second = await effects.run_step("x2-3", call(), tools.send)
+    assert first.output == "submitted 1" and second.output == "submitted 2"
+    assert [r.idempotency_key for r in tools.ran] == ["x1-0~1~0", "x2-3~2~0"]
