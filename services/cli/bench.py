@@ -2,9 +2,9 @@
 
 The benchmarks ship with rote (services/dev/bench, beside the demo sites and the
 stand-in model they drive), so this runs from an installed package as from a checkout.
-The cost and overhead targets are ratios of two things measured in the same run (a
-replay vs a full run on the same page state, a replayed step vs a raw NATS round trip),
-so they hold on any machine that is not starved. The throughput (runs/s), health
+The cost, drift and overhead targets are ratios of two things measured in the same run
+(a replay vs a full run on the same page state, a replayed step vs a raw NATS round
+trip), so they hold on any machine that is not starved. The throughput (runs/s), health
 rebuild (ms) and browser acquire (ms) targets are absolute thresholds: they depend on
 the machine, which the JSON records. With several sections, each runs in a fresh
 interpreter: what one leaves behind (a heap, browser processes, threads) must not weigh
@@ -27,7 +27,7 @@ import anyio
 from services.cli.common import data_dir_problem, load_settings
 from services.dev.bench import harness
 
-SECTIONS = ["cost", "overhead", "journal", "throughput", "health", "browser"]
+SECTIONS = ["cost", "drift", "overhead", "journal", "throughput", "health", "browser"]
 # The names the JSON and the table give two sections work with --only too.
 ALIASES = {"executor_health": "health", "browser_acquire": "browser"}
 

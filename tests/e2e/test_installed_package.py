@@ -30,6 +30,7 @@ SOURCES = ["pyproject.toml", "README.md", "contracts", "services"]
 # Every section `rote bench --quick` runs.
 BENCH_SECTIONS = {
     "cost",
+    "drift",
     "overhead",
     "journal",
     "throughput",

@@ -37,7 +37,7 @@ ORIGIN = "http://127.0.0.1:8000"
 _VOID = {"input", "br", "meta", "img", "hr", "link", "source", "wbr"}
 _BLOCK = {"html", "body", "p", "li", "div", "h1", "h2", "h3", "h4", "tr", "nav", "footer",
           "header", "legend", "fieldset", "article", "section", "main", "ul", "ol", "table",
-          "thead", "tbody", "form"}  # fmt: skip
+          "thead", "tbody", "form", "dl", "dt", "dd"}  # fmt: skip
 _HIDDEN = {"head", "title", "script", "style", "template"}
 
 
@@ -112,8 +112,17 @@ def parse(html: bytes) -> Node:
 
 
 _COMPOUND = re.compile(
-    r"^(?P<tag>[a-z][a-z0-9]*)?(?P<classes>(?:\.[\w-]+)*)(?:\[(?P<attr>[\w-]+)\])?$"
+    r"^(?P<tag>[a-z][a-z0-9]*)?(?P<classes>(?:\.[\w-]+)*)(?:\[(?P<attr>[\w-]+)\])?"
+    r"(?::nth-child\((?P<nth>\d+)\))?$"
 )
+
+
+def _position(node: Node) -> int:
+    """1-based, among its parent's element children (CSS :nth-child)."""
+    if node.parent is None:
+        return 1
+    siblings = [c for c in node.parent.children if isinstance(c, Node)]
+    return next(i for i, c in enumerate(siblings, 1) if c is node)
 
 
 def _matches(node: Node, compound: str) -> bool:
@@ -123,6 +132,8 @@ def _matches(node: Node, compound: str) -> bool:
         return False
     classes = set(node.attrs.get("class", "").split())
     if any(c not in classes for c in m["classes"].split(".")[1:]):
+        return False
+    if m["nth"] and _position(node) != int(m["nth"]):
         return False
     return not (m["attr"] and m["attr"] not in node.attrs)
 

@@ -49,7 +49,41 @@ scheme://... with no spaces or commas; <N> is digits or one..ten):
    the first line's colon, the same number of lines, and numbered items that are
    neither empty nor repeated (a page of placeholders) — else "FAIL: <the problem>".
 
-Session lost (items 1-8): a tool result "session_lost: ..." (the runner's, when the tools
+The careful tasks (careful.py): questions whose answer means something only with the
+page's notes. Like a careful large model, each navigates, reads the page
+(browser_read_page), then extracts; it finds a column or a field by its label (English,
+or Portuguese through a small glossary), reads values in the light of the page's notes
+(a unit or currency in a label or caption, "in thousands", day- or month-first dates,
+"Times in CET (UTC+1)", "Newest first", a footnote marking an entry discontinued, a sale
+price beside a struck one, decimal commas on a Portuguese page) and states the meaning:
+"64 °F", "16.92 EUR", "1,500,000 USD", "2025-04-03", "15:10 UTC+1". A page whose "Updated"
+date is more than a day before its own "Today is" date is answered "The page is stale:
+last updated <date>, today is <date>." instead of being read.
+12. "Open <URL> and report the <field> for <key>"
+   the table's header (`table thead th`, else `.grid .head span`), then its rows with the
+   key (first) column and the field's column (`td:nth-child(k)`); answer
+   "The <field> for <key>: <value>".
+13. "Open <URL> and report the <thing> with the highest|lowest|earliest|latest <field>"
+   as 12 over every row; answer "The <thing> with the <direction> <field>: <key> (<value>)".
+14. "Open <URL> and report its <field>"
+   labels (`dl dt`, else `ul.keys li`), then values (`dl dd`, else `ul.values li`) in the
+   same order; answer "Its <field>: <value>".
+15. "Open <URL> and report the <N> newest|latest|oldest|earliest|most read|least read
+   <things>"
+   extract by CANDIDATE_SELECTORS; the page's order caption says which end of the list
+   they are at; answer "The <N> <order> <things>:\n1. a\n2. b ...".
+16. A pick prompt about a careful task (12-15), as rote's compiler writes them ("The task
+   needs one item from the list below ... answer with its <field> only", or "The task
+   chose one item ...: the one whose <field> is <value>. Answer with its <field> only",
+   then the list): the item the task names (12), the highest or lowest as the values read
+   with no notes (13), the item an earlier pick named, or else the item at the place it
+   was last time. A pick prompt holds the list alone, so it is always literal.
+Item 10 for a careful task answers from the data the prompt gives, as the full run would
+from the same data: with the page's text among it, its notes are read; without it, values
+are read literally (the earlier answer's unit, English numbers, month-first dates, the list
+in the order it comes) (careful_again.py).
+
+Session lost (items 1-8, 12-15): a tool result "session_lost: ..." (the runner's, when the tools
 process holding the page died) starts the script over, as a real model would: navigate to
 <URL> again and go on as if fresh, forgetting the steps before it (at most 3 times).
 
@@ -75,7 +109,9 @@ text; `is_error` marks a failure whose text is the error.
 
 Where each part lives: conversation.py reads the request and holds the decisions,
 vocabulary.py parses the prompt into a task, scripts.py scripts the browsing tasks (1-8),
-replay_prompts.py answers rote's replay prompts (9-11), reading.py reads tool outputs.
+careful.py the careful tasks (12-15) and meaning.py the page notes they read,
+replay_prompts.py answers rote's replay prompts (9-11, 16; careful_again.py for the
+careful tasks), reading.py reads tool outputs.
 This module adds the markers and the session losses and decides.
 """
 

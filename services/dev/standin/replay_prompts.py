@@ -1,6 +1,8 @@
 """The prompts rote writes for replays that the stand-in answers without tools (items
-9-11 of the policy's vocabulary): pick the cheapest item of a JSON list, answer a task
-again from today's data, and judge a replayed answer's form."""
+9-11 and 16 of the policy's vocabulary): pick the cheapest item of a JSON list, answer a
+task again from today's data, judge a replayed answer's form, and pick again the item a
+careful task needs. What they say about a careful task (careful.py) they say *literally*,
+from the values as they read: the page's notes are not in what a replay's prompt asks."""
 
 from __future__ import annotations
 
@@ -9,6 +11,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from services.dev.standin.careful import CarefulTask, Extreme, Lookup
+from services.dev.standin.careful_again import (
+    answer_again,
+    field_value,
+    key_field,
+    pick_literally,
+)
 from services.dev.standin.conversation import Answer, Decision, Step
 from services.dev.standin.reading import (
     cheapest,
@@ -47,11 +56,15 @@ class PickCheapest:
 class AnswerAgain:
     """A replay's result step: answer the original task from fresh tool outputs."""
 
-    task: BrowsingTask
+    task: BrowsingTask | CarefulTask
     data: list[tuple[str, Any]]
     tools: frozenset[str] = field(default_factory=frozenset)
+    example: str = ""  # the earlier answer the prompt shows as the form
 
     def next(self, steps: tuple[Step, ...]) -> Decision:
+        if isinstance(self.task, CarefulTask):
+            said = answer_again(self.task, self.data, self.example)
+            return Answer(said or "Today's data does not hold what the task asks for.")
         texts = [v for _, v in self.data if isinstance(v, str)]
         lists = [v for _, v in self.data if isinstance(v, list)]
         pages = [v for _, v in self.data if isinstance(v, dict)]
@@ -83,6 +96,79 @@ class AnswerAgain:
                 if value is not None:
                     return Answer(f"{headline}; {task.detail}: {value}")
         return Answer("Today's data does not hold what the task asks for.")
+
+
+_PICK_FIRST = re.compile(
+    r"The task needs one item from the list below\. Last time it chose item (?P<i>\d+) of "
+    r"\d+, whose (?P<field>\S+) was .*?answer with (?:its (?P<answer>\S+)|the item exactly "
+    r"as written) only\.",
+    re.DOTALL,
+)
+_PICK_NEXT = re.compile(
+    r"The task chose one item from the list below: the one whose (?P<field>\S+) is "
+    r"(?P<value>.*?)\. Answer with (?:its (?P<answer>\S+)|the item exactly as written) only\.",
+    re.DOTALL,
+)
+_PICK_LIST = re.compile(r"^step_\d+ \([\w.-]+\): ?(?P<list>\[.*)$", re.MULTILINE | re.DOTALL)
+
+
+@dataclass(frozen=True)
+class PickAgain:
+    """16. A compiler's pick prompt about a careful task: the item the task asks for,
+    chosen from today's list as its values read (the first pick), or the item an earlier
+    pick named (the next ones); answered with the field asked for."""
+
+    task: CarefulTask
+    items: list[Any]
+    answer_field: str | None  # None: the item as written
+    named: tuple[str, str] | None = None  # (field, value) of an earlier pick
+    position: int = 0  # 1-based: the item chosen last time
+    tools: frozenset[str] = field(default_factory=frozenset)
+
+    def next(self, steps: tuple[Step, ...]) -> Decision:
+        records = [i for i in self.items if isinstance(i, dict)]
+        lookup = isinstance(self.task, Lookup | Extreme)
+        if (not records or not lookup) and 0 < self.position <= len(self.items):
+            # No rule of the task's picks from this list (a list of texts, a value by
+            # its place): "the same way" is the same place.
+            item = self.items[self.position - 1]
+            if self.answer_field is None or not isinstance(item, dict):
+                return Answer(collapse(item))
+            return Answer(collapse(item.get(self.answer_field, "")))
+        chosen: dict[str, Any] | None
+        if self.named is not None:
+            name, value = self.named
+            chosen = next((r for r in records if collapse(r.get(name)) == value), None)
+        elif isinstance(self.task, Lookup | Extreme):
+            chosen = pick_literally(self.task, records, self._key(records))
+        else:
+            chosen = None
+        if chosen is None:
+            return Answer("None of today's items is the one the task asks for.")
+        if self.answer_field is None:
+            return Answer(json.dumps(chosen, ensure_ascii=False))
+        return Answer(collapse(field_value(chosen, self.answer_field) or ""))
+
+    def _key(self, records: list[dict[str, Any]]) -> str:
+        task = self.task
+        assert isinstance(task, Lookup | Extreme)
+        return (key_field(records[0], task) if records else None) or "name"
+
+
+def pick_prompt(task: CarefulTask, prompt: str) -> PickAgain | None:
+    listed = _PICK_LIST.search(prompt)
+    try:
+        items = json.loads(listed["list"]) if listed else None
+    except ValueError:
+        items = None
+    if not isinstance(items, list):
+        return None
+    if first := _PICK_FIRST.search(prompt):
+        return PickAgain(task, items, first["answer"], position=int(first["i"]))
+    if later := _PICK_NEXT.search(prompt):
+        named = (later["field"], collapse(later["value"]))
+        return PickAgain(task, items, later["answer"], named=named)
+    return None
 
 
 _DATA_LINE = re.compile(r"^(?P<name>step_\d+) \((?P<tool>[\w.-]+)\): ?", re.MULTILINE)

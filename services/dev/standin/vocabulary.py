@@ -7,11 +7,14 @@ import json
 import re
 from typing import Any
 
+from services.dev.standin.careful import CarefulTask, Extreme, Lookup, Property, Ranked
 from services.dev.standin.replay_prompts import (
     AnswerAgain,
+    PickAgain,
     PickCheapest,
     QualityCheck,
     data_values,
+    pick_prompt,
 )
 from services.dev.standin.scripts import (
     BrowsingTask,
@@ -37,6 +40,12 @@ VOCABULARY: list[str] = [
     "Today's data: step_N (<tool>): <value>",
     "Quality check of a replayed answer ... <earlier_answer>...</earlier_answer> "
     "<new_answer>...</new_answer>",
+    "Open <URL> and report the <field> for <key>",
+    "Open <URL> and report the <thing> with the highest|lowest|earliest|latest <field>",
+    "Open <URL> and report its <field>",
+    "Open <URL> and report the <N> newest|latest|oldest|earliest|most read|least read <things>",
+    "Task (for context; do not perform it): <task 12 or 13> ... The task needs one item from "
+    "the list below ... answer with its <field> only ... step_N (<tool>): [...]",
 ]
 
 _URL = r"(?P<url>[a-z][a-z0-9+.-]*://[^\s,]+)"
@@ -79,6 +88,21 @@ _P_EXTRACT = re.compile(
 )
 _P_TITLE = re.compile(rf"\bopen {_URL} and report (?:its|the page) title", _FLAGS)
 _P_READ = re.compile(rf"\bopen {_URL} and read the page", _FLAGS)
+# The careful tasks (careful.py), tried after every form above.
+_ORDERS = r"newest|latest|most recent|oldest|earliest|most read|least read"
+_P_RANKED = re.compile(
+    rf"\bopen {_URL} and report the {_NUM} (?P<order>{_ORDERS}) (?P<things>[^.!?\n]+?){_END}",
+    _FLAGS,
+)
+_P_EXTREME = re.compile(
+    rf"\bopen {_URL} and report the (?P<thing>[\w ]+?) with the "
+    rf"(?P<direction>highest|lowest|earliest|latest) (?P<field>[^.!?\n]+?){_END}",
+    _FLAGS,
+)
+_P_LOOKUP = re.compile(
+    rf"\bopen {_URL} and report the (?P<field>[\w ]+?) for (?P<key>[^.!?\n]+?){_END}", _FLAGS
+)
+_P_PROPERTY = re.compile(rf"\bopen {_URL} and report its (?P<field>[^.!?\n]+?){_END}", _FLAGS)
 _P_ANSWER_FIELD = re.compile(r"answer with (?:its|the) (?P<field>\w+) only", _FLAGS)
 
 
@@ -139,9 +163,26 @@ def _answer_again(prompt: str) -> AnswerAgain | None:
         return None
     # The compiler elides URLs; the answer never depends on them.
     task = parse_task(context["task"].replace("<url>", "http://elided.invalid"))
-    if task is None or isinstance(task, PickCheapest | AnswerAgain | QualityCheck):
+    if task is None or isinstance(task, PickCheapest | AnswerAgain | QualityCheck | PickAgain):
         return None
-    return AnswerAgain(task, data_values(prompt[data_at + len("Today's data:") :]))
+    example = re.search(r"<example>\n?(?P<example>.*?)\n?</example>", prompt, re.DOTALL)
+    return AnswerAgain(
+        task,
+        data_values(prompt[data_at + len("Today's data:") :]),
+        example=example["example"] if example else "",
+    )
+
+
+def _pick_again(prompt: str) -> PickAgain | None:
+    """A compiler's pick prompt about a careful task (the cheapest tasks' picks are
+    PickCheapest's, as before)."""
+    context = re.search(r"Task \(for context[^)]*\): (?P<task>.+)", prompt)
+    if context is None:
+        return None
+    task = parse_task(context["task"].replace("<url>", "http://elided.invalid"))
+    if not isinstance(task, CarefulTask):
+        return None
+    return pick_prompt(task, prompt)
 
 
 _QUALITY = re.compile(
@@ -150,7 +191,7 @@ _QUALITY = re.compile(
     re.DOTALL,
 )
 
-Task = BrowsingTask | PickCheapest | AnswerAgain | QualityCheck
+Task = BrowsingTask | CarefulTask | PickCheapest | AnswerAgain | QualityCheck | PickAgain
 
 
 def _json_array(prompt: str) -> list[Any] | None:
@@ -165,6 +206,18 @@ def _json_array(prompt: str) -> list[Any] | None:
     return None
 
 
+def _careful(text: str) -> CarefulTask | None:
+    if m := _P_RANKED.search(text):
+        return Ranked(_url(m), _number(m["n"]), " ".join(m["order"].lower().split()), m["things"])
+    if m := _P_EXTREME.search(text):
+        return Extreme(_url(m), m["thing"].strip(), m["direction"].lower(), m["field"].strip())
+    if m := _P_LOOKUP.search(text):
+        return Lookup(_url(m), m["field"].strip(), _unquote(m["key"]))
+    if m := _P_PROPERTY.search(text):
+        return Property(_url(m), m["field"].strip())
+    return None
+
+
 def parse_task(prompt: str) -> Task | None:
     text = _clean(prompt)
     # Before the rest: a quality-check prompt quotes the task it checks.
@@ -172,6 +225,8 @@ def parse_task(prompt: str) -> Task | None:
         return QualityCheck(quality["earlier"], quality["new"])
     if again := _answer_again(prompt):
         return again
+    if pick := _pick_again(prompt):
+        return pick
     if m := _P_CLICK_TOP.search(text):
         return TopN(_url(m), _number(m["n"]), m["things"].strip(), click=_unquote(m["click"]))
     if m := _P_TOP.search(text):
@@ -188,6 +243,8 @@ def parse_task(prompt: str) -> Task | None:
         return Title(_url(m))
     if m := _P_READ.search(text):
         return ReadPage(_url(m))
+    if careful := _careful(text):
+        return careful
     if re.search(r"\bcheapest\b", text, _FLAGS):
         items = _json_array(MARKER.sub("", prompt))
         if items is not None:
