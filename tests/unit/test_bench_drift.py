@@ -252,6 +252,10 @@ def test_the_proposed_verification_fields_are_read() -> None:
     }
     read = verification_of(event)
     assert read.flagged and read.method == "fingerprint" and read.cost_usd == 0.0004
+    cleared = {"replay": {"ok": True, "verification": {"flagged": True, "status": "verified"}}}
+    assert verification_of(cleared).flagged  # a false alarm on a clean page, all the same
+    sampled = {"replay": {"ok": True, "verification": {"status": "verified", "cost_usd": 0.001}}}
+    assert not verification_of(sampled).flagged and verification_of(sampled).cost_usd == 0.001
     judged = {"replay": {"version": 2, "ok": False, "reason": "verification: the page says EUR"}}
     assert verification_of(judged).status == "wrong" and verification_of(judged).flagged
     broke = {"replay": {"version": 2, "ok": False, "reason": "expected at least 4 items"}}

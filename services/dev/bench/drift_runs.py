@@ -7,16 +7,21 @@ verified. The fields this benchmark reads, once the runner writes them (issue 31
 on the completed (or failed) run event's `replay` object:
 
     "replay": {..., "verification": {
+        "flagged": true,            # the fingerprints differed (or the replay was sampled
+                                    # for a check because they did)
         "status": "verified" | "unverified" | "wrong" | "skipped",
         "method": "fingerprint" | "small_model" | "shadow" | null,
         "reasons": ["column 3's header was 'High (°F)', now 'Low (°F)'", ...],
         "cost_usd": 0.0012}}
 
-`unverified`: the fingerprints flagged the replay and no check cleared it; `wrong`: a
-check judged its answer wrong (the run then runs the full loop, as after a break, and
-its `replay.ok` is false with a reason starting "verification"). A run whose replay is
-flagged either way counts as flagged; a wrong answer it still delivers counts as
-delivered. Until the fields exist every replay reads as unflagged (status "none").
+`status` is the verdict: `verified` (a check found the answer supported), `unverified`
+(flagged and not cleared: delivered with that label), `wrong` (a check judged the answer
+wrong: the run runs the full loop, as after a break, and its `replay.ok` is false with a
+reason starting "verification"), `skipped` (not checked: not flagged, not sampled). A
+replay counts as flagged when `flagged` is true or its status is `unverified` or `wrong`,
+so a clean replay the fingerprints flagged and a check then cleared is still a false
+alarm; a wrong answer a flagged run still delivers counts as delivered. Until the fields
+exist every replay reads as unflagged (status "none").
 """
 
 from __future__ import annotations
@@ -46,10 +51,11 @@ class Verification:
     method: str | None = None
     reasons: tuple[str, ...] = ()
     cost_usd: float = 0.0
+    raised: bool = False  # the event's `flagged`
 
     @property
     def flagged(self) -> bool:
-        return self.status in FLAGGED
+        return self.raised or self.status in FLAGGED
 
 
 def verification_of(event: dict[str, Any] | None) -> Verification:
@@ -62,6 +68,7 @@ def verification_of(event: dict[str, Any] | None) -> Verification:
             method=stated.get("method"),
             reasons=tuple(str(r) for r in stated.get("reasons") or ()),
             cost_usd=float(stated.get("cost_usd") or 0.0),
+            raised=bool(stated.get("flagged")),
         )
     if (
         replay
