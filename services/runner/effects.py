@@ -46,6 +46,8 @@ log = get_logger("rote.runner.effects")
 MAX_OUTPUT_BYTES = 256 * 1024
 # Longest wait for a call another process is still running, past its own deadline.
 RUNNING_GRACE_S = 10.0
+# How long an action's outcome is tried in the journal before the run goes on without.
+SETTLE_PUT_S = 20.0
 # Codes of a call that surely never reached a tools service (see replay.py).
 NEVER_REACHED = frozenset({"unavailable"})
 
@@ -348,7 +350,10 @@ class RunEffects:
         action the journal does not know of could happen twice. An outcome that cannot
         be recorded is left to the tools service's own record of the call."""
         try:
-            await self.store.put(effect)
+            if required:
+                await self.store.put(effect)
+            else:
+                await self._put_patiently(effect)
         except Exception as exc:
             log.warning("effect_unrecorded", key=effect.key, state=effect.state, error=str(exc))
             if required:  # never sent: as if never intended
@@ -356,6 +361,20 @@ class RunEffects:
                     "unavailable", f"the action could not be recorded in the run's journal: {exc}"
                 ) from None
         self.effects[effect.key] = effect
+
+    async def _put_patiently(self, effect: Effect) -> None:
+        """An outcome is tried again across a JetStream leader election or a NATS blip,
+        for up to SETTLE_PUT_S: left `intended`, a later delivery would have to ask."""
+        pause = 0.25
+        with anyio.fail_after(SETTLE_PUT_S):
+            while True:
+                try:
+                    await self.store.put(effect)
+                    return
+                except Exception as exc:
+                    log.info("effect_put_retried", key=effect.key, error=str(exc))
+                await anyio.sleep(pause)
+                pause = min(pause * 2, 2.0)
 
     async def record_finished(self, event: RunEvent) -> None:
         """Keep the run's terminal event beside its effects: a delivery that finds it

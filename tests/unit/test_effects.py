@@ -410,3 +410,20 @@ async def test_a_replay_of_another_version_does_not_submit_what_the_run_already_
     second = await effects.run_step("x2-3", call(), tools.send)
     assert first.output == "submitted 1" and second.output == "submitted 2"
     assert [r.idempotency_key for r in tools.ran] == ["x1-0~1~0", "x2-3~2~0"]
+
+
+async def test_an_outcome_the_journal_refuses_once_is_recorded_when_it_takes_it() -> None:
+    """A JetStream leader election: the outcome's put fails, then goes through."""
+
+    class Electing(MemoryEffects):
+        refusals = 1
+
+        async def put(self, effect: Effect) -> None:
+            if effect.state == "done" and self.refusals:
+                self.refusals -= 1
+                raise TimeoutError("no leader")
+            await super().put(effect)
+
+    store, tools = Electing(), Tools()
+    await RunEffects(RUN, 1, store, tools.check).run_step("x1-1", call(), tools.send)
+    assert store.effects[(RUN, "x1-1")].state == "done" and store.refusals == 0
