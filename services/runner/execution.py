@@ -27,7 +27,7 @@ import time
 import anyio
 
 from contracts.base import utc_now
-from contracts.runs import RunEvent, RunRequest
+from contracts.runs import FailureReason, RunEvent, RunRequest
 from services.kernel.lease import Lease
 from services.kernel.logs import get_logger
 from services.kernel.run_store import RunStore
@@ -41,7 +41,7 @@ from services.runner.attempt import (
 )
 from services.runner.bounds import abandon_error
 from services.runner.claims import RunClaims
-from services.runner.effects import RunEffects
+from services.runner.effects import RunEffects, did_not_act
 from services.runner.prior import PriorDeliveries
 from services.runner.transcript import TranscriptRecorder
 
@@ -144,15 +144,23 @@ class RunExecution:
             return RunEffects(request.run_id, attempt, journal, check), None
         return await RunEffects.load(request.run_id, attempt, journal, check)
 
-    async def _recorded_end(self, run_id: str) -> RunEvent | None:
-        """The run's end as its journal recorded it, if it did and it can be read."""
+    async def _journal_left(self, run_id: str) -> tuple[RunEvent | None, list[str]]:
+        """What the run's journal says of a run being given up: its recorded end, if it
+        has one, and the actions it took or may have taken (`step 1 (browser_click):
+        done`), if it can be read."""
         if self.needs.journal is None:
-            return None
+            return None, []
         try:
-            return (await self.needs.journal.load(run_id))[1]
+            effects, recorded = await self.needs.journal.load(run_id)
         except Exception as exc:
             log.warning("run_journal_unreadable", error=str(exc))
-            return None
+            return None, []
+        acted = [
+            f"{e.tool} ({e.key}): {e.state}"
+            for e in sorted(effects.values(), key=lambda e: e.intended_at)
+            if not did_not_act(e)
+        ]
+        return recorded, acted
 
     async def _publish_end(self, event: RunEvent, run_id: str) -> None:
         """Publish the run's terminal event, trying again (same Nats-Msg-Id) while
@@ -266,7 +274,7 @@ class RunExecution:
                 return  # it ended meanwhile (or another delivery ended it): one ending
         except Exception as exc:
             log.warning("run_finished_unknown", error=str(exc))
-        recorded = await self._recorded_end(request.run_id)
+        recorded, acted = await self._journal_left(request.run_id)
         if recorded is not None:
             # It ended, and only publishing its end failed: that end is the run's.
             try:
@@ -274,7 +282,13 @@ class RunExecution:
                 return
             except Exception as exc:
                 log.error("run_end_unpublished", error=str(exc))
-        log.error("run_abandoned", error=error)
+        reason: FailureReason = "abandoned"
+        if acted:
+            # It acted (or may have) before it was given up: run again, by its schedule
+            # or by hand, it would act again. Its task waits for a person.
+            reason = "needs_attention"
+            error = f"{error}; it had acted or may have: {', '.join(acted)}"
+        log.error("run_abandoned", error=error, reason=reason)
         spent = await self.prior.spent_before(request.run_id, utc_now())
         try:
             await self.needs.publish(
@@ -284,7 +298,7 @@ class RunExecution:
                     event="failed",
                     at=utc_now(),
                     status="failed",
-                    reason="abandoned",
+                    reason=reason,
                     error=error,
                     tokens=spent.snapshot(),
                     cost_usd=round(spent.cost_usd, 8),

@@ -157,6 +157,15 @@ async def act(
     session.acting(page)
     try:
         await action()
+    except PlaywrightTimeout:
+        if session.frames.requested == requested:
+            if elsewhere:
+                session.adopt(page)  # nothing was done: the run stays where it was
+            raise
+        # The action went through and only the page it asked for is slow to answer (a
+        # form's POST to a busy server): not a failure to act, which would be a lie
+        # about something that happened. Its navigation gets the call's time instead.
+        await navigation_settled(session, requested, budget, limits, 0.0)
     except BaseException:
         if elsewhere:
             session.adopt(page)  # nothing was done: the run stays where it was

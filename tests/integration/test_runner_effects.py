@@ -17,6 +17,8 @@ from nats.aio.msg import Msg
 from nats.js.errors import KeyNotFoundError
 
 from contracts import subjects as s
+from contracts.base import utc_now
+from contracts.effects import Effect
 from contracts.runs import RunStarted, StartRun
 from contracts.tasks import TaskSpec
 from contracts.tools import ToolList
@@ -126,3 +128,27 @@ async def _deliveries(bus: Bus) -> int:
     """How many deliveries the runners' work consumer has made (redeliveries too)."""
     info = await bus.js.consumer_info(s.STREAM_WORK, s.CONSUMER_RUNNER)
     return info.delivered.consumer_seq if info.delivered else 0
+
+
+async def test_a_run_given_up_after_it_acted_needs_attention(runner_bus: Bus) -> None:
+    """Every delivery breaks, but the run's journal shows it submitted a form: given up,
+    it ends `needs_attention`, not `abandoned`, since running it again would submit
+    again."""
+    bus, run_id = runner_bus, "acted-then-broke"
+
+    async def unreadable_tools(msg: Msg) -> None:
+        await msg.respond(b'{"tools": "not a list"}')
+
+    await bus.nc.subscribe(s.TOOLS_LIST, cb=unreadable_tools)
+    submitted = Effect(
+        run_id=run_id, key="b1-1", tool="browser_fill_form", input={"fields": {"name": "Ada"}},
+        state="done", attempt=1, call_key="b1-1~1~0", source="full_llm",
+        intended_at=utc_now(), ok=True, output="Thank you",
+    )  # fmt: skip
+    await (await bus.js.key_value(s.BUCKET_EFFECTS)).put(f"{run_id}.b1-1", encode(submitted))
+    await bus.request(
+        s.RUNS_START, StartRun(spec=SPEC, task_id="claimed", run_id=run_id), RunStarted
+    )
+    done = await finished(bus, run_id)
+    assert (done.status, done.reason) == ("failed", "needs_attention")
+    assert done.error is not None and "browser_fill_form (b1-1): done" in done.error

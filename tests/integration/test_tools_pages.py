@@ -112,6 +112,9 @@ document.querySelector(".deal").textContent = cut("Sale! 🎉 today");
     # An endless feed as long as a day of scrolling, and a long list of long items.
     "/endless": '<title>E</title><div style="height:200000px">feed</div>',
     "/empty": "<title>Nothing yet</title>",
+    # A form whose server takes longer to answer than an element wait.
+    "/slowform": '<title>SF</title><form action="/slow"><input name="s" value="2.5">'
+    '<button type="submit">Send</button></form>',
     "/tall": '<title>T</title><div style="height:3000px">article</div>',
     "/hundred": "<title>H</title><p>" + "y" * 100 + "</p>",
     "/many": "<title>M</title>" + "".join(f"<p class=x>{'y' * 2000} {i}</p>" for i in range(500)),
@@ -503,3 +506,20 @@ async def test_a_full_page_screenshot_of_an_endless_page_is_cut(
     assert shot.ok and not shot.truncated, shot
     data = await anyio.Path(shot.output["path"]).read_bytes()
     assert struct.unpack(">II", data[16:24]) == (1280, 3016)  # the body's margins too
+
+
+@pytest.mark.parametrize("how", ["browser_fill_form", "browser_click"])
+async def test_a_submit_whose_server_is_slow_to_answer_is_not_a_failure_to_act(
+    browser: Browser, site: str, how: str
+) -> None:
+    """The submit went out; only its answer takes longer than an element wait (1 s
+    here): reported as failed, it would say something happened that did not, and a run
+    would act again or give up on what it did."""
+    assert (await browser("browser_navigate", url=f"{site}/slowform")).ok
+    if how == "browser_fill_form":
+        result = await browser(how, timeout_s=20, fields={"s": "2.5"}, submit=True)
+    else:
+        result = await browser(how, timeout_s=20, text="Send")
+    assert result.ok, result.error
+    assert result.metadata.url is not None and "/slow" in result.metadata.url
+    assert result.metadata.title == "Slow"
