@@ -353,7 +353,10 @@ class RunEffects:
             if required:
                 await self.store.put(effect)
             else:
-                await self._put_patiently(effect)
+                # What happened is recorded even as the run's deadline cancels it: left
+                # `intended`, the action would have to be asked about, or be in doubt.
+                with anyio.CancelScope(shield=True):
+                    await self._put_patiently(effect)
         except Exception as exc:
             log.warning("effect_unrecorded", key=effect.key, state=effect.state, error=str(exc))
             if required:  # never sent: as if never intended

@@ -140,10 +140,24 @@ def compiler_readback(store: ExecutorStore) -> dict[str, Any]:
     return {"task_ids": store.task_ids(), "executors": executors, "relayed": relayed}
 
 
+# Fields the run events have gained since the stores were written, with the default an
+# old event reads as: the only difference a relayed event may show.
+ADDED_SINCE = {"resumed_actions": 0}
+
+
+def without_added(readback: dict[str, Any]) -> dict[str, Any]:
+    for relayed in readback["relayed"]:
+        for message in relayed["messages"]:
+            for name, default in ADDED_SINCE.items():
+                if message["event"].get(name, default) == default:
+                    message["event"].pop(name, None)
+    return readback
+
+
 def test_the_old_stores_read_back_as_the_earlier_version_read_them(
     tasks: Tasks, executors: ExecutorStore
 ) -> None:
-    assert scheduler_readback(tasks) == READBACK["scheduler"]
+    assert without_added(scheduler_readback(tasks)) == READBACK["scheduler"]
     assert compiler_readback(executors) == READBACK["compiler"]
 
 
