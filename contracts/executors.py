@@ -15,6 +15,7 @@ from contracts.base import (
     SubjectToken,
     UtcDatetime,
 )
+from contracts.tools import Fingerprint
 
 # --- expectations checked on replay ----------------------------------------------------
 # services.executor.expectations.check() is the one implementation of these checks.
@@ -84,6 +85,9 @@ class ToolStep(msgspec.Struct, kw_only=True, tag="tool", tag_field="type"):
     templated: bool = False
     expect: list[Expectation] = []
     trace_step: int | None = None  # the trace step this was compiled from
+    # What the values this step reads meant when it was recorded (a read's
+    # ToolMetadata.fingerprint): a replay whose page differs is checked before trusted.
+    fingerprint: Fingerprint | None = None
 
 
 class LlmStep(msgspec.Struct, kw_only=True, tag="llm", tag_field="type"):

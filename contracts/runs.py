@@ -67,6 +67,28 @@ class ModelTokens(msgspec.Struct, kw_only=True):
     calls: int = 0
 
 
+VerificationStatus = Literal["verified", "unverified", "wrong", "skipped"]
+
+
+class Verification(msgspec.Struct, kw_only=True):
+    """Whether a replayed answer was checked, why, and the verdict
+    (services/runner/verification.py). `status`: `verified` (a check found the page
+    supports the answer), `wrong` (a check found it does not: the answer is not
+    delivered, the run takes the full loop), `unverified` (the page differed from the
+    recording and no check could clear it: delivered, flagged), `skipped` (not checked:
+    nothing differed and the replay was not sampled)."""
+
+    status: VerificationStatus = "skipped"
+    # The page differed from what the executor recorded (its fingerprints).
+    flagged: bool = False
+    # Why it was checked: the fingerprints differed, the version is new, or a sample.
+    why: Literal["flagged", "new_version", "sampled"] | None = None
+    method: Literal["small_model"] | None = None
+    # What differed, then the check's verdict, in words.
+    reasons: list[str] = []
+    cost_usd: float = 0.0
+
+
 class ReplayOutcome(msgspec.Struct, kw_only=True):
     """What happened when a run tried to replay an executor."""
 
@@ -83,6 +105,7 @@ class ReplayOutcome(msgspec.Struct, kw_only=True):
     # The delivery of the run that replayed, when an earlier one did (a redelivered run
     # that had fallen back goes on with the full run and replays nothing); None: this one.
     attempt: int | None = None
+    verification: Verification | None = None  # None: the replay broke before its answer
 
 
 class RunEvent(Event, kw_only=True):

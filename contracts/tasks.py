@@ -132,6 +132,9 @@ class TaskSpec(Command, kw_only=True):
     # the executor came from; a failing verdict falls back (services/executor/quality.py).
     quality_check: bool = False
     max_failures: PositiveInt = 3
+    # The share of clean replays whose answer the small model checks against the page
+    # (services/runner/verification.py); None: the runner's default (ROTE_VERIFY_RATE).
+    verify_rate: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] | None = None
 
 
 # --- commands --------------------------------------------------------------------------
@@ -157,6 +160,9 @@ class UpdateTask(Command, kw_only=True):
     deadline_s: PositiveFloat | msgspec.UnsetType = msgspec.UNSET
     quality_check: bool | msgspec.UnsetType = msgspec.UNSET
     max_failures: PositiveInt | msgspec.UnsetType = msgspec.UNSET
+    verify_rate: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] | msgspec.UnsetType | None = (
+        msgspec.UNSET
+    )
 
 
 class TaskRef(Command, kw_only=True):

@@ -57,6 +57,33 @@ class ExecTool(Command, kw_only=True):
     idempotency_key: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_~-]{1,64}$")] | None = None
 
 
+class Fingerprint(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """What gives the values a browser_extract read their meaning on the page, taken in
+    the same call: recorded when an executor is compiled, compared on each replay
+    (services/executor/drift.py), where a difference makes the replay unverified.
+
+    `field` names below are the extract's `fields` names, or "" for the match itself."""
+
+    lang: str = ""  # the document's lang attribute
+    # Short visible texts around what was read, in page order, as shown: captions,
+    # notes, headings, "updated" lines, footnotes (never text inside the matches).
+    notes: list[str] = []
+    # The header labels of the table or grid the matches sit in.
+    headers: list[str] = []
+    # Per field, the label of its element in each match (first MAX_FINGERPRINT_ITEMS):
+    # the column header, the <dt> or paired label, the aria-label; null when none.
+    labels: dict[str, list[str | None]] = {}
+    # Per field, whether its element in each match is struck through or deleted.
+    struck: dict[str, list[bool]] = {}
+    # Per field, the tag path of its element in the first match ("table>tbody>tr>td").
+    paths: dict[str, str] = {}
+    # Per field, the distinct shapes of its values ("$9.9", "9 °a"; drift.value_shape).
+    shapes: dict[str, list[str]] = {}
+
+
+MAX_FINGERPRINT_ITEMS = 50
+
+
 class ToolMetadata(msgspec.Struct, kw_only=True):
     """Facts about a call the compiler turns into replay expectations."""
 
@@ -66,6 +93,7 @@ class ToolMetadata(msgspec.Struct, kw_only=True):
     item_count: int | None = None
     exit_code: int | None = None
     blob: str | None = None  # "sha256:<hex>" of a stored artefact (screenshot, large output)
+    fingerprint: Fingerprint | None = None  # browser_extract: what the values meant
 
 
 class ToolResult(Reply, kw_only=True):

@@ -1,0 +1,124 @@
+"""Checking a replayed answer against the page as it reads now: which replays are
+checked, the prompt the small model gets, and how its verdict is read.
+
+A replay can run cleanly and still be wrong: the page kept the selectors an executor
+reads but changed what they mean (a column moved, a unit or currency changed, a stale
+copy). The drift fingerprints (drift.py) notice most such changes; a check asks the small
+model whether the page, as the replay saw it, supports the answer. Checked are every
+replay the fingerprints flag, the first replays of each new version, and a sample of the
+rest (`verify_rate`, by run id so a redelivery decides the same way). The verdict is read
+like a quality check's (quality.parse_verdict): PASS or FAIL, then why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from contracts.tools import Fingerprint
+from services.executor.quality import Verdict, parse_verdict
+
+# The first replays of every version are checked: a new version is the one most likely
+# to be wrong (it was compiled from a page that may itself have drifted).
+FIRST_REPLAYS_CHECKED = 2
+DEFAULT_VERIFY_RATE = 0.03
+PROMPT_HEAD = "Verification of a replayed answer."
+# Bounds on what one read adds to the prompt: the small model's reading is paid for.
+MAX_ITEMS_CHARS = 6000
+MAX_TEXT_CHARS = 8000
+
+Why = Literal["flagged", "new_version", "sampled"]
+
+
+def sampled(run_id: str, rate: float) -> bool:
+    """Whether the run falls in the sample: the same answer for the same run id."""
+    if rate <= 0:
+        return False
+    digest = hashlib.sha256(run_id.encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < rate
+
+
+def why_check(flagged: bool, version_replays: int, run_id: str, rate: float) -> Why | None:
+    """Why this replay's answer is checked, or None: it is delivered unchecked."""
+    if flagged:
+        return "flagged"
+    if version_replays < FIRST_REPLAYS_CHECKED:
+        return "new_version"
+    if sampled(run_id, rate):
+        return "sampled"
+    return None
+
+
+@dataclass(frozen=True)
+class Read:
+    """One read the replay made: a browser_extract (its items and the fingerprint of the
+    page as it is now) or a page's text (browser_read_page, or any read whose output is
+    text)."""
+
+    step: int
+    tool: str
+    output: Any
+    url: str | None = None
+    selector: str | None = None
+    fingerprint: Fingerprint | None = None
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + "\n[... cut]"
+
+
+def _read_block(read: Read) -> str:
+    attrs = f'step="{read.step}" tool="{read.tool}"'
+    if read.url:
+        attrs += f' url="{read.url}"'
+    if read.selector:
+        attrs += f" selector={json.dumps(read.selector, ensure_ascii=False)}"
+    found = read.fingerprint
+    if found is not None and found.lang:
+        attrs += f' lang="{found.lang}"'
+    lines = [f"<read {attrs}>"]
+    if isinstance(read.output, str):
+        lines += ["<text>", _cut(read.output, MAX_TEXT_CHARS), "</text>"]
+    else:
+        if found is not None:
+            if found.notes:
+                lines += ["<notes>", *found.notes, "</notes>"]
+            if found.headers:
+                lines.append(f"<headers>{' | '.join(found.headers)}</headers>")
+            if found.labels:
+                labels = json.dumps(found.labels, ensure_ascii=False)
+                lines.append(f"<labels>{labels}</labels>")
+        items = json.dumps(read.output, ensure_ascii=False)
+        lines += ["<items>", _cut(items, MAX_ITEMS_CHARS), "</items>"]
+    lines.append("</read>")
+    return "\n".join(lines)
+
+
+def verification_prompt(task: str, answer: str, reads: list[Read], changes: list[str]) -> str:
+    """What the small model is asked. `changes`: what the fingerprints found different
+    from the recording (told, so a reader looks there first; empty for a sampled check).
+    Each read gives the page's notes, its headers, the label of each value read (per
+    field: the `fields` name, or "" for the matched element itself; one label per item,
+    in the items' order) and the items, as the replay read them now."""
+    changed = "\n".join(f"- {change}" for change in changes) or "- none noticed"
+    blocks = "\n".join(_read_block(read) for read in reads) or "<read>nothing</read>"
+    return (
+        f"{PROMPT_HEAD} A scheduled task was answered again by replaying recorded steps, "
+        "without the large model. Check the answer against what the page shows now: does "
+        "the page support this answer to this task? The values must mean what the answer "
+        "says they mean: the right row, column or label (the labels below are the page's "
+        "own, now), the unit, currency and scale, the date order and time zone, the order "
+        "of a list, entries a note excludes, and a page that is current.\n"
+        f"Task: {task}\n"
+        f"<answer>\n{answer}\n</answer>\n"
+        f"<changes>\n{changed}\n</changes>\n"
+        f"{blocks}\n"
+        "Reply with PASS or FAIL, then a colon and one short sentence saying why."
+    )
+
+
+def read_verdict(text: str, answer: str) -> Verdict:
+    """The check's verdict; anything but a clear PASS fails (quality.parse_verdict)."""
+    return parse_verdict(text, content=answer)
