@@ -53,6 +53,7 @@ def tool_step(asm: Assembly, plan: Planned, content: Content) -> None:
                 used_items=asm.used_items.get(plan.position, 0),
             ),
             trace_step=step.index,
+            fingerprint=step.metadata.fingerprint,
         )
     )
     if (

@@ -29,6 +29,7 @@ import anyio
 from contracts.base import utc_now
 from contracts.runs import ReplayOutcome, RunEvent, RunRequest, RunSource
 from services.executor.fingerprint import task_fingerprint
+from services.executor.verification import DEFAULT_VERIFY_RATE
 from services.kernel.logs import get_logger
 from services.kernel.secrets import redact_struct
 from services.runner.accounting import Ledger
@@ -44,6 +45,7 @@ from services.runner.effects import ActionInDoubt, EffectStore, RunEffects
 from services.runner.ports import Ports, PublishRunEvent, RunScope
 from services.runner.replay import Replayer, ReplayResult
 from services.runner.transcript import TranscriptRecorder
+from services.runner.verification import CheckPlan
 
 log = get_logger("rote.runner")
 
@@ -74,6 +76,8 @@ class Limits:
     replay_backoff_s: float = 1.0
     tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
     max_tool_timeout_s: float = MAX_TOOL_TIMEOUT_S
+    # The share of clean replays checked when the task does not say (TaskSpec.verify_rate).
+    verify_rate: float = DEFAULT_VERIFY_RATE
 
 
 @dataclass(frozen=True)
@@ -322,6 +326,14 @@ class RunAttempt:
             tool_timeout_s=self.limits.tool_timeout_s,
             max_tool_timeout_s=self.limits.max_tool_timeout_s,
             deadline=deadline,
+            checks=CheckPlan(
+                version_replays=active.health.success_count + active.health.failure_count,
+                rate=(
+                    request.spec.verify_rate
+                    if request.spec.verify_rate is not None
+                    else self.limits.verify_rate
+                ),
+            ),
         )
         result: ReplayResult = await state.replayer.run()
         effects = self.scope.effects
@@ -342,6 +354,7 @@ class RunAttempt:
             # A replay resumed after actions answered from the journal reads pages those
             # actions did not leave this time: its failure says nothing of the executor.
             infrastructure=result.infrastructure or bool(effects and effects.answered),
+            verification=result.verification,
         )
         if result.ok:
             state.source = "executor"

@@ -18,10 +18,12 @@ import anyio
 from contracts.errors import status_for
 from contracts.executors import ConditionStep, Executor, LlmStep, ResultStep, ToolStep
 from contracts.llm import CompleteRequest, Message
+from contracts.runs import Verification
 from contracts.tools import SESSION_LOST, ExecTool, ToolMetadata
 from services.executor import quality, references
 from services.executor.expectations import check_all, condition_holds
 from services.executor.toolkinds import acts, safe_to_retry
+from services.executor.verification import FIRST_REPLAYS_CHECKED
 from services.runner.accounting import Ledger
 from services.runner.agent_loop import (
     MAX_TOOL_TIMEOUT_S,
@@ -32,6 +34,7 @@ from services.runner.agent_loop import (
     time_left,
 )
 from services.runner.ports import PortError, RunScope
+from services.runner.verification import CheckPlan, CheckUnavailable, ReplayChecks
 
 # Room for a small-model step's reply; current models spend their thinking out of it.
 LLM_STEP_MAX_TOKENS = 2048
@@ -60,6 +63,8 @@ class ReplayResult:
     infrastructure: bool = False
     # The run's deadline passed before a step's call started (see OutOfTime).
     out_of_time: bool = False
+    # Whether the answer was checked, and the verdict (None: no answer was written).
+    verification: Verification | None = None
 
 
 class StepFailed(Exception):
@@ -136,6 +141,7 @@ class Replayer:
         tool_timeout_s: float = 30.0,
         max_tool_timeout_s: float = MAX_TOOL_TIMEOUT_S,
         deadline: float | None = None,
+        checks: CheckPlan | None = None,
     ) -> None:
         self.executor = executor
         self.spec = scope.spec
@@ -157,6 +163,10 @@ class Replayer:
         # Where the replay is, for a caller whose deadline cuts it off mid-step.
         self.current_step: int | None = None
         self.started = time.monotonic()
+        # Without a plan only a replay whose page drifted is checked.
+        plan = checks or CheckPlan(version_replays=FIRST_REPLAYS_CHECKED, rate=0.0)
+        self.checks = ReplayChecks(scope.spec.prompt, scope.run_id, plan)
+        self.verification: Verification | None = None
 
     async def run(self) -> ReplayResult:
         started = self.started = time.monotonic()
@@ -178,6 +188,7 @@ class Replayer:
                     answer = await self._with_retries(step.index, lambda s=step: self._result(s))
                     # The answer this step wrote (before any quality check judges it).
                     self.transcript.replay_step(step.index, {"result": step.mode, "answer": answer})
+                    await self._verify(step.index, answer)
                     if self.spec.quality_check:
                         # Retried like a step: a check call the llm service could not
                         # serve once must not cost a full run (a FAIL is not retried).
@@ -212,13 +223,30 @@ class Replayer:
                 duration_ms=int((time.monotonic() - started) * 1000),
                 infrastructure=failed.infrastructure,
                 out_of_time=isinstance(failed, OutOfTime),
+                verification=self.verification,
             )
         return ReplayResult(
             ok=True,
             answer=answer,
             ledger=self.ledger,
             duration_ms=int((time.monotonic() - started) * 1000),
+            verification=self.verification,
         )
+
+    async def _verify(self, index: int, answer: str) -> None:
+        """Check the answer when it is due (verification.py); one judged wrong fails
+        the replay: its answer is not delivered, the full loop answers instead."""
+
+        async def ask(prompt: str) -> str:
+            try:
+                return await self._small_model(index, prompt, purpose="verification")
+            except StepFailed as failed:
+                raise CheckUnavailable(failed.reason) from None
+
+        self.verification = await self.checks.verify(answer, ask, lambda: self.ledger.cost_usd)
+        if self.verification.status == "wrong":
+            verdict = self.verification.reasons[-1]
+            raise StepFailed(index, f"verification: {verdict}", retryable=False)
 
     async def _with_retries(self, index: int, attempt_once: Any) -> Any:
         """Run a step; on failure wait and try again, `retries` more times."""
@@ -246,6 +274,7 @@ class Replayer:
                 step.tool, step.input, self.outputs, require_values=True
             )
             output, metadata = await self._tool(step.index, step.tool, tool_input)
+            self.checks.saw(step, tool_input, output, metadata)
             reason = check_all(step.expect, output, metadata, self.outputs)
             if reason is not None:
                 # An action that ran but missed its expectation is not tried again: that

@@ -69,6 +69,7 @@ class Runner:
             limits=Limits(
                 replay_retries=ctx.settings.replay_retries,
                 replay_backoff_s=ctx.settings.replay_backoff_s,
+                verify_rate=ctx.settings.verify_rate,
             ),
             publish=self.publish,
             journal=KvEffects(ctx.bus),

@@ -58,7 +58,10 @@ def executor() -> ActiveExecutor:
         executor=hand_built_executor(
             TASK, [post, ResultStep(index=1, mode="template", template="Built")], version=3
         ),
-        health=ExecutorHealth(task_id=TASK, status="active", version=3, full_run_cost_usd=0.05),
+        # Replayed often enough that a clean replay is not checked (verification.py).
+        health=ExecutorHealth(
+            task_id=TASK, status="active", version=3, full_run_cost_usd=0.05, success_count=5
+        ),
     )
 
 
