@@ -1,0 +1,204 @@
+"""A replay's answer checked before it is trusted (services/runner/verification.py and
+replay.py) against scripted ports: which replays the small model checks, what a verdict
+does to the run, and what the replay outcome says. No NATS."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from contracts.base import utc_now
+from contracts.executors import ActiveExecutor, ExecutorHealth, ResultStep, ToolStep
+from contracts.llm import (
+    CompleteReply,
+    CompleteRequest,
+    TextBlock,
+    TextEvent,
+    ToolDefinition,
+    Usage,
+)
+from contracts.runs import RunRequest
+from contracts.tasks import TaskSpec
+from contracts.tools import ExecTool, Fingerprint, ToolMetadata, ToolResult
+from services.executor.verification import PROMPT_HEAD, sampled
+from services.runner.attempt import AttemptResult, Limits, RunAttempt
+from services.runner.ports import PortError, Ports
+from services.runner.transcript import TranscriptRecorder
+from tests.hand_built_replay import hand_built_executor
+
+pytestmark = pytest.mark.anyio
+
+TASK, RUN = "weather", "run-1"
+RECORDED = Fingerprint(lang="en", notes=["Temperatures in °F."], labels={"high": ["High"]})
+
+
+def request(verify_rate: float | None = None) -> RunRequest:
+    spec = TaskSpec(
+        name=TASK,
+        prompt="Report the high for Lisbon",
+        allowed_tools=["browser_extract"],
+        verify_rate=verify_rate,
+    )
+    return RunRequest(run_id=RUN, task_id=TASK, spec=spec, requested_at=utc_now())
+
+
+def active(replays: int) -> ActiveExecutor:
+    """Reads the high column; answers "High: {{step_0[0].high}} °F"."""
+    read = ToolStep(
+        index=0,
+        tool="browser_extract",
+        input={"selector": "tr", "fields": {"high": "td:nth-child(2)"}},
+        fingerprint=RECORDED,
+    )
+    answer = ResultStep(index=1, mode="template", template="High: {{step_0[0].high}} °F")
+    return ActiveExecutor(
+        executor=hand_built_executor(TASK, [read, answer], version=2),
+        health=ExecutorHealth(
+            task_id=TASK, status="active", version=2, full_run_cost_usd=0.05, success_count=replays
+        ),
+    )
+
+
+@dataclass
+class Services:
+    """Scripted tools (the page now: `page`), small model (`verdict`) and compiler."""
+
+    executor: ActiveExecutor
+    page: Fingerprint = RECORDED
+    verdict: str | None = "PASS: the page says 64 °F for Lisbon."  # None: the model is down
+    prompts: list[str] = field(default_factory=list)
+
+    def ports(self) -> Ports:
+        async def complete(req: CompleteRequest) -> CompleteReply:
+            prompt = str(req.messages[0].content)
+            self.prompts.append(prompt)
+            if PROMPT_HEAD not in prompt:  # the full loop, after a fallback
+                text = "The high for Lisbon: 18 °C"
+            elif self.verdict is None:
+                raise PortError("unavailable", "no llm service answered")
+            else:
+                text = self.verdict
+            return CompleteReply(
+                id="m", model="claude-haiku-4-5", content=[TextBlock(text=text)],
+                stop_reason="end_turn", usage=Usage(input_tokens=100, output_tokens=10),
+                cost_usd=0.0002,
+            )  # fmt: skip
+
+        async def exec_tool(req: ExecTool) -> ToolResult:
+            meta = ToolMetadata(url="http://weather.test/", fingerprint=self.page)
+            return ToolResult(ok=True, output=[{"high": "64"}], duration_ms=1, metadata=meta)
+
+        async def list_tools(names: list[str]) -> list[ToolDefinition]:
+            return []
+
+        async def publish_text(event: TextEvent) -> None:
+            pass
+
+        async def active_executor(task_id: str) -> ActiveExecutor | None:
+            return self.executor
+
+        async def close_session(run_id: str, attempt: int) -> None:
+            pass
+
+        return Ports(
+            complete=complete,
+            exec_tool=exec_tool,
+            list_tools=list_tools,
+            publish_text=publish_text,
+            active_executor=active_executor,
+            close_session=close_session,
+        )
+
+    def checks(self) -> list[str]:
+        return [p for p in self.prompts if PROMPT_HEAD in p]
+
+
+async def attempt(services: Services, verify_rate: float | None = None) -> AttemptResult:
+    async def publish(event: object, msg_id: str) -> None:
+        pass
+
+    run = RunAttempt(
+        request(verify_rate),
+        1,
+        ports=services.ports(),
+        transcript=TranscriptRecorder(RUN, TASK),
+        limits=Limits(replay_retries=0, replay_backoff_s=0.0, verify_rate=0.0),
+        publish=publish,
+    )
+    return await run.run(0.0, None)
+
+
+async def test_a_clean_replay_of_a_seasoned_version_is_delivered_unchecked() -> None:
+    services = Services(active(replays=10))
+    result = await attempt(services)
+    assert result.outcome.ok and result.outcome.result == "High: 64 °F"
+    assert services.checks() == []
+    assert result.replay is not None and result.replay.verification is not None
+    assert result.replay.verification.status == "skipped"
+    assert not result.replay.verification.flagged
+
+
+async def test_the_first_replays_of_a_version_are_checked_and_the_check_is_paid_for() -> None:
+    services = Services(active(replays=0))
+    result = await attempt(services)
+    assert result.outcome.ok and result.source == "executor"
+    assert len(services.checks()) == 1
+    check = result.replay.verification if result.replay else None
+    assert check is not None
+    assert (check.status, check.why, check.method, check.flagged) == (
+        "verified", "new_version", "small_model", False
+    )  # fmt: skip
+    assert check.cost_usd == pytest.approx(0.0002)
+    assert result.replay is not None and result.replay.cost_usd == pytest.approx(0.0002)
+
+
+async def test_a_drifted_page_is_checked_and_a_wrong_answer_is_not_delivered() -> None:
+    page = Fingerprint(lang="en", notes=["Temperatures in °C."], labels={"high": ["High"]})
+    services = Services(active(replays=10), page=page, verdict="FAIL: the page is in °C.")
+    result = await attempt(services)
+
+    prompt = services.checks()[0]
+    assert "Temperatures in °C." in prompt and "High: 64 °F" in prompt
+    assert "a note now reads 'Temperatures in °C.'" in prompt  # the change, told
+    # The full loop answered instead, after the replay was failed by its check.
+    assert result.outcome.ok and result.outcome.result == "The high for Lisbon: 18 °C"
+    assert result.source == "full_llm" and result.fell_back
+    replay = result.replay
+    assert replay is not None and not replay.ok and replay.step == 1
+    assert replay.reason == "verification: FAIL: the page is in °C."
+    assert replay.verification is not None and replay.verification.status == "wrong"
+    assert replay.verification.flagged and replay.verification.why == "flagged"
+    assert replay.verification.reasons[0] == "step 0: a note now reads 'Temperatures in °C.'"
+
+
+async def test_a_flag_nothing_could_clear_is_delivered_as_unverified() -> None:
+    page = Fingerprint(lang="en", notes=["Temperatures in °C."], labels={"high": ["High"]})
+    services = Services(active(replays=10), page=page, verdict=None)
+    result = await attempt(services)
+    assert result.outcome.ok and result.source == "executor"
+    check = result.replay.verification if result.replay else None
+    assert check is not None and (check.status, check.flagged) == ("unverified", True)
+    assert check.reasons[-1].startswith("the check could not be made")
+
+
+async def test_an_unreadable_verdict_vouches_for_nothing() -> None:
+    services = Services(active(replays=0), verdict="Looks fine to me")
+    result = await attempt(services)
+    assert result.source == "full_llm" and result.fell_back
+    assert result.replay is not None and result.replay.verification is not None
+    assert result.replay.verification.status == "wrong"
+
+
+async def test_a_sample_of_clean_replays_is_checked_by_the_tasks_rate() -> None:
+    services = Services(active(replays=10))
+    result = await attempt(services, verify_rate=1.0)
+    assert result.replay is not None and result.replay.verification is not None
+    assert result.replay.verification.why == "sampled"
+    assert len(services.checks()) == 1
+    # The sample is decided by run id: a redelivery decides the same, and about the
+    # rate's share of runs fall in it.
+    share = sum(sampled(f"run-{n}", 0.05) for n in range(4000)) / 4000
+    assert 0.03 < share < 0.07
+    assert sampled("run-9", 0.05) == sampled("run-9", 0.05)
+    assert not sampled("run-9", 0.0)
