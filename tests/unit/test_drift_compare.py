@@ -23,18 +23,21 @@ def forecast(**changes: object) -> Fingerprint:
 
 
 def test_the_same_page_with_new_data_means_the_same() -> None:
-    today = forecast(notes=["Today is 2025-03-06.", "Updated 2025-03-06 06:00.", "Temperatures in °F."])
+    notes = ["Today is 2025-03-06.", "Updated 2025-03-06 06:00.", "Temperatures in °F."]
+    today = forecast(notes=notes)
     assert compare(forecast(), today) == []
     assert compare(forecast(), forecast()) == []
 
 
 def test_each_change_of_meaning_is_named() -> None:
+    celsius = ["Today is 2025-03-05.", "Updated 2025-03-05 06:00.", "Temperatures in °C."]
+    stale = ["Today is 2025-03-12.", "Updated 2025-03-05 06:00.", "Temperatures in °F."]
     cases = {
         "language": forecast(lang="pt-PT"),
         "headers": forecast(headers=["City", "Sky", "Low", "High"]),
         "label": forecast(labels={"city": ["City", "City"], "high": ["Low", "Low"]}),
-        "note": forecast(notes=["Today is 2025-03-05.", "Updated 2025-03-05 06:00.", "Temperatures in °C."]),
-        "stale": forecast(notes=["Today is 2025-03-12.", "Updated 2025-03-05 06:00.", "Temperatures in °F."]),
+        "note": forecast(notes=celsius),
+        "stale": forecast(notes=stale),
         "struck": forecast(struck={"city": [False, False], "high": [True, False]}),
         "path": forecast(paths={"city": "table>tbody>tr>td", "high": "table>tbody>tr>td>s"}),
         "shape": forecast(shapes={"city": ["text"], "high": ["9 °a"]}),
