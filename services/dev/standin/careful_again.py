@@ -114,8 +114,8 @@ def answer_again(task: CarefulTask, data: list[tuple[str, Any]], example: str) -
         chosen = pick_literally(task, records, key)
         value = read_literally(_raw(chosen, task.field), ctx) if chosen else ""
     else:
-        found = _pick_read(task, records, key, _label(task.field, data, text), ctx)
-        chosen, value = found if found else (None, "")
+        found = pick_read(task, records, key, _label(task.field, data, text), ctx)
+        chosen, value = (found[0], found[1].say()) if found else (None, "")
     if chosen is None:
         return None
     if isinstance(task, Lookup):
@@ -138,14 +138,15 @@ def _property_again(
     return task.say(value)
 
 
-def _pick_read(
+def pick_read(
     task: Lookup | Extreme,
     records: list[dict[str, Any]],
     key: str,
     label: str,
     ctx: PageContext,
-) -> tuple[dict[str, Any], str] | None:
-    """The record the task asks for and its value, read with the page's notes."""
+) -> tuple[dict[str, Any], Quantity] | None:
+    """The record the task asks for and its value, read with the page's notes (`label`:
+    the value's, with its unit); an extreme leaves out entries a footnote excludes."""
 
     def value(record: dict[str, Any]) -> Quantity:
         return read_value(_raw(record, task.field), label, ctx)
@@ -153,7 +154,7 @@ def _pick_read(
     if isinstance(task, Lookup):
         for record in records:
             if clean_key(record.get(key)).lower() == task.key.lower():
-                return record, value(record).say()
+                return record, value(record)
         return None
     ranked = []
     for record in records:
@@ -165,7 +166,7 @@ def _pick_read(
     if not ranked:
         return None
     best = best_of(ranked, task.direction)
-    return next(r for r in records if clean_key(r.get(key)) == best[1]), best[2].say()
+    return next(r for r in records if clean_key(r.get(key)) == best[1]), best[2]
 
 
 def pick_literally(

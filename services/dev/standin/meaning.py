@@ -90,9 +90,10 @@ def _day(pattern: re.Pattern[str], text: str) -> date | None:
     return date.fromisoformat(found.group(1)) if found else None
 
 
-def read_context(text: str) -> PageContext:
-    """The notes of a page's visible text (browser_read_page's output)."""
-    lang = "pt" if len(_PT_WORDS.findall(text)) >= 2 else "en"
+def read_context(text: str, lang: str | None = None) -> PageContext:
+    """The notes of a page's visible text (browser_read_page's output). `lang`: the
+    page's language when known otherwise (its lang attribute), else read from its words."""
+    lang = lang or ("pt" if len(_PT_WORDS.findall(text)) >= 2 else "en")
     currency = _CURRENCY.search(text)
     zone = _ZONE.search(text)
     order = _ORDER.search(text)

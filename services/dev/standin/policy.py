@@ -82,6 +82,16 @@ Item 10 for a careful task answers from the data the prompt gives, as the full r
 from the same data: with the page's text among it, its notes are read; without it, values
 are read literally (the earlier answer's unit, English numbers, month-first dates, the list
 in the order it comes) (careful_again.py).
+17. A verification prompt for a replayed answer, as rote's runner writes it
+   (services/executor/verification.py: "Verification of a replayed answer.", "Task: ...",
+   "<answer>", "<changes>", then <read> blocks with a page's notes, headers, labels and
+   items, or its text). For a careful task (12-15): what the task answers from those
+   reads, read as a careful reader would (the page's notes; each value by the page's label
+   of it now; a stale page; an excluded entry; a sale price), compared with the answer:
+   "PASS: ..." when they mean the same, else "FAIL: <what the page gives instead>" (also
+   when the reads cannot give the answer). For any other task, simply: "PASS: nothing on
+   the page contradicts the answer." when every value the answer states appears in the
+   reads, else FAIL (verifying.py, verdicts.py).
 
 Session lost (items 1-8, 12-15): a tool result "session_lost: ..." (the runner's, when the tools
 process holding the page died) starts the script over, as a real model would: navigate to
@@ -111,7 +121,8 @@ Where each part lives: conversation.py reads the request and holds the decisions
 vocabulary.py parses the prompt into a task, scripts.py scripts the browsing tasks (1-8),
 careful.py the careful tasks (12-15) and meaning.py the page notes they read,
 replay_prompts.py answers rote's replay prompts (9-11, 16; careful_again.py for the
-careful tasks), reading.py reads tool outputs.
+careful tasks), verifying.py and verdicts.py the verification prompt (17), reading.py
+reads tool outputs.
 This module adds the markers and the session losses and decides.
 """
 

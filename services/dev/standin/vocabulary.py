@@ -25,6 +25,8 @@ from services.dev.standin.scripts import (
     Title,
     TopN,
 )
+from services.dev.standin.verifying import Verify, verification_prompt_of
+from services.executor.verification import PROMPT_HEAD
 
 VOCABULARY: list[str] = [
     "Open <URL> and report the top <N> <things>",
@@ -46,6 +48,8 @@ VOCABULARY: list[str] = [
     "Open <URL> and report the <N> newest|latest|oldest|earliest|most read|least read <things>",
     "Task (for context; do not perform it): <task 12 or 13> ... The task needs one item from "
     "the list below ... answer with its <field> only ... step_N (<tool>): [...]",
+    "Verification of a replayed answer. ... Task: <task> <answer>...</answer> <changes>..."
+    "</changes> <read ...>...</read> Reply with PASS or FAIL ...",
 ]
 
 _URL = r"(?P<url>[a-z][a-z0-9+.-]*://[^\s,]+)"
@@ -163,7 +167,8 @@ def _answer_again(prompt: str) -> AnswerAgain | None:
         return None
     # The compiler elides URLs; the answer never depends on them.
     task = parse_task(context["task"].replace("<url>", "http://elided.invalid"))
-    if task is None or isinstance(task, PickCheapest | AnswerAgain | QualityCheck | PickAgain):
+    replays = PickCheapest | AnswerAgain | QualityCheck | PickAgain | Verify
+    if task is None or isinstance(task, replays):
         return None
     example = re.search(r"<example>\n?(?P<example>.*?)\n?</example>", prompt, re.DOTALL)
     return AnswerAgain(
@@ -191,7 +196,7 @@ _QUALITY = re.compile(
     re.DOTALL,
 )
 
-Task = BrowsingTask | CarefulTask | PickCheapest | AnswerAgain | QualityCheck | PickAgain
+Task = BrowsingTask | CarefulTask | PickCheapest | AnswerAgain | QualityCheck | PickAgain | Verify
 
 
 def _json_array(prompt: str) -> list[Any] | None:
@@ -218,8 +223,18 @@ def _careful(text: str) -> CarefulTask | None:
     return None
 
 
+def _careful_task(task: str) -> CarefulTask | None:
+    """A verified task's words as a careful task; None for any other task."""
+    parsed = parse_task(task.replace("<url>", "http://elided.invalid"))
+    return parsed if isinstance(parsed, CarefulTask) else None
+
+
 def parse_task(prompt: str) -> Task | None:
     text = _clean(prompt)
+    # First of all: a verification prompt quotes the task and pages whose text may read
+    # like any other prompt.
+    if PROMPT_HEAD in prompt and (verify := verification_prompt_of(prompt, _careful_task)):
+        return verify
     # Before the rest: a quality-check prompt quotes the task it checks.
     if quality := _QUALITY.search(prompt):
         return QualityCheck(quality["earlier"], quality["new"])

@@ -15,5 +15,6 @@ state.py holds page states and how they are written (language, numbers, dates, t
 captions, the frame); tables.py the table sites, pages.py the labelled-value and ranked
 list sites, sites.py the seven sites and their data; truth.py what a task's answer means
 on a state, from the data; judge.py an answer against it; oracle.py the stand-in's full
-run offline over the pages' DOM, for the unit tests.
+run offline over the pages' DOM, for the unit tests; reads.py what a recorded extract
+reads on a state with the page's fingerprint of it, as a replay's verification is given.
 """
