@@ -15,6 +15,7 @@ from contracts.base import (
     SubjectToken,
     UtcDatetime,
 )
+from contracts.runs import Verification
 from contracts.tools import Fingerprint
 
 # --- expectations checked on replay ----------------------------------------------------
@@ -197,6 +198,21 @@ class ExecutorHealth(Reply, kw_only=True):
     estimated_replay_cost_usd: float = 0.0
     replays: int = 0  # every version: replays tried, failed
     replay_failures: int = 0
+    # What the checks of replayed answers found, every version (services/compiler/README.md):
+    checked: int = 0  # answers a check judged (verified or wrong)
+    wrong: int = 0  # answers a check found wrong (such a replay failed and fell back)
+    drift_alarms: int = 0  # replays whose reads differed from the recording (flagged)
+    drift_confirmed: int = 0  # drift alarms whose check found the answer wrong
+    unflagged_checked: int = 0  # checks of replays with no alarm: new versions, samples
+    unflagged_wrong: int = 0  # of those, found wrong: drift the fingerprints missed
+    unverified: int = 0  # flagged answers delivered because no check could be made
+    full_runs: int = 0  # full LLM runs completed (a failed replay's fallback included)
+    # Runs answered by a replay: successful replays / (those + full_runs); None: no runs.
+    hit_rate: float | None = None
+    # Estimated share of wrong answers among clean replays delivered unchecked:
+    # unflagged_wrong / unflagged_checked; None before any unflagged check.
+    false_success_rate: float | None = None
+    false_success_upper: float | None = None  # its 95% Wilson score upper bound
 
 
 class VersionView(Reply, kw_only=True):
@@ -212,6 +228,17 @@ class VersionView(Reply, kw_only=True):
     consecutive_failures: int = 0
     last_used_at: UtcDatetime | None = None
     cost_saved_usd: float = 0.0
+    # This version's replays, as in ExecutorHealth (no full_runs: a full run replays none).
+    checked: int = 0  # answers a check judged (verified or wrong)
+    wrong: int = 0  # answers a check found wrong
+    drift_alarms: int = 0  # replays whose reads differed from the recording
+    drift_confirmed: int = 0  # drift alarms whose check found the answer wrong
+    unflagged_checked: int = 0  # checks of replays with no alarm: new version, samples
+    unflagged_wrong: int = 0  # of those, found wrong: drift the fingerprints missed
+    unverified: int = 0  # flagged answers delivered because no check could be made
+    hit_rate: float | None = None  # success_count / its replays; None: never replayed
+    false_success_rate: float | None = None  # unflagged_wrong / unflagged_checked
+    false_success_upper: float | None = None  # its 95% Wilson score upper bound
 
 
 class ActiveExecutor(Reply, kw_only=True):
@@ -251,6 +278,9 @@ class ExecutorEvent(Event, kw_only=True):
     cost_saved_usd: float | None = None
     executor: Executor | None = None
     attempt: int | None = None  # replay_*: the run's delivery attempt that replayed
+    # replay_*: the check of the replay's answer, its reasons the evidence (cost_usd 0:
+    # the event's cost_usd includes it); None: recorded before replays were checked.
+    verification: Verification | None = None
 
 
 # --- commands and queries --------------------------------------------------------------
@@ -326,3 +356,16 @@ class SavingsStats(Reply, kw_only=True):
     total_cost_saved_usd: float
     by_task: dict[str, float]  # the (at most 1000) tasks that saved most
     by_task_omitted: int = 0  # tasks with an executor left out of by_task
+    # Every task's sums and rates, as in ExecutorHealth (full_runs: tasks without an
+    # executor too).
+    checked: int = 0  # answers a check judged (verified or wrong)
+    wrong: int = 0  # answers a check found wrong
+    drift_alarms: int = 0  # replays whose reads differed from the recording
+    drift_confirmed: int = 0  # drift alarms whose check found the answer wrong
+    unflagged_checked: int = 0  # checks of replays with no alarm: new versions, samples
+    unflagged_wrong: int = 0  # of those, found wrong: drift the fingerprints missed
+    unverified: int = 0  # flagged answers delivered because no check could be made
+    full_runs: int = 0  # full LLM runs completed
+    hit_rate: float | None = None  # successful replays / (those + full_runs)
+    false_success_rate: float | None = None  # unflagged_wrong / unflagged_checked
+    false_success_upper: float | None = None  # its 95% Wilson score upper bound

@@ -68,6 +68,8 @@ class ModelTokens(msgspec.Struct, kw_only=True):
 
 
 VerificationStatus = Literal["verified", "unverified", "wrong", "skipped"]
+VerificationWhy = Literal["flagged", "new_version", "sampled"]
+VerificationMethod = Literal["small_model"]
 
 
 class Verification(msgspec.Struct, kw_only=True):
@@ -82,8 +84,8 @@ class Verification(msgspec.Struct, kw_only=True):
     # The page differed from what the executor recorded (its fingerprints).
     flagged: bool = False
     # Why it was checked: the fingerprints differed, the version is new, or a sample.
-    why: Literal["flagged", "new_version", "sampled"] | None = None
-    method: Literal["small_model"] | None = None
+    why: VerificationWhy | None = None
+    method: VerificationMethod | None = None
     # What differed, then the check's verdict, in words.
     reasons: list[str] = []
     cost_usd: float = 0.0

@@ -88,13 +88,21 @@ class ExecutorAggregate(Folded[h.Health, ev.Created, ev.HealthEvent]):
         def apply(self, aggregate: Any) -> None:
             aggregate.fold(self.event)
 
-    # Snapshots: v1 held the task id and the Health as `health`; v2 holds `state`.
-    class_version = 2
+    # Snapshots: v1 held the task id and the Health as `health`; v2 holds `state`; v3's
+    # state counts every full run (full_runs).
+    class_version = 3
 
     @staticmethod
     def upcast_v1_v2(state: dict[str, Any]) -> None:
         state["state"] = state.pop("health")
         del state["task_id"]
+
+    @staticmethod
+    def upcast_v2_v3(state: dict[str, Any]) -> None:
+        # The full runs before the snapshot are gone; the recent costs it kept are one
+        # each, all of them unless RECENT_FULL_RUNS were kept (then a lower bound).
+        health: h.Health = state["state"]
+        health.full_runs = len(health.full_run_costs)
 
     @classmethod
     def start(cls, event: ev.Created) -> h.Health:

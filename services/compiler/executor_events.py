@@ -12,6 +12,17 @@ from typing import Any
 
 import msgspec
 
+from contracts.base import MAX_REASON_CHARS
+from contracts.runs import (
+    Verification,
+    VerificationMethod,
+    VerificationStatus,
+    VerificationWhy,
+)
+
+# A replay's check keeps at most this many reasons (the runner sends at most 13).
+MAX_CHECK_REASONS = 20
+
 
 class Created(msgspec.Struct, kw_only=True):
     """The aggregate's opening event, naming its task (not a health event: health
@@ -36,6 +47,31 @@ class Skipped(_Ev, tag="skipped"):
     reason: str
 
 
+class ReplayCheck(msgspec.Struct, kw_only=True):
+    """Whether a replay's answer was checked, and the verdict: the run event's
+    Verification (contracts/runs.py) without its cost, which the replay's cost holds."""
+
+    status: VerificationStatus
+    flagged: bool = False
+    why: VerificationWhy | None = None
+    method: VerificationMethod | None = None
+    reasons: list[str] = []
+
+
+def replay_check(verification: Verification | None) -> ReplayCheck | None:
+    """What a replay event keeps of the run's verification: the reasons are the
+    evidence the history shows, each bounded like an operator's reason."""
+    if verification is None:
+        return None
+    return ReplayCheck(
+        status=verification.status,
+        flagged=verification.flagged,
+        why=verification.why,
+        method=verification.method,
+        reasons=[r[:MAX_REASON_CHARS] for r in verification.reasons[:MAX_CHECK_REASONS]],
+    )
+
+
 class ReplaySucceeded(_Ev, tag="replay_succeeded"):
     version: int
     run_id: str
@@ -45,6 +81,8 @@ class ReplaySucceeded(_Ev, tag="replay_succeeded"):
     tokens: int = 0
     cost_usd: float = 0.0
     cost_saved_usd: float = 0.0  # as the run event reported it; may be negative
+    # The check of its answer; None in events recorded before replays were checked.
+    verification: ReplayCheck | None = None
 
 
 class ReplayFailed(_Ev, tag="replay_failed"):
@@ -55,6 +93,7 @@ class ReplayFailed(_Ev, tag="replay_failed"):
     reason: str = ""
     tokens: int = 0
     cost_usd: float = 0.0
+    verification: ReplayCheck | None = None  # as in ReplaySucceeded (wrong: why it failed)
 
 
 class Superseded(_Ev, tag="superseded"):

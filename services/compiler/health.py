@@ -26,6 +26,8 @@ Rules:
   over; the pin stays). A named version a compilation or lookup has since superseded,
   or one already invalidated, is refused (conflict, naming the current version), so an
   operator's verdict on v1 never lands on the v2 that replaced it meanwhile;
+- what the checks of replayed answers found (trust.py) is tallied per version and per
+  task from the replay events, beside the full runs recorded, for the published rates;
 - each run counts once: a redelivered outcome, trace or full-run cost is ignored; a
   replay outcome counts once per delivery attempt of its run (attempt 1 may fail and
   its redelivery succeed: both happened);
@@ -45,7 +47,10 @@ from typing import Any
 import msgspec
 
 from contracts.executors import Executor
+from contracts.runs import Verification
 from services.compiler import executor_events as ev
+from services.compiler import trust
+from services.compiler.trust import Tally
 
 # Run ids remembered for idempotency (a redelivery comes within minutes, not 1000 runs).
 REMEMBERED_RUNS = 1000
@@ -75,6 +80,7 @@ class VersionState(msgspec.Struct, kw_only=True):
     consecutive_failures: int = 0
     last_used_at: datetime | None = None
     cost_saved_usd: float = 0.0
+    trust: Tally = msgspec.field(default_factory=Tally)
 
 
 class Health(msgspec.Struct, kw_only=True):
@@ -86,6 +92,9 @@ class Health(msgspec.Struct, kw_only=True):
     replays: int = 0
     replay_failures: int = 0
     full_run_costs: list[float] = []
+    # Every full run recorded (full_run_costs keeps the recent ones): the hit rate's.
+    full_runs: int = 0
+    trust: Tally = msgspec.field(default_factory=Tally)
     last_skip_reason: str | None = None
     # Insertion-ordered set of "<kind>:<run_id>" ("replay:<run_id>:<attempt>"), values
     # unused, oldest dropped first.
@@ -147,8 +156,10 @@ def apply(health: Health, event: ev.HealthEvent) -> None:
             health.replays += 1
             health.total_cost_saved_usd += event.cost_saved_usd
             _remember(health, replay_key(event.run_id, event.attempt))
+            trust.count(health.trust, event.verification)
             found = health.version(event.version)
             if found is not None:
+                trust.count(found.trust, event.verification)
                 found.success_count += 1
                 found.consecutive_failures = 0
                 found.last_used_at = event.at
@@ -157,8 +168,10 @@ def apply(health: Health, event: ev.HealthEvent) -> None:
             health.replays += 1
             health.replay_failures += 1
             _remember(health, replay_key(event.run_id, event.attempt))
+            trust.count(health.trust, event.verification)
             found = health.version(event.version)
             if found is not None:
+                trust.count(found.trust, event.verification)
                 found.failure_count += 1
                 found.consecutive_failures += 1
                 found.last_used_at = event.at
@@ -182,6 +195,7 @@ def apply(health: Health, event: ev.HealthEvent) -> None:
             if health.pinned == event.version:
                 _drop_pin(health)
         case ev.FullRunRecorded():
+            health.full_runs += 1
             health.full_run_costs.append(event.cost_usd)
             del health.full_run_costs[:-RECENT_FULL_RUNS]
             _remember(health, f"full:{event.run_id}")
@@ -353,13 +367,16 @@ def decide_replay(
     tokens: int = 0,
     cost_usd: float = 0.0,
     cost_saved_usd: float = 0.0,
+    verification: Verification | None = None,
 ) -> list[ev.HealthEvent]:
-    """`cost_saved_usd` is the run event's, recorded as is (see the module's rules)."""
+    """`cost_saved_usd` is the run event's, recorded as is (see the module's rules);
+    `verification` the check of the replay's answer, kept as its evidence."""
     if _replay_seen(health, run_id, attempt):
         return []
     state = health.version(version)
     if state is None:
         return []
+    check = ev.replay_check(verification)
     if ok:
         return [
             ev.ReplaySucceeded(
@@ -370,6 +387,7 @@ def decide_replay(
                 tokens=tokens,
                 cost_usd=cost_usd,
                 cost_saved_usd=cost_saved_usd,
+                verification=check,
             )
         ]
     events: list[ev.HealthEvent] = [
@@ -382,6 +400,7 @@ def decide_replay(
             reason=reason or "replay failed",
             tokens=tokens,
             cost_usd=cost_usd,
+            verification=check,
         )
     ]
     failures = state.consecutive_failures + 1

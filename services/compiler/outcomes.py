@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from contracts.runs import ModelTokens, RunEvent
+from contracts.runs import ModelTokens, RunEvent, Verification
 
 
 @dataclass(frozen=True)
@@ -19,6 +19,8 @@ class ReplayReport:
     tokens: int
     cost_usd: float
     cost_saved_usd: float  # the run event's, the one figure health records
+    # The check of the replay's answer (None: it broke before one, or an older runner).
+    verification: Verification | None = None
 
 
 def total_tokens(tokens: dict[str, ModelTokens]) -> int:
@@ -45,4 +47,5 @@ def replay_report(run: RunEvent) -> ReplayReport | None:
         tokens=total_tokens(replay.tokens),
         cost_usd=replay.cost_usd,
         cost_saved_usd=run.cost_saved_usd if replay.ok else 0.0,
+        verification=replay.verification,
     )

@@ -153,6 +153,7 @@ class Compiler:
                         tokens=report.tokens,
                         cost_usd=report.cost_usd,
                         cost_saved_usd=report.cost_saved_usd,
+                        verification=report.verification,
                     )
                 )
                 if events:

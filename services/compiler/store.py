@@ -20,6 +20,7 @@ from eventsourcing.persistence import JSONTranscoder
 
 from contracts.base import utc_now
 from contracts.executors import Executor
+from contracts.runs import Verification
 from services.compiler import executor_events as ev
 from services.compiler import health as h
 from services.compiler.aggregate import (
@@ -129,8 +130,10 @@ class ExecutorStore(Application[uuid.UUID]):
         tokens: int = 0,
         cost_usd: float = 0.0,
         cost_saved_usd: float = 0.0,
+        verification: Verification | None = None,
     ) -> tuple[h.Health, list[ev.HealthEvent]]:
-        """A replay's outcome; `cost_saved_usd` is the run event's, recorded as is."""
+        """A replay's outcome; `cost_saved_usd` is the run event's, recorded as is, and
+        `verification` the check of its answer."""
         now = self.clock()
 
         def decide(state: h.Health) -> list[ev.HealthEvent]:
@@ -147,6 +150,7 @@ class ExecutorStore(Application[uuid.UUID]):
                 tokens=tokens,
                 cost_usd=cost_usd,
                 cost_saved_usd=cost_saved_usd if ok else 0.0,
+                verification=verification,
             )
 
         return self.execute(task_id, decide)  # an unknown task or version records nothing

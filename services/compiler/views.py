@@ -16,8 +16,10 @@ from contracts.executors import (
     SavingsStats,
     VersionView,
 )
+from contracts.runs import Verification
 from services.compiler import health as h
-from services.compiler.executor_events import Compiled, HealthEvent
+from services.compiler import trust
+from services.compiler.executor_events import Compiled, HealthEvent, ReplayCheck
 
 MAX_STATS_TASKS = 1000  # tasks named in the savings ledger's by_task
 
@@ -47,6 +49,24 @@ def _stats_of(version: h.VersionState | None) -> _StoredStats:
         return msgspec.convert(stats, _StoredStats, strict=False)
     except (msgspec.ValidationError, TypeError):
         return _NO_STATS
+
+
+def _trust(tally: trust.Tally, hits: int, runs: int) -> dict[str, Any]:
+    """The published tallies and rates: `hits` of `runs` were answered by a replay."""
+    rate, upper = trust.false_success(tally)
+    return {
+        **msgspec.structs.asdict(tally),
+        "hit_rate": trust.ratio(hits, runs),
+        "false_success_rate": rate,
+        "false_success_upper": upper,
+    }
+
+
+def _task_trust(tally: trust.Tally, replays: int, failures: int, full_runs: int) -> dict[str, Any]:
+    # A failed replay's fallback is one of the full runs: counting the failure as well
+    # would count that run twice.
+    hits = replays - failures
+    return {**_trust(tally, hits, hits + full_runs), "full_runs": full_runs}
 
 
 def summary(health: h.Health) -> ExecutorHealth:
@@ -81,6 +101,7 @@ def summary(health: h.Health) -> ExecutorHealth:
         compiled_at=version.compiled_at if version else None,
         replays=health.replays,
         replay_failures=health.replay_failures,
+        **_task_trust(health.trust, health.replays, health.replay_failures, health.full_runs),
     )
 
 
@@ -97,6 +118,7 @@ def version_views(health: h.Health) -> list[VersionView]:
             consecutive_failures=v.consecutive_failures,
             last_used_at=v.last_used_at,
             cost_saved_usd=round(v.cost_saved_usd, 9),
+            **_trust(v.trust, v.success_count, v.success_count + v.failure_count),
         )
         for v in health.versions
     ]
@@ -131,7 +153,12 @@ def savings(states: Iterable[h.Health]) -> SavingsStats:
     executors = active = replays = failures = 0
     total = 0.0
     by_task: dict[str, float] = {}
+    # Every task's, with an executor or not: a task never compiled runs in full.
+    tallies: list[trust.Tally] = []
+    full_runs = 0
     for state in states:
+        tallies.append(state.trust)
+        full_runs += state.full_runs
         if not state.versions:
             continue
         executors += 1
@@ -150,6 +177,7 @@ def savings(states: Iterable[h.Health]) -> SavingsStats:
         total_cost_saved_usd=round(total, 9),
         by_task=dict(top),
         by_task_omitted=len(by_task) - len(top),
+        **_task_trust(trust.total(tallies), replays, failures, full_runs),
     )
 
 
@@ -163,6 +191,10 @@ def to_wire(task_id: str, event: HealthEvent) -> ExecutorEvent:
     full run's cost too (it moves full_run_cost_usd, which runners' cached lookups
     hold: any executor event of the task makes them ask again)."""
     fields = {WIRE_NAMES.get(k, k): v for k, v in msgspec.structs.asdict(event).items()}
+    if isinstance(fields.get("verification"), ReplayCheck):  # without its cost: not kept
+        fields["verification"] = msgspec.convert(
+            msgspec.to_builtins(fields["verification"]), Verification
+        )
     if isinstance(event, Compiled):
         try:
             fields["executor"] = h.decode_executor(event.executor)

@@ -35,7 +35,7 @@ from contracts.executors import (
     ExecutorList,
     SavingsStats,
 )
-from contracts.runs import ModelTokens, ReplayOutcome, RunEvent
+from contracts.runs import ModelTokens, ReplayOutcome, RunEvent, Verification
 from contracts.traces import Trace, TraceCaptured
 from services.compiler.service import RELAY_LEASE, serve
 from services.kernel.bus import Bus, routed
@@ -300,6 +300,65 @@ async def test_a_redelivered_runs_successful_replay_counts(settings: Settings, b
         # The redelivery handled too (acked), not merely not yet seen.
         await until(lambda: consumer_settled(bus, s.STREAM_RUNS, s.CONSUMER_COMPILER_RUNS))
         assert (await health(bus, "news")).success_count == 1
+
+
+async def test_a_replays_check_shows_in_the_rates_and_the_history(
+    settings: Settings, bus: Bus
+) -> None:
+    """The runner checks replayed answers: one found wrong failed and fell back to a full
+    run. The checks are counted, the rates published, and the history shows the
+    verdict with its evidence."""
+    drift = "step 1: the column headed 'price' now reads 'was'"
+    fail = "FAIL: the answer gives the old price"
+    wrong = Verification(
+        status="wrong",
+        flagged=True,
+        why="flagged",
+        method="small_model",
+        reasons=[drift, fail],
+        cost_usd=0.0003,
+    )
+    first = Verification(status="verified", why="new_version", method="small_model")
+    sample = Verification(status="verified", why="sampled", method="small_model", reasons=["PASS"])
+    async with compiler(settings, bus):
+        await publish_trace(bus, trace("news_top3", "news", "run-1"))
+        await health_when(bus, "news", lambda h: h.version == 1)
+        await publish_run(bus, "news", "full-1", "completed", source="full_llm", cost_usd=0.10)
+        ok = replay(1, True, cost_usd=0.001, verification=first)
+        await publish_run(bus, "news", "rep-1", "completed", replay=ok, cost_saved_usd=0.099)
+        broken = replay(1, False, step=3, reason=f"verification: {fail}", verification=wrong)
+        await publish_run(
+            bus, "news", "rep-2", "completed", source="full_llm", cost_usd=0.101, replay=broken
+        )
+        ok = replay(1, True, cost_usd=0.001, verification=sample)
+        await publish_run(bus, "news", "rep-3", "completed", replay=ok, cost_saved_usd=0.099)
+
+        got = await health_when(bus, "news", lambda h: h.checked == 3 and h.full_runs == 2)
+        assert (got.replays, got.replay_failures, got.wrong, got.unverified) == (3, 1, 1, 0)
+        assert (got.drift_alarms, got.drift_confirmed) == (1, 1)
+        assert (got.unflagged_checked, got.unflagged_wrong) == (2, 0)
+        assert got.hit_rate == 0.5  # 2 runs answered by a replay, 2 in full
+        assert got.false_success_rate == 0.0
+        assert got.false_success_upper == pytest.approx(1.96**2 / (2 + 1.96**2), abs=1e-6)
+
+        history = await call(bus, s.EXECUTORS_HISTORY, {"task_id": "news"}, ExecutorHistory)
+        (failed,) = [e for e in history.events if e.event == "replay_failed"]
+        assert failed.reason == f"verification: {fail}"
+        assert failed.verification == msgspec.structs.replace(wrong, cost_usd=0.0)
+        assert [e.verification.why for e in history.events if e.verification] == [
+            "new_version",
+            "flagged",
+            "sampled",
+        ]
+        (version,) = history.summaries
+        assert (version.checked, version.drift_confirmed, version.hit_rate) == (3, 1, 0.666667)
+        published = await until(lambda: executor_events(bus, "news", "replay_failed"))
+        assert published[0].verification is not None
+        assert published[0].verification.reasons == [drift, fail]
+
+        stats = await call(bus, s.EXECUTORS_STATS, {}, SavingsStats)
+        assert (stats.checked, stats.drift_confirmed, stats.full_runs) == (3, 1, 2)
+        assert (stats.hit_rate, stats.false_success_rate) == (0.5, 0.0)
 
 
 async def test_a_recorded_full_run_refreshes_the_runners_cached_lookup(

@@ -17,13 +17,14 @@ import msgspec
 import pytest
 
 from contracts.executors import Executor
-from contracts.runs import RunEvent
+from contracts.runs import RunEvent, Verification
 from contracts.tasks import RunTask, TaskRef, UpdateTask
 from contracts.traces import Trace
 from services.compiler import service as compiler_service
 from services.compiler import views
 from services.compiler.compile import compile
 from services.compiler.store import ExecutorStore
+from services.compiler.trust import Tally
 from services.kernel.event_store import application_env
 from services.kernel.settings import Settings
 from services.scheduler.application import Tasks, to_view
@@ -140,25 +141,68 @@ def compiler_readback(store: ExecutorStore) -> dict[str, Any]:
     return {"task_ids": store.task_ids(), "executors": executors, "relayed": relayed}
 
 
-# Fields the run events have gained since the stores were written, with the default an
-# old event reads as: the only difference a relayed event may show.
-ADDED_SINCE = {"resumed_actions": 0}
+# Fields the contracts have gained since the stores were written, with the default an
+# old value reads as: the only difference an event, view or executor may show (run
+# events' resumed_actions, task specs' verify_rate, executor steps' fingerprint, replay
+# events' verification).
+ADDED_SINCE = {"resumed_actions": 0, "verify_rate": None, "fingerprint": None, "verification": None}
+# What the executor views have gained since: the tallies of replay checks and the rates.
+ADDED_TO_VIEWS = (
+    *Tally.__struct_fields__,
+    "full_runs",
+    "hit_rate",
+    "false_success_rate",
+    "false_success_upper",
+)
 
 
-def without_added(readback: dict[str, Any]) -> dict[str, Any]:
-    for relayed in readback["relayed"]:
-        for message in relayed["messages"]:
-            for name, default in ADDED_SINCE.items():
-                if message["event"].get(name, default) == default:
-                    message["event"].pop(name, None)
-    return readback
+def without_added(readback: Any) -> Any:
+    """The readback with every field added since, at its default, left out."""
+    if isinstance(readback, list):
+        return [without_added(item) for item in readback]
+    if not isinstance(readback, dict):
+        return readback
+    return {
+        name: without_added(value)
+        for name, value in readback.items()
+        if name not in ADDED_SINCE or value != ADDED_SINCE[name]
+    }
+
+
+def views_added(readback: dict[str, Any]) -> dict[str, Any]:
+    """Takes the fields the executor views have gained out of `readback`, and returns
+    them by task: {task: {"summary": {...}, "versions": [{...}, ...]}}."""
+    added = {}
+    for task_id, found in readback["executors"].items():
+        views = [found["summary"], *found["version_views"]]
+        taken = [{k: view.pop(k) for k in ADDED_TO_VIEWS if k in view} for view in views]
+        added[task_id] = {"summary": taken[0], "versions": taken[1:]}
+    return added
 
 
 def test_the_old_stores_read_back_as_the_earlier_version_read_them(
     tasks: Tasks, executors: ExecutorStore
 ) -> None:
     assert without_added(scheduler_readback(tasks)) == READBACK["scheduler"]
-    assert compiler_readback(executors) == READBACK["compiler"]
+    compiler = without_added(compiler_readback(executors))
+    added = views_added(compiler)
+    assert compiler == READBACK["compiler"]
+    # Old replay events hold no verification: no check is counted, no rate estimated.
+    for found in added.values():
+        for view in [found["summary"], *found["versions"]]:
+            assert {view[k] for k in Tally.__struct_fields__} == {0}, view
+            assert view["false_success_rate"] is view["false_success_upper"] is None
+    # The runs are: poll's 3 replays answered and 2 full runs (poll is read from a
+    # snapshot taken before full runs were counted: its recent costs count them).
+    summaries = {t: (a["summary"]["full_runs"], a["summary"]["hit_rate"]) for t, a in added.items()}
+    assert summaries == {
+        "poll": (2, 0.6),
+        "report": (0, None),
+        "hot": (0, 1.0),
+        "broken": (0, None),
+    }
+    # A version's: its replays that answered (v1 2 of 3, v2 none of 3, v3 never replayed).
+    assert [v["hit_rate"] for v in added["poll"]["versions"]] == [0.666667, 0.0, None, 1.0]
 
 
 def test_the_old_snapshots_are_read(tasks: Tasks, executors: ExecutorStore) -> None:
@@ -248,7 +292,10 @@ def test_new_executor_events_fold_in_with_the_old_ones(old_stores: Settings) -> 
     )
     try:
         before = compiler_readback(store)
-        store.record_replay("hot", run_id="hx3", version=1, ok=True, cost_saved_usd=0.02)
+        sampled = Verification(status="verified", why="sampled", reasons=["PASS: it is"])
+        store.record_replay(
+            "hot", run_id="hx3", version=1, ok=True, cost_saved_usd=0.02, verification=sampled
+        )
         store.record_trace("poll", "r6", _executor())
         store.pin("poll", version=5, by="carol")
         store.record_full_run("report", run_id="r9", cost_usd=0.08)
@@ -267,6 +314,9 @@ def test_new_executor_events_fold_in_with_the_old_ones(old_stores: Settings) -> 
     assert (poll["summary"]["version"], poll["summary"]["pinned_version"]) == (5, 5)
     hot = after["executors"]["hot"]["summary"]
     assert (hot["success_count"], hot["failure_count"]) == (2, 1)
+    # The new replay's check counts; the old replays, recorded unchecked, do not.
+    assert (hot["checked"], hot["unflagged_checked"], hot["false_success_rate"]) == (1, 1, 0.0)
+    assert after["executors"]["hot"]["history"][-1]["verification"]["reasons"] == ["PASS: it is"]
     published = [
         r["outgoing"][0] for r in after["relayed"][len(before["relayed"]) :] if r["outgoing"]
     ]

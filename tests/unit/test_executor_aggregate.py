@@ -11,6 +11,7 @@ import msgspec
 import pytest
 
 from contracts.executors import Executor, ToolStep
+from contracts.runs import Verification
 from contracts.traces import Trace
 from services.compiler import executor_events as ev
 from services.compiler import health as h
@@ -291,6 +292,31 @@ def test_health_is_the_fold_of_the_stored_events(store: ExecutorStore, settings:
     assert other.health("t") == state
     assert other.task_ids() == ["t"]
     other.close()
+
+
+def test_a_replays_check_is_stored_and_read_back(store: ExecutorStore, settings: Settings) -> None:
+    store.record_trace("t", "r1", executor())
+    check = Verification(
+        status="wrong",
+        flagged=True,
+        why="flagged",
+        method="small_model",
+        reasons=['step 1: {"_type_": "x", "_data_": 1} moved', "FAIL: the price is stale"],
+    )
+    store.record_replay("t", run_id="x1", version=1, ok=False, verification=check)
+    cleared = msgspec.structs.replace(check, status="verified", reasons=["PASS: it is"])
+    for i in range(4):  # past a snapshot (every 4 events)
+        store.record_replay("t", run_id=f"s{i}", version=1, ok=True, verification=cleared)
+    state = store.health("t")
+    assert state is not None
+    assert (state.trust.checked, state.trust.drift_alarms, state.trust.drift_confirmed) == (5, 5, 1)
+    other = ExecutorStore(application_env(settings, "compiler"), snapshot_every=4)
+    try:
+        assert other.health("t") == state == h.fold("t", other.history("t"))
+        wire = views.to_wire("t", other.history("t")[1])
+        assert wire.verification == check
+    finally:
+        other.close()
 
 
 def test_a_history_page_is_read_by_version_and_matches_the_whole_history(

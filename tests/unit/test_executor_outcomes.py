@@ -7,7 +7,7 @@ from typing import Any
 
 import msgspec
 
-from contracts.runs import ModelTokens, ReplayOutcome, RunEvent
+from contracts.runs import ModelTokens, ReplayOutcome, RunEvent, Verification
 from services.compiler.outcomes import replay_report
 from services.executor.cost import full_run_cost
 
@@ -58,6 +58,19 @@ def test_a_replay_reports_its_runs_attempt_and_a_negative_saving_as_is() -> None
     )
     report = replay_report(run)
     assert report is not None and (report.attempt, report.cost_saved_usd) == (2, -0.01)
+
+
+def test_a_replay_reports_the_check_of_its_answer() -> None:
+    check = Verification(
+        status="wrong", flagged=True, why="flagged", method="small_model", reasons=["FAIL: no"]
+    )
+    replay = ReplayOutcome(version=1, ok=False, step=3, reason="verification: FAIL: no")
+    run = event("completed", source="full_llm", replay=replay)
+    report = replay_report(run)
+    assert report is not None and report.verification is None  # an older runner's
+    checked = msgspec.structs.replace(replay, verification=check)
+    report = replay_report(event("completed", source="full_llm", replay=checked))
+    assert report is not None and report.verification == check
 
 
 def test_other_events_say_nothing() -> None:
