@@ -342,12 +342,15 @@ async def test_judgement_steps_run_on_the_small_model_at_low_effort(
         # No large-model token at all; the small model's tokens and cost are counted.
         assert set(second.tokens) == {HAIKU}
         small = second.tokens[HAIKU]
-        assert small.calls == 2 and small.input_tokens > 0 and small.output_tokens > 0
+        # The pick, the answer, and the check of a new version's first replay.
+        assert second.replay is not None and second.replay.verification is not None
+        assert second.replay.verification.status == "verified"
+        assert small.calls == 3 and small.input_tokens > 0 and small.output_tokens > 0
         assert second.cost_usd > 0 and second.cost_usd == pytest.approx(small.cost_usd)
         assert second.cost_saved_usd == pytest.approx(first.cost_usd - second.cost_usd)
-        # What the model server received: both calls on the small model, at low effort.
+        # What the model server received: every call on the small model, at low effort.
         sent = [(body["model"], body.get("output_config")) for body in standin.received]
-        assert sent == [(HAIKU, {"effort": "low"})] * 2
+        assert sent == [(HAIKU, {"effort": "low"})] * 3
         # And what a user watching rote.evt.llm.<run_id>.usage sees.
         msgs = await read_all(bus.js, s.STREAM_ACTIVITY, s.llm_event(second.run_id, "usage"))
         usage = [decode(m.data, UsageEvent) for m in msgs]
