@@ -9,6 +9,7 @@ they mean at replay:
     expectations  the checks a replayed step's result must pass, and condition gates
     toolkinds     which tools read, act, navigate, and which failures are safe to retry
     fingerprint   the digest of a task spec an executor was compiled for
+    drift         what a read's drift fingerprint keeps of its values: their shapes
     quality       the optional quality check of a replayed answer: prompt and verdict
     cost          what a replay is expected to cost, and what a full run cost
 """

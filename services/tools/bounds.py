@@ -33,13 +33,13 @@ def well_formed(text: str) -> str:
     return _LONE_SURROGATE.sub("\ufffd", text)
 
 
-def _well_formed_value(value: Any) -> Any:
+def well_formed_value(value: Any) -> Any:
     if isinstance(value, str):
         return well_formed(value)
     if isinstance(value, list):
-        return [_well_formed_value(item) for item in value]
+        return [well_formed_value(item) for item in value]
     if isinstance(value, dict):
-        return {_well_formed_value(key): _well_formed_value(item) for key, item in value.items()}
+        return {well_formed_value(key): well_formed_value(item) for key, item in value.items()}
     return value
 
 
@@ -115,7 +115,7 @@ def bound_value(value: Any, max_bytes: int) -> tuple[Any, bool]:
     try:
         size = encoded_size(value)
     except UnicodeEncodeError:  # only a lone surrogate makes it unencodable
-        value = _well_formed_value(value)
+        value = well_formed_value(value)
         size = encoded_size(value)
     if size <= max_bytes:
         return value, False

@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from services.tools.fingerprints import FINGERPRINT_JS
+
 # An attribute name at the very end, after an "@". A CSS selector may contain "@" only
 # inside a quoted attribute value (`a[href*="@"]`), which always ends with `]`, so
 # it never matches here.
@@ -48,6 +50,8 @@ def parse_field_spec(spec: str) -> FieldSpec:
 #   duplicate, like an old price, is skipped); an attribute falls back to a hidden one.
 # - URL attributes come back absolute (against document.baseURI), as browser_navigate
 #   takes them and as a person following the link would get them.
+# - The drift fingerprint of what was read (fingerprints.py) is taken in the same
+#   evaluate: no round trip of its own, and of the very elements the values came from.
 EXTRACT_JS = """
 (els, args) => {
   const URL_ATTRS = new Set(["href", "src", "action", "formaction", "poster", "cite", "data"]);
@@ -85,29 +89,32 @@ EXTRACT_JS = """
       return value;  // not a URL after all: as written
     }
   };
-  const pick = (el, spec) => {
-    let target = el;
-    if (spec.css) {
-      target = [...el.querySelectorAll(spec.css)].find(shown);
-      if (!target && spec.attr) target = el.querySelector(spec.css);
-    }
-    if (!target) return null;
-    return spec.attr ? attr(target, spec.attr) : text(target);
+  // The element a field reads in a match (null: none).
+  const target = (el, spec) => {
+    if (!spec.css) return el;
+    const found = [...el.querySelectorAll(spec.css)].find(shown);
+    return found ?? (spec.attr ? el.querySelector(spec.css) : null);
   };
+  const read = (el, spec) => !el ? null : spec.attr ? attr(el, spec.attr) : text(el);
+  // Without `fields`, the match itself is read: the field "" of the fingerprint.
+  const specs = Object.entries(args.fields ?? {"": {css: null, attr: args.attribute}});
   const matches = els.filter(shown);
   const out = [];
+  const picked = [];  // the elements read, for the fingerprint of the first matches
   for (const el of matches.slice(0, args.limit)) {
-    if (args.fields) {
-      const row = {};
-      for (const [name, spec] of Object.entries(args.fields)) row[name] = pick(el, spec);
-      out.push(row);
-    } else {
-      out.push(args.attribute ? attr(el, args.attribute) : text(el));
+    const row = {};
+    for (const [name, spec] of specs) row[name] = target(el, spec);
+    const values = specs.map(([name, spec]) => [name, read(row[name], spec)]);
+    out.push(args.fields ? Object.fromEntries(values) : values[0][1]);
+    if (picked.length < args.fingerprint.items) {
+      picked.push(Object.fromEntries(specs.slice(0, args.fingerprint.fields)
+        .map(([name]) => [name, row[name]])));
     }
   }
-  return [matches.length, out];
+  const fingerprint = FINGERPRINT_JS;
+  return [matches.length, out, fingerprint(matches, picked, text, args.fingerprint)];
 }
-"""
+""".replace("FINGERPRINT_JS", FINGERPRINT_JS.strip())
 
 _BLANK_RUN = re.compile(r"\n{3,}")
 _SPACES = re.compile(r"[ \t\u00a0]+")

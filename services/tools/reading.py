@@ -1,5 +1,6 @@
 """browser_read_page and browser_extract: a page's text (with that of the frames a
-person sees) and items picked out of it."""
+person sees) and items picked out of it, with the drift fingerprint of what they
+meant on the page (fingerprints.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from contracts.tools import ToolMetadata
 from services.kernel.text import TRUNCATION_MARK, cut_text
 from services.tools.browser_errors import first_line, is_selector_syntax
 from services.tools.extraction import EXTRACT_JS, READ_PAGE_JS, parse_field_spec, readable_text
+from services.tools.fingerprints import FINGERPRINT_LIMITS, fingerprint_of
 from services.tools.limits import BrowserLimits, Budget
 from services.tools.outcome import Outcome, ToolFailure
 from services.tools.pages import current_page, page_title
@@ -79,15 +81,20 @@ async def extract(
         if args.fields is not None
         else None
     )
-    js_args = {"limit": limit, "fields": fields, "attribute": args.attribute}
+    js_args = {
+        "limit": limit,
+        "fields": fields,
+        "attribute": args.attribute,
+        "fingerprint": FINGERPRINT_LIMITS,
+    }
     locator = page.locator(args.selector)
 
-    async def run() -> tuple[int, list[Any]]:
-        total, items = await locator.evaluate_all(EXTRACT_JS, js_args)
-        return int(total), list(items)
+    async def run() -> tuple[int, list[Any], Any]:
+        total, items, found = await locator.evaluate_all(EXTRACT_JS, js_args)
+        return int(total), list(items), found
 
     try:
-        total, items = await run()
+        total, items, found = await run()
         if total == 0 and limits.extract_wait_s > 0:
             # A list a script renders after `load`: give it a moment, then take what
             # is there (nothing is a valid answer, not an error).
@@ -95,7 +102,7 @@ async def extract(
                 await locator.first.wait_for(
                     state="attached", timeout=budget.ms(limits.extract_wait_s)
                 )
-                total, items = await run()
+                total, items, found = await run()
             except PlaywrightTimeout:
                 pass
     except PlaywrightError as exc:
@@ -104,4 +111,7 @@ async def extract(
         raise
     # Cut short by our own cap (not by a limit the caller chose): say so.
     truncated = total > len(items) and (args.limit is None or args.limit > limit)
-    return Outcome(items, ToolMetadata(url=page.url, item_count=len(items)), truncated)
+    names = list(args.fields) if args.fields is not None else None
+    fingerprint = fingerprint_of(found, items, names)
+    metadata = ToolMetadata(url=page.url, item_count=len(items), fingerprint=fingerprint)
+    return Outcome(items, metadata, truncated)
