@@ -32,8 +32,9 @@ from typing import Any
 
 import anyio
 
+from contracts import subjects as s
 from contracts.base import utc_now
-from contracts.runs import RunEvent
+from contracts.runs import RunEvent, RunRef, Transcript
 from contracts.tasks import OnceTrigger, TaskSpec
 from services.dev.bench.cost_runs import Watcher
 from services.dev.bench.drift.judge import judge
@@ -123,6 +124,9 @@ class DriftRecord:
     compiled: str | None = None  # after a rote full run: "v2" or "skipped: ..."
     compiled_under: list[str] | None = None  # the drifts of the page the replayed version
     # was compiled on (None: no replay)
+    # A replay whose check judged its answer wrong: whether that answer, withheld, was in
+    # fact right (None: no answer was withheld). A right one withheld is a false alarm.
+    withheld_right: bool | None = None
 
     @property
     def replayed(self) -> bool:
@@ -132,6 +136,13 @@ class DriftRecord:
     @property
     def delivered_wrong(self) -> bool:
         return self.status == "completed" and not self.right
+
+    @property
+    def needless_alarm(self) -> bool:
+        """Flagged, or checked and withheld, with an answer that was right."""
+        if self.withheld_right is not None:
+            return self.withheld_right
+        return self.verification.flagged and self.replayed and self.right
 
     @property
     def clean(self) -> bool:
@@ -223,6 +234,10 @@ async def drive(watcher: RawWatcher, task: DriftTask, quick: bool) -> list[Drift
                 watcher.raw.pop(done.run_id, None),
                 versions.get(replayed) if replayed is not None else None,
             )
+            if record.verification.status == "wrong":
+                withheld = await withheld_answer(watcher.bus, done.run_id)
+                if withheld is not None:
+                    record.withheld_right = judge(withheld, truth_of(task, planned.state)).ok
             if done.source == "full_llm" and done.status == "completed":
                 # An hourly task has time to compile before its next run: wait for it.
                 record.compiled = await watcher.compilation(task.task_id, done.run_id)
@@ -230,3 +245,13 @@ async def drive(watcher: RawWatcher, task: DriftTask, quick: bool) -> list[Drift
                     versions[int(record.compiled[1:])] = sorted(planned.state.drifts)
             records.append(record)
     return records
+
+
+async def withheld_answer(bus: Bus, run_id: str) -> str | None:
+    """The answer a replay wrote before its check withheld it, from the run's transcript."""
+    transcript = await bus.request(s.RUNS_TRANSCRIPT, RunRef(run_id=run_id), Transcript)
+    for entry in transcript.entries:
+        detail = entry.detail or {}
+        if entry.kind == "replay_step" and isinstance(detail.get("answer"), str):
+            return str(detail["answer"])
+    return None

@@ -95,7 +95,9 @@ def _metrics(records: list[DriftRecord], drift_windows: list[list[DriftRecord]])
     median_replay = _median([r.cost_usd / f for r, f in zip(replays, full, strict=True) if f > 0])
     attempts = [r for r in records if r.replay_version is not None]
     clean = [r for r in attempts if r.clean]
-    alarms = [r for r in clean if r.verification.flagged]
+    # A flag, or a check that withheld an answer, on a clean page where the answer was
+    # right: needless. A withheld answer that was wrong was a catch, not an alarm.
+    alarms = [r for r in clean if r.needless_alarm]
     baseline_right = sum(r.baseline_right for r in records)
     return [
         Metric("silent drifts caught before a wrong answer", _pct(len(caught), len(drift_windows)),
@@ -122,6 +124,10 @@ def _metrics(records: list[DriftRecord], drift_windows: list[list[DriftRecord]])
                sum(r.delivered_wrong and r.clean for r in records), "runs"),
         Metric("clean replays that broke", sum(r.replay_ok is False for r in clean), "runs"),
         Metric("replays flagged", sum(r.verification.flagged for r in attempts), "runs"),
+        Metric("answers withheld by a check", sum(r.withheld_right is not None for r in attempts),
+               "runs"),
+        Metric("answers withheld that were right",
+               sum(bool(r.withheld_right) for r in attempts), "runs"),
     ]  # fmt: skip
 
 
@@ -143,6 +149,7 @@ def _run_rows(records: list[DriftRecord]) -> list[dict[str, Any]]:
             "truth": r.truth,
             "full_right": r.baseline_right,
             "verification": asdict(r.verification),
+            "withheld_right": r.withheld_right,
             "cost": r.cost_usd,
             "full_cost": r.baseline_cost_usd,
             "compiled": r.compiled,
