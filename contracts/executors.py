@@ -213,6 +213,9 @@ class ExecutorHealth(Reply, kw_only=True):
     # unflagged_wrong / unflagged_checked; None before any unflagged check.
     false_success_rate: float | None = None
     false_success_upper: float | None = None  # its 95% Wilson score upper bound
+    # The current version is a candidate: compiled after a fallback (or restored when
+    # the one after it failed), not yet verified; each of its replays is checked.
+    candidate: bool = False
 
 
 class VersionView(Reply, kw_only=True):
@@ -239,6 +242,7 @@ class VersionView(Reply, kw_only=True):
     hit_rate: float | None = None  # success_count / its replays; None: never replayed
     false_success_rate: float | None = None  # unflagged_wrong / unflagged_checked
     false_success_upper: float | None = None  # its 95% Wilson score upper bound
+    candidate: bool = False  # serving runs, not yet verified (as in ExecutorHealth)
 
 
 class ActiveExecutor(Reply, kw_only=True):
@@ -258,6 +262,8 @@ ExecutorEventName = Literal[
     "pinned",
     "unpinned",
     "full_run_recorded",  # a full LLM run's cost, which moves full_run_cost_usd
+    "promoted",  # a candidate's replay was verified: it is trusted, its standby retired
+    "restored",  # a candidate went: the version on standby is current again, a candidate
 ]
 
 
@@ -281,6 +287,7 @@ class ExecutorEvent(Event, kw_only=True):
     # replay_*: the check of the replay's answer, its reasons the evidence (cost_usd 0:
     # the event's cost_usd includes it); None: recorded before replays were checked.
     verification: Verification | None = None
+    candidate: bool = False  # compiled: the version starts as a candidate
 
 
 # --- commands and queries --------------------------------------------------------------

@@ -74,6 +74,12 @@ class ExecutorAggregate(Folded[h.Health, ev.Created, ev.HealthEvent]):
     class FullRunRecorded(StoredWithTask):
         event_type = ev.FullRunRecorded
 
+    class Promoted(StoredWithTask):
+        event_type = ev.Promoted
+
+    class Restored(StoredWithTask):
+        event_type = ev.Restored
+
     class Recorded(Aggregate.Event):
         """Read only: how earlier versions stored every health event, as JSON text
         (plain data before that)."""
@@ -89,8 +95,8 @@ class ExecutorAggregate(Folded[h.Health, ev.Created, ev.HealthEvent]):
             aggregate.fold(self.event)
 
     # Snapshots: v1 held the task id and the Health as `health`; v2 holds `state`; v3's
-    # state counts every full run (full_runs).
-    class_version = 3
+    # state counts every full run (full_runs); v4's versions say which is a candidate.
+    class_version = 4
 
     @staticmethod
     def upcast_v1_v2(state: dict[str, Any]) -> None:
@@ -103,6 +109,12 @@ class ExecutorAggregate(Folded[h.Health, ev.Created, ev.HealthEvent]):
         # each, all of them unless RECENT_FULL_RUNS were kept (then a lower bound).
         health: h.Health = state["state"]
         health.full_runs = len(health.full_run_costs)
+
+    @staticmethod
+    def upcast_v3_v4(state: dict[str, Any]) -> None:
+        # Nothing to do: before v4 no version was a candidate, which is what a version
+        # read without the flag says (VersionState.candidate's default).
+        return
 
     @classmethod
     def start(cls, event: ev.Created) -> h.Health:

@@ -40,6 +40,10 @@ class Compiled(_Ev, tag="compiled"):
     executor: dict[str, Any]  # kept raw: a contract change must not make history unreadable
     source_run_id: str
     source_cost_usd: float = 0.0
+    # Compiled while another version was current (after its fallback): it serves runs
+    # but is trusted only once a replay verifies (promotion.py). False in events
+    # recorded before candidates, which superseded the version before them at once.
+    candidate: bool = False
 
 
 class Skipped(_Ev, tag="skipped"):
@@ -122,6 +126,21 @@ class FullRunRecorded(_Ev, tag="full_run_recorded"):
     cost_usd: float
 
 
+class Promoted(_Ev, tag="promoted"):
+    """A candidate's replay was verified (by run `run_id`): it is trusted from now on."""
+
+    version: int
+    run_id: str | None = None
+
+
+class Restored(_Ev, tag="restored"):
+    """A candidate went (`reason` says how) and the version on standby beside it is
+    current again, as a candidate: trusted only once a replay of it verifies."""
+
+    version: int
+    reason: str
+
+
 HealthEvent = (
     Compiled
     | Skipped
@@ -132,4 +151,6 @@ HealthEvent = (
     | Pinned
     | Unpinned
     | FullRunRecorded
+    | Promoted
+    | Restored
 )

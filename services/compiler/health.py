@@ -1,17 +1,21 @@
 """Executor health: the rules, as pure functions over a task's executor events.
 
 An executor's history is a list of events (executor_events.py: compiled, replay
-succeeded/failed, superseded, invalidated, pinned/unpinned, skipped, full run recorded).
+succeeded/failed, superseded, invalidated, pinned/unpinned, skipped, full run recorded,
+promoted, restored).
 `apply` folds one event into the `Health` state; nothing else changes it, so health is
 always what the events say. The `decide_*` functions turn a command and the current state
 into the events to record: every status change is an explicit event, so the bus shows
 why it happened. What queries and the bus show of it is views.py.
 
 Rules:
-- a new compilation gets the next version and supersedes the active one, unless that
-  one is pinned: a pinned version stays current (the new one waits, active, for the pin
-  to go) and still records its failures; a compilation for an edited task (another task
-  fingerprint) unpins and supersedes it, since no run of the edited task replays it;
+- a new compilation gets the next version. Compiled while another version is current
+  (after its fallback), it is a candidate, and the version before it stays on standby
+  until a replay's check verifies or refutes the candidate (promotion.py has the
+  candidate rules); else it supersedes the active one. A pinned version stays current
+  (the new one waits, active, for the pin to go) and still records its failures; a
+  compilation for an edited task (another task fingerprint) is no candidate, and
+  unpins and supersedes the old version, since no run of the edited task replays it;
 - 3 consecutive replay failures supersede a version (a success resets the count), a
   pinned one too (its pin goes with it); pinning starts the count afresh (an operator
   vouches for the version; failure_count still holds every failure); a replay that
@@ -22,8 +26,9 @@ Rules:
   executor no longer decodes cannot be pinned;
 - an invalidated version is never replayed or pinned again;
 - an invalidation names a version or means the current one. A named version must be
-  active: the current one, or the newer one waiting behind a pin (it then never takes
-  over; the pin stays). A named version a compilation or lookup has since superseded,
+  active: the current one, the one on standby behind a candidate (it then never comes
+  back), or the newer one waiting behind a pin (it then never takes over; the pin
+  stays). A named version a compilation or lookup has since superseded,
   or one already invalidated, is refused (conflict, naming the current version), so an
   operator's verdict on v1 never lands on the v2 that replaced it meanwhile;
 - what the checks of replayed answers found (trust.py) is tallied per version and per
@@ -49,7 +54,7 @@ import msgspec
 from contracts.executors import Executor
 from contracts.runs import Verification
 from services.compiler import executor_events as ev
-from services.compiler import trust
+from services.compiler import promotion, trust
 from services.compiler.trust import Tally
 
 # Run ids remembered for idempotency (a redelivery comes within minutes, not 1000 runs).
@@ -81,6 +86,8 @@ class VersionState(msgspec.Struct, kw_only=True):
     last_used_at: datetime | None = None
     cost_saved_usd: float = 0.0
     trust: Tally = msgspec.field(default_factory=Tally)
+    # Serving runs, but not yet verified (promotion.py).
+    candidate: bool = False
 
 
 class Health(msgspec.Struct, kw_only=True):
@@ -146,6 +153,7 @@ def apply(health: Health, event: ev.HealthEvent) -> None:
                     compiled_at=event.at,
                     executor=event.executor,
                     source_cost_usd=event.source_cost_usd,
+                    candidate=event.candidate,
                 )
             )
             _remember(health, f"trace:{event.source_run_id}")
@@ -191,6 +199,7 @@ def apply(health: Health, event: ev.HealthEvent) -> None:
             if found is not None:
                 found.status, found.status_reason = "active", f"pinned by {event.by}"
                 found.consecutive_failures = 0
+                found.candidate = False  # the operator vouches for it
         case ev.Unpinned():
             if health.pinned == event.version:
                 _drop_pin(health)
@@ -199,6 +208,8 @@ def apply(health: Health, event: ev.HealthEvent) -> None:
             health.full_run_costs.append(event.cost_usd)
             del health.full_run_costs[:-RECENT_FULL_RUNS]
             _remember(health, f"full:{event.run_id}")
+        case ev.Promoted() | ev.Restored():
+            promotion.apply(health, event)
 
 
 def _drop_pin(health: Health) -> None:
@@ -322,6 +333,9 @@ def decide_trace(
         return [ev.Skipped(at=at, run_id=run_id, reason=skip_reason or "skipped")]
     version = next_version(health)
     raw = msgspec.to_builtins(msgspec.structs.replace(executor, version=version))
+    now = current(health)  # the pin, if there is one
+    changed = now is not None and _task_changed(now, executor)
+    candidate, standby = promotion.on_compile(health, now, changed)
     events: list[ev.HealthEvent] = [
         ev.Compiled(
             at=at,
@@ -329,16 +343,16 @@ def decide_trace(
             executor=raw,
             source_run_id=run_id,
             source_cost_usd=executor.stats.source_run_cost_usd,
+            candidate=candidate,
         )
     ]
-    pinned = health.version(health.pinned) if health.pinned is not None else None
-    if pinned is not None and _task_changed(pinned, executor):
+    if now is not None and changed and health.pinned == now.version:
         # The pin vouches for a version of the task as it was: the runner never replays
         # it for the edited task, so keeping it would make every run a full one.
         reason = f"the task changed; v{version} is compiled for it as it is now"
-        events.append(ev.Unpinned(at=at, version=pinned.version, reason=reason))
+        events.append(ev.Unpinned(at=at, version=now.version, reason=reason))
         return events + _settle(health, at, {version}, reason)
-    keep = {version} | ({health.pinned} if health.pinned is not None else set())
+    keep = {version} | {v for v in (health.pinned, standby) if v is not None}
     events += _settle(health, at, keep, f"replaced by v{version}")
     return events
 
@@ -378,7 +392,7 @@ def decide_replay(
         return []
     check = ev.replay_check(verification)
     if ok:
-        return [
+        succeeded: list[ev.HealthEvent] = [
             ev.ReplaySucceeded(
                 at=at,
                 version=version,
@@ -390,6 +404,7 @@ def decide_replay(
                 verification=check,
             )
         ]
+        return succeeded + promotion.on_verified(health, state, check, run_id, at)
     events: list[ev.HealthEvent] = [
         ev.ReplayFailed(
             at=at,
@@ -403,6 +418,11 @@ def decide_replay(
             verification=check,
         )
     ]
+    refuted = promotion.failed_verification(state, check)
+    if refuted is not None:
+        # A candidate is on trial: one answer found wrong is enough.
+        events.append(ev.Superseded(at=at, version=version, reason=refuted))
+        return events + promotion.restore(health, state, at, "failed verification")
     failures = state.consecutive_failures + 1
     if state.status == "active" and failures >= rules.max_consecutive_failures:
         events += _retire(health, version, at, f"{failures} consecutive replay failures")
@@ -413,6 +433,9 @@ def _retire(health: Health, version: int, at: datetime, reason: str) -> list[ev.
     events: list[ev.HealthEvent] = [ev.Superseded(at=at, version=version, reason=reason)]
     if health.pinned == version:
         events.append(ev.Unpinned(at=at, version=version, reason=reason))
+    state = health.version(version)
+    if state is not None:
+        events += promotion.restore(health, state, at, f"superseded: {reason}")
     return events
 
 
@@ -426,7 +449,7 @@ def decide_full_run(
 
 def decide_lookup(health: Health, *, now: datetime, rules: Rules) -> list[ev.HealthEvent]:
     """Health applied at lookup: a stale or undecodable current version is superseded
-    (then the next candidate is checked too)."""
+    (then the version current after it is checked too)."""
     return _looked_up(health, now, rules)[1]
 
 
@@ -471,11 +494,12 @@ def decide_invalidate(
     ]
     if health.pinned == target.version:
         events.append(ev.Unpinned(at=at, version=target.version, reason="invalidated"))
-    return events
+    return events + promotion.restore(health, target, at, f"invalidated: {reason}")
 
 
 def _invalidatable(health: Health, version: int) -> VersionState:
-    """The named version, if it is active (current, or waiting behind a pin)."""
+    """The named version, if it is active (current, on standby behind a candidate, or
+    waiting behind a pin)."""
     state = health.version(version)
     if state is None:
         known = ", ".join(str(v.version) for v in health.versions)

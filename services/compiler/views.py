@@ -72,7 +72,8 @@ def _task_trust(tally: trust.Tally, replays: int, failures: int, full_runs: int)
 def summary(health: h.Health) -> ExecutorHealth:
     """What rote.api.executors.get answers: the current version (or the latest, when none
     is current) and how it fared."""
-    version = h.current(health) or (health.versions[-1] if health.versions else None)
+    current = h.current(health)
+    version = current or (health.versions[-1] if health.versions else None)
     reason = None
     if version is not None and version.status != "active":
         reason = version.status_reason
@@ -101,6 +102,7 @@ def summary(health: h.Health) -> ExecutorHealth:
         compiled_at=version.compiled_at if version else None,
         replays=health.replays,
         replay_failures=health.replay_failures,
+        candidate=current.candidate if current is not None else False,
         **_task_trust(health.trust, health.replays, health.replay_failures, health.full_runs),
     )
 
@@ -118,6 +120,7 @@ def version_views(health: h.Health) -> list[VersionView]:
             consecutive_failures=v.consecutive_failures,
             last_used_at=v.last_used_at,
             cost_saved_usd=round(v.cost_saved_usd, 9),
+            candidate=v.candidate and v.status == "active",  # one gone is no candidate
             **_trust(v.trust, v.success_count, v.success_count + v.failure_count),
         )
         for v in health.versions

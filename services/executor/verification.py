@@ -5,8 +5,9 @@ A replay can run cleanly and still be wrong: the page kept the selectors an exec
 reads but changed what they mean (a column moved, a unit or currency changed, a stale
 copy). The drift fingerprints (drift.py) notice most such changes; a check asks the small
 model whether the page, as the replay saw it, supports the answer. Checked are every
-replay the fingerprints flag, the first replays of each new version, and a sample of the
-rest (`verify_rate`, by run id so a redelivery decides the same way). The verdict is read
+replay the fingerprints flag, the first replays of each new version, every replay of a
+candidate (a version the compiler has not yet seen verified), and a sample of the rest
+(`verify_rate`, by run id so a redelivery decides the same way). The verdict is read
 like a quality check's (quality.parse_verdict): PASS or FAIL, then why.
 """
 
@@ -40,11 +41,15 @@ def sampled(run_id: str, rate: float) -> bool:
     return int.from_bytes(digest[:8], "big") / 2**64 < rate
 
 
-def why_check(flagged: bool, version_replays: int, run_id: str, rate: float) -> Why | None:
-    """Why this replay's answer is checked, or None: it is delivered unchecked."""
+def why_check(
+    flagged: bool, version_replays: int, run_id: str, rate: float, *, candidate: bool = False
+) -> Why | None:
+    """Why this replay's answer is checked, or None: it is delivered unchecked. A
+    `candidate` is on trial whatever its count (one restored after the version compiled
+    to replace it failed may be seasoned): a verified check is what promotes it."""
     if flagged:
         return "flagged"
-    if version_replays < FIRST_REPLAYS_CHECKED:
+    if candidate or version_replays < FIRST_REPLAYS_CHECKED:
         return "new_version"
     if sampled(run_id, rate):
         return "sampled"

@@ -328,6 +328,7 @@ class RunAttempt:
             deadline=deadline,
             checks=CheckPlan(
                 version_replays=active.health.success_count + active.health.failure_count,
+                candidate=active.health.candidate,
                 rate=(
                     request.spec.verify_rate
                     if request.spec.verify_rate is not None

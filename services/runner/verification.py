@@ -5,7 +5,7 @@ replays are checked and how the small model is asked).
 The replayer hands every step it runs to `ReplayChecks.saw`: a read's fingerprint now is
 compared with the one recorded at compile time (services/executor/drift.py), and the read
 is kept as evidence. After the answer, `verify` asks the small model when the replay was
-flagged, its version is new, or it fell in the sample. A FAIL means the answer is not
+flagged, its version is new or a candidate, or it fell in the sample. A FAIL means the answer is not
 delivered (the replayer fails the replay, and the run takes the full loop); a check that
 could not be made leaves a flagged answer `unverified`, delivered with that label.
 """
@@ -40,10 +40,12 @@ class CheckUnavailable(Exception):
 @dataclass(frozen=True)
 class CheckPlan:
     """What decides whether a clean replay is checked: how many replays its version has
-    had (the first few are), and the share of the rest that is sampled."""
+    had (the first few are), whether it is a candidate (every replay is), and the share
+    of the rest that is sampled."""
 
     version_replays: int = 0
     rate: float = DEFAULT_VERIFY_RATE
+    candidate: bool = False
 
 
 # Asks the small model `prompt`; returns its reply's text, raises CheckUnavailable.
@@ -89,7 +91,10 @@ class ReplayChecks:
         check's own cost is told apart."""
         flagged = self.flagged
         changes = self.changes[:MAX_REASONS]
-        why = why_check(flagged, self.plan.version_replays, self.run_id, self.plan.rate)
+        plan = self.plan
+        why = why_check(
+            flagged, plan.version_replays, self.run_id, plan.rate, candidate=plan.candidate
+        )
         if why is None:
             return Verification(status="skipped", flagged=False)
         before = spent()

@@ -361,6 +361,87 @@ async def test_a_replays_check_shows_in_the_rates_and_the_history(
         assert (stats.hit_rate, stats.false_success_rate) == (0.5, 0.0)
 
 
+async def test_a_candidate_is_promoted_once_verified_and_rolled_back_when_wrong(
+    settings: Settings, bus: Bus
+) -> None:
+    """v1's answer is found wrong; the fallback's trace compiles v2, a candidate beside
+    v1. v2's first replay is wrong too: v2 goes and v1 comes back, on trial, until a
+    replay verifies it. The next fallback's v3 is verified at once: promoted, and v1
+    retired. get, active and history say so at each step."""
+    fail = "FAIL: the headlines are yesterday's"
+    wrong = Verification(status="wrong", why="new_version", reasons=[fail])
+    good = Verification(status="verified", why="new_version", reasons=["PASS: they are"])
+
+    def checked(version: int, verification: Verification) -> ReplayOutcome:
+        ok = verification.status == "verified"
+        reason = None if ok else f"verification: {fail}"
+        return replay(version, ok, reason=reason, verification=verification)
+
+    async with compiler(settings, bus):
+        await publish_trace(bus, trace("news_top3", "news", "run-1"))
+        await health_when(bus, "news", lambda h: h.version == 1)
+        await publish_run(bus, "news", "rep-1", "replay_failed", replay=checked(1, wrong))
+        await health_when(bus, "news", lambda h: h.failure_count == 1)
+        await publish_trace(bus, trace("news_top3_probe", "news", "rep-1"))
+        got = await health_when(bus, "news", lambda h: h.version == 2)
+        assert (got.candidate, got.status, got.versions) == (True, "active", 2)
+        active = await call(bus, s.EXECUTORS_ACTIVE, {"task_id": "news"}, ActiveExecutor)
+        assert active.executor is not None and active.executor.version == 2
+        assert active.health.candidate  # the runner checks each of its replays
+
+        # v2 found wrong: superseded at once, v1 restored, a candidate again.
+        await publish_run(bus, "news", "rep-2", "replay_failed", replay=checked(2, wrong))
+        got = await health_when(bus, "news", lambda h: h.version == 1)
+        assert (got.candidate, got.status, got.versions) == (True, "active", 2)
+        active = await call(bus, s.EXECUTORS_ACTIVE, {"task_id": "news"}, ActiveExecutor)
+        assert active.executor is not None and active.executor.version == 1
+        restored = await until(lambda: executor_events(bus, "news", "restored"))
+        assert [(e.version, e.reason) for e in restored] == [(1, "v2 failed verification")]
+        # Verified on the page as it is now: trusted again.
+        await publish_run(bus, "news", "rep-3", "completed", replay=checked(1, good))
+        await health_when(bus, "news", lambda h: not h.candidate and h.success_count == 1)
+
+        # The next fallback's v3 verifies at once: promoted, and v1 retired for it.
+        await publish_trace(bus, trace("news_top3_probe", "news", "full-4"))
+        await health_when(bus, "news", lambda h: h.version == 3 and h.candidate)
+        await publish_run(bus, "news", "rep-4", "completed", replay=checked(3, good))
+        got = await health_when(bus, "news", lambda h: h.version == 3 and not h.candidate)
+        assert (got.status, got.success_count) == ("active", 1)
+
+        async def both_promoted() -> list[ExecutorEvent] | None:
+            found = await executor_events(bus, "news", "promoted")
+            return found if len(found) == 2 else None  # the relay publishes after storing
+
+        promoted = await until(both_promoted)
+        assert [(e.version, e.run_id) for e in promoted] == [(1, "rep-3"), (3, "rep-4")]
+
+        history = await call(bus, s.EXECUTORS_HISTORY, {"task_id": "news"}, ExecutorHistory)
+        assert [(e.event, e.version) for e in history.events] == [
+            ("compiled", 1),
+            ("replay_failed", 1),
+            ("compiled", 2),
+            ("replay_failed", 2),
+            ("superseded", 2),
+            ("restored", 1),
+            ("replay_succeeded", 1),
+            ("promoted", 1),
+            ("compiled", 3),
+            ("replay_succeeded", 3),
+            ("promoted", 3),
+            ("superseded", 1),
+        ]
+        compiled = [e.candidate for e in history.events if e.event == "compiled"]
+        assert compiled == [False, True, True]
+        reasons = {(e.event, e.version): e.reason for e in history.events}
+        assert reasons[("superseded", 2)] == f"failed verification: {fail}"
+        assert reasons[("superseded", 1)] == "replaced by verified v3"
+        assert [(v.version, v.status, v.candidate) for v in history.summaries] == [
+            (1, "superseded", False),
+            (2, "superseded", False),
+            (3, "active", False),
+        ]
+
+
 async def test_a_recorded_full_run_refreshes_the_runners_cached_lookup(
     settings: Settings, bus: Bus
 ) -> None:
@@ -457,12 +538,16 @@ async def test_an_invalidation_of_a_replaced_version_is_refused(
     settings: Settings, bus: Bus
 ) -> None:
     """An operator's "site redesign" meant for v1 arrives after a fallback run compiled
-    v2: refused (409, field version, naming v2); v2 stays current until named itself."""
+    v2 and a replay verified it: refused (409, field version, naming v2); v2 stays
+    current until named itself."""
     async with compiler(settings, bus):
         await publish_trace(bus, trace("news_top3", "news", "run-1"))
         await health_when(bus, "news", lambda h: h.version == 1)
         await publish_trace(bus, trace("news_top3_probe", "news", "run-2"))
         await health_when(bus, "news", lambda h: h.version == 2)
+        ok = replay(2, True, verification=Verification(status="verified", why="new_version"))
+        await publish_run(bus, "news", "rep-1", "completed", replay=ok)
+        await health_when(bus, "news", lambda h: not h.candidate and h.success_count == 1)
 
         command = {"task_id": "news", "version": 1, "reason": "site redesign", "by": "alice"}
         with pytest.raises(RemoteError) as caught:
@@ -622,7 +707,8 @@ async def test_a_long_history_and_many_executors_come_a_page_at_a_time(
         await publish_trace(bus, trace("news_top3", "a", "run-a2"))
         await health_when(bus, "a", lambda h: h.version == 2 and h.replays == 7)
 
-        # 1 compiled, 7 replays, compiled v2, v1 superseded: 10 events, newest page first.
+        # 1 compiled, 7 replays, compiled v2 (a candidate; v1 stands by): 9 events, newest
+        # page first.
         pages: list[ExecutorHistory] = []
         query: dict[str, Any] = {"task_id": "a", "limit": 4}
         while True:
@@ -632,15 +718,12 @@ async def test_a_long_history_and_many_executors_come_a_page_at_a_time(
                 break
             query["before"] = page.next_before
         assert [(p.first_event, len(p.events), p.total_events) for p in pages] == [
-            (7, 4, 10),
-            (3, 4, 10),
-            (1, 2, 10),
+            (6, 4, 9),
+            (2, 4, 9),
+            (1, 1, 9),
         ]
         events = [e for p in reversed(pages) for e in p.events]
-        assert [e.event for e in events] == ["compiled"] + ["replay_succeeded"] * 7 + [
-            "compiled",
-            "superseded",
-        ]
+        assert [e.event for e in events] == ["compiled"] + ["replay_succeeded"] * 7 + ["compiled"]
         # Each executor travels once, with the page that compiled it.
         assert [[v.version for v in p.versions] for p in pages] == [[2], [], [1]]
         assert all(e.executor is None for e in events)

@@ -144,8 +144,14 @@ def compiler_readback(store: ExecutorStore) -> dict[str, Any]:
 # Fields the contracts have gained since the stores were written, with the default an
 # old value reads as: the only difference an event, view or executor may show (run
 # events' resumed_actions, task specs' verify_rate, executor steps' fingerprint, replay
-# events' verification).
-ADDED_SINCE = {"resumed_actions": 0, "verify_rate": None, "fingerprint": None, "verification": None}
+# events' verification, executor events' and views' candidate: no old version is one).
+ADDED_SINCE = {
+    "resumed_actions": 0,
+    "verify_rate": None,
+    "fingerprint": None,
+    "verification": None,
+    "candidate": False,
+}
 # What the executor views have gained since: the tallies of replay checks and the rates.
 ADDED_TO_VIEWS = (
     *Tally.__struct_fields__,
@@ -300,6 +306,10 @@ def test_new_executor_events_fold_in_with_the_old_ones(old_stores: Settings) -> 
         store.pin("poll", version=5, by="carol")
         store.record_full_run("report", run_id="r9", cost_usd=0.08)
         store.record_trace("fresh", "f1", _executor())
+        # A candidate, promoted: the new kinds of event, stored beside the old ones.
+        store.record_trace("fresh", "f2", _executor())
+        verified = Verification(status="verified", why="new_version")
+        store.record_replay("fresh", run_id="fx1", version=2, ok=True, verification=verified)
         after = compiler_readback(store)
     finally:
         store.close()
@@ -326,6 +336,15 @@ def test_new_executor_events_fold_in_with_the_old_ones(old_stores: Settings) -> 
         "rote.evt.executor.poll.pinned",
         "rote.evt.executor.report.full_run_recorded",
         "rote.evt.executor.fresh.compiled",
+        "rote.evt.executor.fresh.compiled",
+        "rote.evt.executor.fresh.replay_succeeded",
+        "rote.evt.executor.fresh.promoted",
+        "rote.evt.executor.fresh.superseded",
+    ]
+    fresh_versions = after["executors"]["fresh"]["version_views"]
+    assert [(v["status"], v["candidate"]) for v in fresh_versions] == [
+        ("superseded", False),
+        ("active", False),
     ]
     fresh = ExecutorStore(application_env(old_stores, "compiler"), clock=lambda: LATER)
     try:

@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from contracts.executors import Executor, ToolStep
-from contracts.runs import Verification
+from contracts.runs import Verification, VerificationStatus
 from contracts.traces import Trace
 from services.compiler import executor_events as ev
 from services.compiler import health as h
@@ -63,6 +63,15 @@ def fail(store: ExecutorStore, run_id: str, version: int = 1) -> list[ev.HealthE
     return store.record_replay(
         "t", run_id=run_id, version=version, ok=False, step=1, reason="selector vanished"
     )[1]
+
+
+def verify(
+    store: ExecutorStore, run_id: str, version: int, status: VerificationStatus = "verified"
+) -> list[ev.HealthEvent]:
+    """A replay whose answer the check judged (`status`: verified or wrong)."""
+    check = Verification(status=status, why="new_version", reasons=[f"{status}: x"])
+    ok = status == "verified"
+    return store.record_replay("t", run_id=run_id, version=version, ok=ok, verification=check)[1]
 
 
 def succeed(
@@ -200,10 +209,11 @@ def test_pin_and_invalidate_refuse_what_cannot_be(store: ExecutorStore) -> None:
 
 
 def test_an_invalidation_names_the_version_it_means(store: ExecutorStore) -> None:
-    # v2, compiled by a fallback run after a site change, is current when an operator's
-    # invalidation of v1 arrives: refused, and nothing is recorded.
+    # v2, compiled by a fallback run after a site change and verified since, is current
+    # when an operator's invalidation of v1 arrives: refused, and nothing is recorded.
     store.record_trace("t", "r1", executor())
     store.record_trace("t", "r2", executor())
+    verify(store, "v1", version=2)
     before = store.health("t")
     with pytest.raises(h.HealthError) as caught:
         store.invalidate("t", version=1, reason="site redesign", by="alice")
@@ -222,7 +232,8 @@ def test_an_invalidation_names_the_version_it_means(store: ExecutorStore) -> Non
 
 def test_two_concurrent_compilations_get_distinct_versions(settings: Settings) -> None:
     """Process B saves between A's load and A's save: A's save conflicts, A reloads
-    and decides again, so A gets the next version and one version stays active."""
+    and decides again, so A gets the next version: the candidate B compiled is replaced,
+    and the version both were compiled after stays on standby."""
     env = application_env(settings, "compiler")
     a, b = ExecutorStore(env), ExecutorStore(env)
     a.record_trace("t", "r0", executor())
@@ -241,7 +252,8 @@ def test_two_concurrent_compilations_get_distinct_versions(settings: Settings) -
     state = a.health("t")
     assert state is not None
     assert [v.version for v in state.versions] == [1, 2, 3]
-    assert [v.status for v in state.versions] == ["superseded", "superseded", "active"]
+    assert [v.status for v in state.versions] == ["active", "superseded", "active"]
+    assert [v.candidate for v in state.versions] == [False, True, True]
     assert {v.source_run_id for v in state.versions} == {"r0", "rB", "rA"}
     a.close()
     b.close()
@@ -270,7 +282,10 @@ def test_many_concurrent_compilations_never_share_a_version(settings: Settings) 
     state = stores[0].health("t")
     assert state is not None
     assert sorted(v.version for v in state.versions) == list(range(1, 8))
-    assert sum(v.status == "active" for v in state.versions) == 1
+    # The newest is current, a candidate; v1, the version before them all, on standby.
+    assert [v.version for v in state.versions if v.status == "active"] == [1, 7]
+    current = h.current(state)
+    assert current is not None and current.version == 7 and current.candidate
     assert len({v.source_run_id for v in state.versions}) == 7
     for s in stores:
         s.close()
@@ -281,9 +296,18 @@ def test_health_is_the_fold_of_the_stored_events(store: ExecutorStore, settings:
     for i in range(9):
         (succeed if i % 4 else fail)(store, f"x{i}")
     store.record_full_run("t", run_id="f1", cost_usd=0.05)
-    store.record_trace("t", "r2", executor())
+    store.record_trace("t", "r2", executor())  # a candidate, v1 on standby
+    verify(store, "w1", version=2, status="wrong")  # v2 superseded, v1 restored
+    store.record_trace("t", "r3", executor())  # a candidate, v1 on standby again
+    verify(store, "w2", version=3)  # v3 promoted, v1 superseded
     state = store.health("t")
-    assert state is not None and state.events == 13
+    assert state is not None and state.events == 19
+    # Each went as it stood: v1 last restored as a candidate, v2 never verified.
+    assert [(v.status, v.candidate) for v in state.versions] == [
+        ("superseded", True),
+        ("superseded", True),
+        ("active", False),
+    ]
     assert state == h.fold("t", store.history("t"))
     # A snapshot was taken (every 4 events) and a fresh process rebuilds the same state.
     assert store.snapshots is not None

@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from contracts.executors import Executor, ExecutorEvent
+from contracts.runs import Verification
 from contracts.traces import Trace
 from services.compiler import executor_events as ev
 from services.compiler import health as h
@@ -57,16 +58,30 @@ def outcome(
     return run(state, events)
 
 
-def test_compilations_get_the_next_version_and_supersede_the_last() -> None:
+def verified(state: h.Health, run_id: str, version: int) -> list[ev.HealthEvent]:
+    check = Verification(status="verified", why="new_version", reasons=["PASS: it is"])
+    events = h.decide_replay(
+        state, run_id=run_id, version=version, ok=True, at=T0, rules=RULES, verification=check
+    )
+    return run(state, events)
+
+
+def test_compilations_get_the_next_version_and_the_newest_is_current() -> None:
     state = h.new("t")
     assert [type(e) for e in compiled(state, "r1")] == [ev.Compiled]
     second = compiled(state, "r2")
-    assert [type(e) for e in second] == [ev.Compiled, ev.Superseded]
-    assert second[1] == ev.Superseded(at=T0, version=1, reason="replaced by v2")
+    # Compiled while v1 was current: a candidate, v1 on standby until it is verified
+    # (the candidate rules: tests/unit/test_executor_promotion.py).
+    assert [type(e) for e in second] == [ev.Compiled]
     current = h.current(state)
     assert current is not None and current.version == 2
     assert h.decode_executor(current.executor).version == 2
     assert compiled(state, "r2") == []  # the same trace again changes nothing
+    events = verified(state, "x1", 2)
+    assert events[1:] == [
+        ev.Promoted(at=T0, version=2, run_id="x1"),
+        ev.Superseded(at=T0, version=1, reason="replaced by verified v2"),
+    ]
 
 
 def test_a_success_resets_the_run_of_failures() -> None:
@@ -428,10 +443,12 @@ def test_invalidate_needs_an_active_executor() -> None:
 
 def test_an_invalidation_naming_a_replaced_version_leaves_the_current_one_alone() -> None:
     # The operator judged v1 ("site redesign"); a fallback run compiled v2 from the new
-    # site before the command arrived. The fresh v2 must not take v1's invalidation.
+    # site, and a replay verified it, before the command arrived. The fresh v2 must not
+    # take v1's invalidation.
     state = h.new("t")
     compiled(state, "r1")
     compiled(state, "r2")
+    verified(state, "x1", 2)
     before = msgspec.to_builtins(state)
     with pytest.raises(h.HealthError) as caught:
         h.decide_invalidate(state, version=1, reason="site redesign", by="alice", at=T0)
@@ -527,10 +544,17 @@ def test_skips_are_recorded_and_explain_a_missing_executor() -> None:
 
 def test_every_published_event_names_itself() -> None:
     state = h.new("t")
-    events = compiled(state, "r1") + compiled(state, "r2")
+    events = compiled(state, "r1") + compiled(state, "r2") + verified(state, "x1", 2)
     wires = [views.to_wire("t", e) for e in events]
-    assert [w.event for w in wires if w] == ["compiled", "compiled", "superseded"]
+    assert [(w.event, w.version, w.candidate) for w in wires] == [
+        ("compiled", 1, False),
+        ("compiled", 2, True),
+        ("replay_succeeded", 2, False),
+        ("promoted", 2, False),
+        ("superseded", 1, False),
+    ]
     assert wires[0] is not None and wires[0].executor is not None
+    assert (wires[3].run_id, wires[4].reason) == ("x1", "replaced by verified v2")
     # Published too: it moves full_run_cost_usd, which runners cache with the lookup.
     wire = views.to_wire("t", ev.FullRunRecorded(at=T0, run_id="f", cost_usd=1.0))
     assert wire is not None and (wire.event, wire.run_id, wire.cost_usd) == (
@@ -545,7 +569,7 @@ def test_every_field_of_every_health_event_has_a_place_on_the_wire() -> None:
     # convert, and the event would never be published.
     wire_fields = set(ExecutorEvent.__struct_fields__)
     kinds = typing.get_args(ev.HealthEvent)
-    assert len(kinds) == 9
+    assert len(kinds) == 11
     for kind in kinds:
         for name in kind.__struct_fields__:
             assert views.WIRE_NAMES.get(name, name) in wire_fields, (kind.__name__, name)
@@ -646,6 +670,16 @@ def test_each_kind_of_health_event_goes_out_as_it_always_did() -> None:
         (
             ev.FullRunRecorded(at=at, run_id="f", cost_usd=1.0),
             ExecutorEvent(task_id="t", event="full_run_recorded", at=at, run_id="f", cost_usd=1.0),
+        ),
+        (
+            ev.Promoted(at=at, version=2, run_id="r6"),
+            ExecutorEvent(task_id="t", event="promoted", at=at, version=2, run_id="r6"),
+        ),
+        (
+            ev.Restored(at=at, version=1, reason="v2 failed verification"),
+            ExecutorEvent(
+                task_id="t", event="restored", at=at, version=1, reason="v2 failed verification"
+            ),
         ),
     ]
     assert {type(event) for event, _ in cases} == set(typing.get_args(ev.HealthEvent))

@@ -43,7 +43,7 @@ def request(verify_rate: float | None = None) -> RunRequest:
     return RunRequest(run_id=RUN, task_id=TASK, spec=spec, requested_at=utc_now())
 
 
-def active(replays: int) -> ActiveExecutor:
+def active(replays: int, candidate: bool = False) -> ActiveExecutor:
     """Reads the high column; answers "High: {{step_0[0].high}} °F"."""
     read = ToolStep(
         index=0,
@@ -55,7 +55,12 @@ def active(replays: int) -> ActiveExecutor:
     return ActiveExecutor(
         executor=hand_built_executor(TASK, [read, answer], version=2),
         health=ExecutorHealth(
-            task_id=TASK, status="active", version=2, full_run_cost_usd=0.05, success_count=replays
+            task_id=TASK,
+            status="active",
+            version=2,
+            full_run_cost_usd=0.05,
+            success_count=replays,
+            candidate=candidate,
         ),
     )
 
@@ -151,6 +156,23 @@ async def test_the_first_replays_of_a_version_are_checked_and_the_check_is_paid_
     )  # fmt: skip
     assert check.cost_usd == pytest.approx(0.0002)
     assert result.replay is not None and result.replay.cost_usd == pytest.approx(0.0002)
+
+
+async def test_a_seasoned_version_restored_as_a_candidate_is_checked() -> None:
+    # The version compiled after it failed verification; it is current again, on
+    # trial: its replays are checked however many it has had, until one is verified.
+    services = Services(active(replays=10, candidate=True))
+    result = await attempt(services)
+    assert result.outcome.ok and result.source == "executor"
+    assert len(services.checks()) == 1
+    check = result.replay.verification if result.replay else None
+    assert check is not None and (check.status, check.why) == ("verified", "new_version")
+    # Found wrong, the answer is not delivered: the full loop answers.
+    services = Services(active(replays=10, candidate=True), verdict="FAIL: last week's page.")
+    result = await attempt(services)
+    assert result.source == "full_llm" and result.fell_back
+    assert result.replay is not None and result.replay.verification is not None
+    assert result.replay.verification.status == "wrong"
 
 
 async def test_a_drifted_page_is_checked_and_a_wrong_answer_is_not_delivered() -> None:
