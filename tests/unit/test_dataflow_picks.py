@@ -110,7 +110,7 @@ def _uses(*paths: Path) -> list[Pointer]:
             "open the last story",
             None,
             False,
-            ListVerdict(True, "the last item", last=True),
+            ListVerdict(True, "the last item", last=True, size=5),
         ),
         (
             _uses((2,)),
@@ -227,6 +227,14 @@ def _uses(*paths: Path) -> list[Pointer]:
             False,
             ListVerdict(False, "picks items [3, 1, 2] in an order no rule explains"),
         ),
+        (
+            _uses((4,), (3,), (2,)),
+            ITEMS,
+            "report the 3 newest",
+            None,
+            False,
+            ListVerdict(True, "the last 3 items, from the end", last=True, size=5),
+        ),
     ],
     ids=[
         "the-first",
@@ -244,6 +252,7 @@ def _uses(*paths: Path) -> list[Pointer]:
         "the-item-the-task-names",
         "every-item-of-a-list-that-may-grow",
         "reordered-items",
+        "the-top-k-of-a-list-shown-the-other-way-round",
     ],
 )
 def test_judge_lists(
@@ -282,7 +291,8 @@ def test_list_position(path: Path, expected: tuple[Path, int] | None) -> None:
 
 
 VERDICTS: dict[Container, ListVerdict] = {
-    (1, ()): ListVerdict(True, "the last item", last=True),
+    (1, ()): ListVerdict(True, "the last item", last=True, size=5),
+    (4, ()): ListVerdict(True, "the last 2 items, from the end", last=True, size=5),
     (2, ()): ListVerdict(False, "item 2 of 3, a position no rule explains", pick=1, size=3),
     (3, ()): ListVerdict(False, "picks items [3, 1] in an order no rule explains"),
 }
@@ -303,12 +313,18 @@ VERDICTS: dict[Container, ListVerdict] = {
             False,
         ),
         (Template(("T: ", Pointer(4, ("title",)))), ("template", "T: {4.title}"), False),
+        (
+            Template(("1. ", Pointer(4, (4,)), " 2. ", Pointer(4, (3,)))),
+            ("template", "1. {4[-1]} 2. {4[-2]}"),
+            False,
+        ),
     ],
     ids=[
         "the-last-item-is-rewritten-to-minus-one",
         "a-pick-stays-a-template-through-its-pick-step",
         "picks-no-rule-explains-make-a-judgement",
         "a-field-of-no-list-is-untouched",
+        "the-last-k-are-counted-from-the-end",
     ],
 )
 def test_apply_verdicts(template: Template, expected: tuple[str, str], pick: bool) -> None:

@@ -2,7 +2,8 @@
 part of a judgement.
 
 Picking items from a list is a rule only when the positions explain themselves: the
-first, the last, an ordinal the prompt names, or the first k in order (top-k); a task
+first, the last, an ordinal the prompt names, the first k in order (top-k), or the last
+k from the end (the top k of a list shown the other way round); a task
 prompt that asks for a judgement (cheapest, best, most relevant...) makes every pick a
 judgement, and using every item of a list is a rule only when its length is fixed. A
 single item picked by judgement, or named by the task ("the price of the Widget"),
@@ -116,11 +117,15 @@ def _judge_list(
         pick = indexes[0] if len(indexes) == 1 else None
         why = f"the item the task names ({name!r}), wherever it stands"
         return ListVerdict(False, why, pick=pick, size=n, named=name)
-    if len(indexes) >= 2 and indexes == list(range(len(indexes))):
-        k = len(indexes)
-        if k == n and not (limit == k or k in asked.counts):
-            return ListVerdict(False, f"uses all {n} items of a list whose length may change")
+    k = len(indexes)
+    if k >= 2 and k == n and not (limit == k or k in asked.counts):
+        return ListVerdict(False, f"uses all {n} items of a list whose length may change")
+    if k >= 2 and indexes == list(range(k)):
         return ListVerdict(True, f"the first {k} items")
+    if k >= 2 and indexes == [n - 1 - i for i in range(k)]:
+        # The top k of a list shown the other way round (oldest first, for the newest):
+        # counted from its end, they are the same items tomorrow, whatever its length.
+        return ListVerdict(True, f"the last {k} items, from the end", last=True, size=n)
     if len(indexes) == 1:
         return _by_position(indexes[0], n, asked)
     return ListVerdict(
@@ -135,7 +140,7 @@ def _by_position(index: int, n: int, asked: _Asked) -> ListVerdict:
     if index + 1 in asked.ordinals:
         return ListVerdict(True, f"item {index + 1}, named by the task")
     if index == n - 1:
-        return ListVerdict(True, "the last item", last=True)
+        return ListVerdict(True, "the last item", last=True, size=n)
     return ListVerdict(
         False, f"item {index + 1} of {n}, a position no rule explains", pick=index, size=n
     )
@@ -159,8 +164,8 @@ def _named_item(prompt: str, items: Sequence[Any], indexes: Sequence[int]) -> st
 
 def apply_verdicts(prov: Provenance, verdicts: Mapping[Container, ListVerdict]) -> Provenance:
     """A templated value whose list picks follow no rule (and are not a single pick a
-    small-model step can redo) becomes a judgement; a pick of the last item is rewritten
-    to index -1."""
+    small-model step can redo) becomes a judgement; picks counted from the end (the last
+    item, the last k) are rewritten to negative indexes (-1, -2, ...)."""
     if prov.kind != "template" or prov.template is None:
         return prov
     rewrite: dict[Pointer, Pointer] = {}
@@ -168,7 +173,7 @@ def apply_verdicts(prov: Provenance, verdicts: Mapping[Container, ListVerdict]) 
         position = list_position(pointer.path)
         if position is None:
             continue
-        prefix, _ = position
+        prefix, index = position
         verdict = verdicts.get((pointer.step, prefix))
         if verdict is None:
             continue
@@ -176,7 +181,7 @@ def apply_verdicts(prov: Provenance, verdicts: Mapping[Container, ListVerdict]) 
             return Provenance("judgement", verdict.why, sources=prov.sources)
         if verdict.last:
             rest = pointer.path[len(prefix) + 1 :]
-            rewrite[pointer] = replace(pointer, path=(*prefix, -1, *rest))
+            rewrite[pointer] = replace(pointer, path=(*prefix, index - verdict.size, *rest))
     if not rewrite:
         return prov
     return replace(prov, template=prov.template.with_pointers(rewrite))
