@@ -77,7 +77,10 @@ def test_demo_walks_the_whole_life_of_a_task() -> None:
         assert r["status"] == "completed"
         assert r["result"].startswith("Top 3 headlines:\n1. ")
         if r["source"] == "executor":
-            assert r["large_tokens"] == 0 and r["cost_usd"] == 0
+            # No large model; the small model only checks the answer of a version's
+            # first replays (all three replays here are of a new version).
+            assert r["large_tokens"] == 0 and r["checked"] == "verified"
+            assert r["small_tokens"] > 0 and r["cost_usd"] > 0
             assert r["saved_usd"] > 0
         else:
             assert r["large_tokens"] > 0 and r["cost_usd"] > 0
@@ -102,6 +105,7 @@ def test_demo_walks_the_whole_life_of_a_task() -> None:
         assert float(saved) == pytest.approx(r["saved_usd"], abs=1e-6)
         assert float(secs) == pytest.approx(r["duration_ms"] / 1000, abs=0.01)
         assert ("fell back" in note) == r["fell_back"]
+        assert ("answer checked: verified" in note) == (r["checked"] == "verified")
 
     total = sum(r["cost_usd"] for r in runs)
     assert summary["total_cost_usd"] == pytest.approx(total)

@@ -354,5 +354,9 @@ async def test_judgement_steps_run_on_the_small_model_at_low_effort(
         # And what a user watching rote.evt.llm.<run_id>.usage sees.
         msgs = await read_all(bus.js, s.STREAM_ACTIVITY, s.llm_event(second.run_id, "usage"))
         usage = [decode(m.data, UsageEvent) for m in msgs]
-        assert [(u.model, u.purpose) for u in usage] == [(HAIKU, "replay_step")] * 2
+        assert [(u.model, u.purpose) for u in usage] == [
+            (HAIKU, "replay_step"),
+            (HAIKU, "replay_step"),
+            (HAIKU, "verification"),
+        ]
         assert sum(u.cost_usd for u in usage) == pytest.approx(second.cost_usd)

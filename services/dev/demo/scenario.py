@@ -17,7 +17,7 @@ import anyio
 from contracts import subjects as s
 from contracts.executors import ExecutorEvent, ExecutorHealth, ExecutorRef
 from contracts.llm import ModelsReply
-from contracts.runs import RunEvent
+from contracts.runs import ReplayOutcome, RunEvent
 from contracts.tasks import CreateTask, RunAccepted, RunTask, TaskView
 from services.dev.demo.site import DemoSite
 from services.executor.cost import full_run_cost
@@ -59,6 +59,8 @@ class RunRow:
     # attempt that broke before it, which no always-full run would have paid for.
     full_run_cost_usd: float | None = None
     failed_replay_cost_usd: float = 0.0
+    # A replay whose answer was checked: the verdict (verified, wrong, unverified).
+    checked: str | None = None
 
 
 @dataclass
@@ -181,7 +183,14 @@ def _row(number: int, layout: str, event: RunEvent, large: str, small: str) -> R
         result=event.result or (event.error or ""),
         full_run_cost_usd=full_run_cost(event),
         failed_replay_cost_usd=replay.cost_usd if replay is not None and not replay.ok else 0.0,
+        checked=_checked(replay),
     )
+
+
+def _checked(replay: ReplayOutcome | None) -> str | None:
+    """The verdict on a replay's answer, when the small model (or a shadow) checked it."""
+    check = replay.verification if replay is not None else None
+    return check.status if check is not None and check.status != "skipped" else None
 
 
 def _first_line(event: RunEvent, limit: int = 300) -> str:
@@ -199,6 +208,10 @@ HEADER = (
 def format_row(row: RunRow) -> str:
     version = f"v{row.executor_version}" if row.executor_version else "-"
     note = "  (replay broke, fell back)" if row.fell_back else ""
+    if row.checked == "wrong":
+        note = "  (replay's answer judged wrong, fell back)"
+    elif row.checked:
+        note = f"  (answer checked: {row.checked})"
     if row.status != "completed":
         note += "  FAILED"
     return (
