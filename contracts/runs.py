@@ -68,8 +68,11 @@ class ModelTokens(msgspec.Struct, kw_only=True):
 
 
 VerificationStatus = Literal["verified", "unverified", "wrong", "skipped"]
-VerificationWhy = Literal["flagged", "new_version", "sampled"]
-VerificationMethod = Literal["small_model"]
+# "shadow": the run fell in the shadow sample (ROTE_SHADOW_RATE), nothing else had the
+# answer checked.
+VerificationWhy = Literal["flagged", "new_version", "sampled", "shadow"]
+# "shadow": a full run in a fresh session answered the task too, and was compared.
+VerificationMethod = Literal["small_model", "shadow"]
 
 
 class Verification(msgspec.Struct, kw_only=True):
@@ -78,12 +81,14 @@ class Verification(msgspec.Struct, kw_only=True):
     supports the answer), `wrong` (a check found it does not: the answer is not
     delivered, the run takes the full loop), `unverified` (the page differed from the
     recording and no check could clear it: delivered, flagged), `skipped` (not checked:
-    nothing differed and the replay was not sampled)."""
+    nothing differed and the replay was not sampled). A read-only replay may be checked
+    again by a shadow full run (services/runner/shadow.py): `method` is then `shadow`."""
 
     status: VerificationStatus = "skipped"
     # The page differed from what the executor recorded (its fingerprints).
     flagged: bool = False
-    # Why it was checked: the fingerprints differed, the version is new, or a sample.
+    # Why it was checked: the fingerprints differed, the version is new, or a sample
+    # (of the small model's checks, or of the shadow's).
     why: VerificationWhy | None = None
     method: VerificationMethod | None = None
     # What differed, then the check's verdict, in words.

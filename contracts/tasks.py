@@ -135,6 +135,9 @@ class TaskSpec(Command, kw_only=True):
     # The share of clean replays whose answer the small model checks against the page
     # (services/runner/verification.py); None: the runner's default (ROTE_VERIFY_RATE).
     verify_rate: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] | None = None
+    # The share of clean replays of a read-only executor checked by a shadow full run
+    # (services/runner/shadow.py); None: the runner's default (ROTE_SHADOW_RATE).
+    shadow_rate: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] | None = None
 
 
 # --- commands --------------------------------------------------------------------------
@@ -161,6 +164,9 @@ class UpdateTask(Command, kw_only=True):
     quality_check: bool | msgspec.UnsetType = msgspec.UNSET
     max_failures: PositiveInt | msgspec.UnsetType = msgspec.UNSET
     verify_rate: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] | msgspec.UnsetType | None = (
+        msgspec.UNSET
+    )
+    shadow_rate: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] | msgspec.UnsetType | None = (
         msgspec.UNSET
     )
 

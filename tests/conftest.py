@@ -46,6 +46,9 @@ def settings(tmp_path: Path, nats_server: EmbeddedNats) -> Settings:
         data_dir=tmp_path / "data",
         event_store="memory",
         log_format="json",
+        # No shadow full run by chance (1% of read-only replays by default): it would add
+        # large-model calls to tests that count them. Tests of the shadow ask for one.
+        shadow_rate=0.0,
     )
 
 

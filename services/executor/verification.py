@@ -9,12 +9,17 @@ replay the fingerprints flag, the first replays of each new version, every repla
 candidate (a version the compiler has not yet seen verified), and a sample of the rest
 (`verify_rate`, by run id so a redelivery decides the same way). The verdict is read
 like a quality check's (quality.parse_verdict): PASS or FAIL, then why.
+
+The second tier, for read-only executors (services/runner/shadow.py), compares the
+replay's answer with a shadow full run's: when they differ in form the small model is
+asked whether they say the same thing (`comparison_prompt`, read by `read_comparison`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -26,6 +31,7 @@ from services.executor.quality import Verdict, parse_verdict
 FIRST_REPLAYS_CHECKED = 2
 DEFAULT_VERIFY_RATE = 0.03
 PROMPT_HEAD = "Verification of a replayed answer."
+COMPARISON_HEAD = "Comparison of two answers to one task."
 # Bounds on what one read adds to the prompt: the small model's reading is paid for.
 MAX_ITEMS_CHARS = 6000
 MAX_TEXT_CHARS = 8000
@@ -127,3 +133,43 @@ def verification_prompt(task: str, answer: str, reads: list[Read], changes: list
 def read_verdict(text: str, answer: str) -> Verdict:
     """The check's verdict; anything but a clear PASS fails (quality.parse_verdict)."""
     return parse_verdict(text, content=answer)
+
+
+def comparison_prompt(task: str, replayed: str, full: str) -> str:
+    """What the small model is asked when a shadow full run answered otherwise in form."""
+    return (
+        f"{COMPARISON_HEAD} A scheduled task was answered twice from the same pages: once "
+        "by replaying recorded steps, once by a full run that read the pages itself. Do "
+        "the two answers say the same thing: the same entries, values, units, currency, "
+        "dates and order? Wording and layout do not matter.\n"
+        f"Task: {task}\n"
+        f"<replayed_answer>\n{replayed}\n</replayed_answer>\n"
+        f"<full_answer>\n{full}\n</full_answer>\n"
+        "Reply with SAME or DIFFERENT, then a colon and one short sentence saying why."
+    )
+
+
+# As quality._VERDICT, with the comparison's words: "**SAME**: ...", "Verdict - DIFFERENT".
+_MARKUP = r"[\s*_`#>\"']*"
+_COMPARED = re.compile(
+    rf"^{_MARKUP}(?:verdict{_MARKUP}[:\-\u2013\u2014]?{_MARKUP})?(SAME|DIFFERENT)\b"
+    r"[\s*_`\"'.!]*[:\-\u2013\u2014]?\s*(.*)$",
+    re.I | re.S,
+)
+_SHOUTED = re.compile(r"\b(SAME|DIFFERENT)\b")
+
+
+def read_comparison(text: str, answers: str) -> Verdict:
+    """The comparison's verdict (ok: SAME). Anything unclear is DIFFERENT, as a check's
+    unclear verdict fails: nothing vouched for the replay. `answers`: the two answers;
+    a verdict word they hold themselves is content, not a second verdict."""
+    said = text.strip()
+    found = _COMPARED.match(said)
+    if found is None:
+        return Verdict(False, f"unreadable comparison: {said[:120]!r}")
+    word = found.group(1).upper()
+    reason = found.group(2).strip()
+    quoted = {match.group(1) for match in _SHOUTED.finditer(answers)}
+    if any(other.group(1) not in (word, *quoted) for other in _SHOUTED.finditer(reason)):
+        return Verdict(False, f"contradictory comparison: {said[:120]!r}")
+    return Verdict(word == "SAME", reason or word.lower())

@@ -178,6 +178,9 @@ class Settings:
     replay_backoff_s: float = 1.0
     # The share of clean replays whose answer is checked (a task's verify_rate wins).
     verify_rate: float = 0.03
+    # The share of clean read-only replays checked by a shadow full run (a task's
+    # shadow_rate wins).
+    shadow_rate: float = 0.01
     # LLM: concurrent model calls per process, attempts on retryable errors, price file.
     llm_concurrency: int = 4
     llm_max_attempts: int = 4
@@ -251,6 +254,7 @@ class Settings:
             replay_backoff_s=_float(env, "ROTE_REPLAY_BACKOFF_S", 1.0, at_least=0.0, at_most=HOUR_S)
             or 0.0,
             verify_rate=_float(env, "ROTE_VERIFY_RATE", 0.03, at_least=0.0, at_most=1.0) or 0.0,
+            shadow_rate=_float(env, "ROTE_SHADOW_RATE", 0.01, at_least=0.0, at_most=1.0) or 0.0,
             llm_concurrency=_int(env, "ROTE_LLM_CONCURRENCY", 4, lo=1),
             llm_max_attempts=_int(env, "ROTE_LLM_MAX_ATTEMPTS", 4, lo=1, hi=20),
             prices_file=Path(prices).expanduser() if prices else None,

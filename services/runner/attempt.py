@@ -25,9 +25,11 @@ import time
 from dataclasses import dataclass
 
 import anyio
+import msgspec
 
 from contracts.base import utc_now
-from contracts.runs import ReplayOutcome, RunEvent, RunRequest, RunSource
+from contracts.executors import Executor, ResultStep
+from contracts.runs import ReplayOutcome, RunEvent, RunRequest, RunSource, Verification
 from services.executor.fingerprint import task_fingerprint
 from services.executor.verification import DEFAULT_VERIFY_RATE
 from services.kernel.logs import get_logger
@@ -44,6 +46,7 @@ from services.runner.bounds import abandon_error
 from services.runner.effects import ActionInDoubt, EffectStore, RunEffects
 from services.runner.ports import Ports, PublishRunEvent, RunScope
 from services.runner.replay import Replayer, ReplayResult
+from services.runner.shadow import DEFAULT_SHADOW_RATE, Shadow, shadow_due
 from services.runner.transcript import TranscriptRecorder
 from services.runner.verification import CheckPlan
 
@@ -78,6 +81,9 @@ class Limits:
     max_tool_timeout_s: float = MAX_TOOL_TIMEOUT_S
     # The share of clean replays checked when the task does not say (TaskSpec.verify_rate).
     verify_rate: float = DEFAULT_VERIFY_RATE
+    # The share of clean read-only replays checked by a shadow full run when the task
+    # does not say (TaskSpec.shadow_rate; shadow.py).
+    shadow_rate: float = DEFAULT_SHADOW_RATE
 
 
 @dataclass(frozen=True)
@@ -360,16 +366,64 @@ class RunAttempt:
         if result.ok:
             state.source = "executor"
             state.outcome = AgentOutcome(ok=True, result=result.answer, ledger=ledger)
+            await self._shadow(ledger, state, executor, deadline)
             return
         await self._fall_back(state, result, executor.version)
 
+    async def _shadow(
+        self, ledger: Ledger, state: AttemptState, executor: Executor, deadline: float
+    ) -> None:
+        """The replay answered: a shadow full run checks the answer when one is due
+        (shadow.py). An answer it finds wrong is replaced by the shadow's, as after a
+        fallback; otherwise the replay's verification says what the shadow found."""
+        replay, outcome, spec = state.replay, state.outcome, self.request.spec
+        if replay is None or outcome is None or outcome.result is None:
+            return
+        rate = spec.shadow_rate if spec.shadow_rate is not None else self.limits.shadow_rate
+        if not shadow_due(executor, replay.verification, self.request.run_id, rate):
+            return
+        # A fresh browser session: the replay's page state must not steer the full run.
+        await close_session(self.scope.ports, self.request.run_id, self.scope.attempt)
+        before = ledger.cost_usd
+        found = await Shadow(
+            self.scope,
+            ledger=ledger,
+            deadline=deadline,
+            tool_timeout_s=self.limits.tool_timeout_s,
+            max_tool_timeout_s=self.limits.max_tool_timeout_s,
+            small_model=executor.small_model or spec.small_model,
+        ).run(outcome.result, replay.verification or Verification())
+        check = found.verification
+        if found.overruled is None:
+            # The replay's answer stands: what checking it cost is part of its cost.
+            spent = round(replay.cost_usd + ledger.cost_usd - before, 8)
+            state.replay = msgspec.structs.replace(replay, verification=check, cost_usd=spent)
+            return
+        # A full run is the authority: its answer is the run's, as after a fallback, and
+        # the replay failed (its health and a redelivery must hear of it).
+        step = max((s.index for s in executor.steps if isinstance(s, ResultStep)), default=None)
+        verdict = check.reasons[-1].removeprefix("shadow: ")
+        state.replay = msgspec.structs.replace(
+            replay, ok=False, step=step, reason=f"verification: {verdict}", verification=check
+        )
+        state.source, state.outcome, state.loop_from_usd = "full_llm", found.overruled, before
+        await self._replay_failed(state, executor.version, step, state.replay.reason)
+
     async def _fall_back(self, state: AttemptState, result: ReplayResult, version: int) -> None:
-        """The replay failed: say so (a redelivery reads it, and goes on with the full
-        run), and leave path B a clean browser session."""
+        """The replay failed: say so, and leave path B a clean browser session."""
+        await self._replay_failed(state, version, result.failed_step, result.reason)
+        # Path B gets a fresh browser session: whatever state the broken replay left
+        # behind (a half-filled form, a wrong page) must not steer the full run.
+        await close_session(self.scope.ports, self.request.run_id, self.scope.attempt)
+
+    async def _replay_failed(
+        self, state: AttemptState, version: int, step: int | None, reason: str | None
+    ) -> None:
+        """Say the replay failed: a redelivery reads it, and goes on with the full run."""
         request, attempt = self.request, self.scope.attempt
-        log.info("replay_failed", version=version, step=result.failed_step, reason=result.reason)
+        log.info("replay_failed", version=version, step=step, reason=reason)
         self.scope.transcript.note(
-            f"replay of v{version} failed at step {result.failed_step}: {result.reason};"
+            f"replay of v{version} failed at step {step}: {reason};"
             " falling back to the full LLM run"
         )
         state.fell_back = True
@@ -388,9 +442,6 @@ class RunAttempt:
             ),
             f"{request.run_id}:replay_failed:{attempt}",
         )
-        # Path B gets a fresh browser session: whatever state the broken replay left
-        # behind (a half-filled form, a wrong page) must not steer the full run.
-        await close_session(self.scope.ports, request.run_id, attempt)
 
     def _go_on_after(self, state: AttemptState, replay: ReplayOutcome) -> None:
         """An earlier delivery of this run replayed and failed: this one goes on with the

@@ -70,6 +70,7 @@ class Runner:
                 replay_retries=ctx.settings.replay_retries,
                 replay_backoff_s=ctx.settings.replay_backoff_s,
                 verify_rate=ctx.settings.verify_rate,
+                shadow_rate=ctx.settings.shadow_rate,
             ),
             publish=self.publish,
             journal=KvEffects(ctx.bus),

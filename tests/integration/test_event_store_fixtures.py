@@ -143,11 +143,13 @@ def compiler_readback(store: ExecutorStore) -> dict[str, Any]:
 
 # Fields the contracts have gained since the stores were written, with the default an
 # old value reads as: the only difference an event, view or executor may show (run
-# events' resumed_actions, task specs' verify_rate, executor steps' fingerprint, replay
-# events' verification, executor events' and views' candidate: no old version is one).
+# events' resumed_actions, task specs' verify_rate and shadow_rate, executor steps'
+# fingerprint, replay events' verification, executor events' and views' candidate: no
+# old version is one).
 ADDED_SINCE = {
     "resumed_actions": 0,
     "verify_rate": None,
+    "shadow_rate": None,
     "fingerprint": None,
     "verification": None,
     "candidate": False,

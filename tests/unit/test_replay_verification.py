@@ -78,12 +78,10 @@ class Services:
         async def complete(req: CompleteRequest) -> CompleteReply:
             prompt = str(req.messages[0].content)
             self.prompts.append(prompt)
-            if PROMPT_HEAD not in prompt:  # the full loop, after a fallback
-                text = "The high for Lisbon: 18 °C"
-            elif self.verdict is None:
+            if self.verdict is None:
                 raise PortError("unavailable", "no llm service answered")
-            else:
-                text = self.verdict
+            # Not a check: the full loop, after a fallback or as a shadow.
+            text = self.verdict if PROMPT_HEAD in prompt else "The high for Lisbon: 18 °C"
             return CompleteReply(
                 id="m", model="claude-haiku-4-5", content=[TextBlock(text=text)],
                 stop_reason="end_turn", usage=Usage(input_tokens=100, output_tokens=10),
@@ -201,7 +199,10 @@ async def test_a_flag_nothing_could_clear_is_delivered_as_unverified() -> None:
     assert result.outcome.ok and result.source == "executor"
     check = result.replay.verification if result.replay else None
     assert check is not None and (check.status, check.flagged) == ("unverified", True)
-    assert check.reasons[-1].startswith("the check could not be made")
+    assert check.reasons[-2].startswith("the check could not be made")
+    # A read-only replay is then shadowed (test_replay_shadow.py); its full run needs the
+    # model too, and could not clear it either.
+    assert check.reasons[-1].startswith("shadow: the full run failed: ")
 
 
 async def test_an_unreadable_verdict_vouches_for_nothing() -> None:

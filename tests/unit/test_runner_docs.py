@@ -9,6 +9,7 @@ from pathlib import Path
 from contracts.runs import Verification
 from services.executor.verification import DEFAULT_VERIFY_RATE, FIRST_REPLAYS_CHECKED
 from services.kernel.settings import Settings
+from services.runner.shadow import DEFAULT_SHADOW_RATE
 
 README = Path(__file__).parents[2] / "services" / "runner" / "README.md"
 
@@ -25,6 +26,8 @@ def test_the_numbers_quoted_are_the_codes() -> None:
     assert f"the first {FIRST_REPLAYS_CHECKED} replays of its version" in text
     assert f"`ROTE_VERIFY_RATE` (default {DEFAULT_VERIFY_RATE:g})" in text
     assert Settings.from_env({}).verify_rate == DEFAULT_VERIFY_RATE
+    assert f"`ROTE_SHADOW_RATE` (default {DEFAULT_SHADOW_RATE:g})" in text
+    assert Settings.from_env({}).shadow_rate == DEFAULT_SHADOW_RATE
 
 
 def test_every_field_of_the_verification_is_described() -> None:

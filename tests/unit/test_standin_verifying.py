@@ -33,7 +33,13 @@ from services.dev.standin.verdicts import SIMPLE_PASS, answer_values, same_value
 from services.dev.standin.verifying import Verify
 from services.dev.standin.vocabulary import parse_task
 from services.executor import references
-from services.executor.verification import Read, read_verdict, verification_prompt
+from services.executor.verification import (
+    Read,
+    comparison_prompt,
+    read_comparison,
+    read_verdict,
+    verification_prompt,
+)
 from tests.unit.test_standin_careful import _trace_of
 
 EDITION = 8  # the drifted page's edition; a stale copy shows one 7 editions older
@@ -269,3 +275,19 @@ def test_a_value_is_compared_robustly_about_form_strictly_about_meaning(
     value: Quantity, text: str, same: bool
 ) -> None:
     assert same_value(value, text) is same
+
+
+def test_the_comparison_of_two_answers_is_same_only_for_one_answer() -> None:
+    # rote's comparison of a replay's answer with a shadow full run's (item 18).
+    def compared(replayed: str, full: str) -> str:
+        prompt = comparison_prompt("Open http://x.test and report its price", replayed, full)
+        decision = decide(Conversation(prompt=prompt, tools=frozenset()))
+        assert isinstance(decision, Answer)
+        assert read_comparison(decision.text, f"{replayed}\n{full}").ok is (
+            decision.text.startswith("SAME: ")
+        )
+        return decision.text
+
+    assert compared("Price: 19.90 USD", "price:  19.90 usd.").startswith("SAME: ")
+    assert compared("Price: 19.90 USD", "Price: 21.00 USD").startswith("DIFFERENT: ")
+    assert compared("Line one\nline TWO", "line one line two").startswith("SAME: ")

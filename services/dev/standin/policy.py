@@ -92,6 +92,10 @@ in the order it comes) (careful_again.py).
    when the reads cannot give the answer). For any other task, simply: "PASS: nothing on
    the page contradicts the answer." when every value the answer states appears in the
    reads, else FAIL (verifying.py, verdicts.py).
+18. A comparison of a replayed answer with a shadow full run's (services/executor/
+   verification.py: "Comparison of two answers to one task.", "<replayed_answer>",
+   "<full_answer>"): "SAME: ..." when the two are one answer after whitespace, case and a
+   final full stop, else "DIFFERENT: ..." (verifying.py, verdicts.py).
 
 Session lost (items 1-8, 12-15): a tool result "session_lost: ..." (the runner's, when the tools
 process holding the page died) starts the script over, as a real model would: navigate to
@@ -121,8 +125,8 @@ Where each part lives: conversation.py reads the request and holds the decisions
 vocabulary.py parses the prompt into a task, scripts.py scripts the browsing tasks (1-8),
 careful.py the careful tasks (12-15) and meaning.py the page notes they read,
 replay_prompts.py answers rote's replay prompts (9-11, 16; careful_again.py for the
-careful tasks), verifying.py and verdicts.py the verification prompt (17), reading.py
-reads tool outputs.
+careful tasks), verifying.py and verdicts.py the verification and comparison prompts
+(17, 18), reading.py reads tool outputs.
 This module adds the markers and the session losses and decides.
 """
 

@@ -175,3 +175,11 @@ def simple_verdict(answer: str, shown: list[str]) -> str:
     if missing:
         return f'FAIL: the reads do not show "{missing[0]}".'
     return SIMPLE_PASS
+
+
+def comparison_verdict(replayed: str, full: str) -> str:
+    """rote's comparison of a replay's answer with a shadow full run's: SAME when they
+    are the same text as answers go (whitespace, case, a final full stop aside)."""
+    if _norm(replayed) == _norm(full):
+        return "SAME: the two answers say the same."
+    return "DIFFERENT: the two answers do not say the same."

@@ -18,6 +18,9 @@ is from the reads the prompt gives, then compares it with the replay's answer:
 
 The reads not holding what the task asks for is a FAIL too: the reader cannot vouch.
 How an answer is compared with the reading: verdicts.py.
+
+Item 18: rote's comparison of a replayed answer with a shadow full run's (`Compare`),
+answered SAME when the two are one answer after verdicts.py's normalisation.
 """
 
 from __future__ import annotations
@@ -49,8 +52,13 @@ from services.dev.standin.meaning import (
     stale_answer,
 )
 from services.dev.standin.reading import collapse, format_list
-from services.dev.standin.verdicts import Reading, answer_problem, simple_verdict
-from services.executor.verification import PROMPT_HEAD
+from services.dev.standin.verdicts import (
+    Reading,
+    answer_problem,
+    comparison_verdict,
+    simple_verdict,
+)
+from services.executor.verification import COMPARISON_HEAD, PROMPT_HEAD
 
 PASSED = "PASS: read with the page's notes and labels, the page gives this answer."
 
@@ -134,6 +142,30 @@ def verification_prompt_of(
     reads = tuple(parse_read(m["attrs"], m["body"]) for m in _READ.finditer(found["reads"]))
     task = found["task"].strip()
     return Verify(task, careful(task), found["answer"], reads)
+
+
+_COMPARISON = re.compile(
+    re.escape(COMPARISON_HEAD) + r".*?<replayed_answer>\n(?P<replayed>.*?)\n</replayed_answer>\n"
+    r"<full_answer>\n(?P<full>.*?)\n</full_answer>\n",
+    re.DOTALL,
+)
+
+
+@dataclass(frozen=True)
+class Compare:
+    """18. A comparison prompt: a replay's answer and a shadow full run's."""
+
+    replayed: str
+    full: str
+    tools: frozenset[str] = field(default_factory=frozenset)
+
+    def next(self, steps: tuple[Step, ...]) -> Decision:
+        return Answer(comparison_verdict(self.replayed, self.full))
+
+
+def comparison_prompt_of(prompt: str) -> Compare | None:
+    found = _COMPARISON.search(prompt)
+    return None if found is None else Compare(found["replayed"], found["full"])
 
 
 def verdict(check: Verify) -> str:

@@ -25,8 +25,13 @@ from services.dev.standin.scripts import (
     Title,
     TopN,
 )
-from services.dev.standin.verifying import Verify, verification_prompt_of
-from services.executor.verification import PROMPT_HEAD
+from services.dev.standin.verifying import (
+    Compare,
+    Verify,
+    comparison_prompt_of,
+    verification_prompt_of,
+)
+from services.executor.verification import COMPARISON_HEAD, PROMPT_HEAD
 
 VOCABULARY: list[str] = [
     "Open <URL> and report the top <N> <things>",
@@ -50,6 +55,8 @@ VOCABULARY: list[str] = [
     "the list below ... answer with its <field> only ... step_N (<tool>): [...]",
     "Verification of a replayed answer. ... Task: <task> <answer>...</answer> <changes>..."
     "</changes> <read ...>...</read> Reply with PASS or FAIL ...",
+    "Comparison of two answers to one task. ... <replayed_answer>...</replayed_answer> "
+    "<full_answer>...</full_answer> Reply with SAME or DIFFERENT ...",
 ]
 
 _URL = r"(?P<url>[a-z][a-z0-9+.-]*://[^\s,]+)"
@@ -167,7 +174,7 @@ def _answer_again(prompt: str) -> AnswerAgain | None:
         return None
     # The compiler elides URLs; the answer never depends on them.
     task = parse_task(context["task"].replace("<url>", "http://elided.invalid"))
-    replays = PickCheapest | AnswerAgain | QualityCheck | PickAgain | Verify
+    replays = PickCheapest | AnswerAgain | QualityCheck | PickAgain | Verify | Compare
     if task is None or isinstance(task, replays):
         return None
     example = re.search(r"<example>\n?(?P<example>.*?)\n?</example>", prompt, re.DOTALL)
@@ -196,7 +203,16 @@ _QUALITY = re.compile(
     re.DOTALL,
 )
 
-Task = BrowsingTask | CarefulTask | PickCheapest | AnswerAgain | QualityCheck | PickAgain | Verify
+Task = (
+    BrowsingTask
+    | CarefulTask
+    | PickCheapest
+    | AnswerAgain
+    | QualityCheck
+    | PickAgain
+    | Verify
+    | Compare
+)
 
 
 def _json_array(prompt: str) -> list[Any] | None:
@@ -235,6 +251,9 @@ def parse_task(prompt: str) -> Task | None:
     # like any other prompt.
     if PROMPT_HEAD in prompt and (verify := verification_prompt_of(prompt, _careful_task)):
         return verify
+    # So does a comparison prompt, with two answers.
+    if COMPARISON_HEAD in prompt and (compare := comparison_prompt_of(prompt)):
+        return compare
     # Before the rest: a quality-check prompt quotes the task it checks.
     if quality := _QUALITY.search(prompt):
         return QualityCheck(quality["earlier"], quality["new"])
