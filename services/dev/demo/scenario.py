@@ -238,6 +238,8 @@ async def run_demo(
             task_id=TASK_ID,
             name="Demo town headlines",
             prompt=f"Open {site.url}/news and report the top 3 headlines",
+            # Five runs that read the same way every time: no sampled shadow full run.
+            shadow_rate=0.0,
         )
         large = aliases.get(spec.model, spec.model)
         small = aliases.get(spec.small_model, spec.small_model)
