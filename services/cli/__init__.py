@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable
 
 from services import __version__
-from services.cli import bench, demo, infra, model, schema, site, status, up
+from services.cli import bench, demo, executors, infra, model, schema, site, status, up
 
 # Each module adds its parser with `register(subparsers)` and sets `func`.
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
@@ -15,6 +15,7 @@ COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     demo.register,
     bench.register,
     status.register,
+    executors.register,
     schema.register,
     model.register,
     site.register,

@@ -360,6 +360,18 @@ async def test_a_replays_check_shows_in_the_rates_and_the_history(
         assert (stats.checked, stats.drift_confirmed, stats.full_runs) == (3, 1, 2)
         assert (stats.hit_rate, stats.false_success_rate) == (0.5, 0.0)
 
+        # What an operator reads: `rote executors`, a line per task and the totals.
+        command = [sys.executable, "-m", "services.cli", "executors", "--nats-url", bus.url]
+        done = await anyio.to_thread.run_sync(
+            partial(subprocess.run, command, capture_output=True, text=True, timeout=60)
+        )
+        assert done.returncode == 0, done.stderr
+        header, news, total = done.stdout.splitlines()
+        assert header.split()[:4] == ["task", "exec", "replays", "hit"]
+        assert news.split()[:8] == ["news", "v1", "3", "50%", "3", "1", "1/1", "0%"]
+        assert total.startswith("1 executors, 3 replays (50% of runs); 3 answers checked, 1")
+        assert "1 drift alarms, 1 real; false-success rate 0% (95% bound 66%)" in total
+
 
 async def test_a_candidate_is_promoted_once_verified_and_rolled_back_when_wrong(
     settings: Settings, bus: Bus
