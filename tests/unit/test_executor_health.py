@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import typing
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import msgspec
@@ -18,9 +18,8 @@ from services.compiler import executor_events as ev
 from services.compiler import health as h
 from services.compiler import views
 from services.compiler.compile import compile
+from tests.executor_events import RULES, T0, replay
 
-T0 = datetime(2025, 6, 1, tzinfo=UTC)
-RULES = h.Rules()
 TRACE = msgspec.json.decode(
     (Path(__file__).parent.parent / "data" / "traces" / "news_top3.json").read_bytes(), type=Trace
 )
@@ -45,25 +44,12 @@ def compiled(state: h.Health, run_id: str, at: datetime = T0) -> list[ev.HealthE
 def outcome(
     state: h.Health, run_id: str, ok: bool, version: int = 1, attempt: int = 1
 ) -> list[ev.HealthEvent]:
-    events = h.decide_replay(
-        state,
-        run_id=run_id,
-        version=version,
-        ok=ok,
-        at=T0,
-        rules=RULES,
-        reason="x",
-        attempt=attempt,
-    )
-    return run(state, events)
+    return replay(state, run_id, version, ok, reason="x", attempt=attempt)
 
 
 def verified(state: h.Health, run_id: str, version: int) -> list[ev.HealthEvent]:
     check = Verification(status="verified", why="new_version", reasons=["PASS: it is"])
-    events = h.decide_replay(
-        state, run_id=run_id, version=version, ok=True, at=T0, rules=RULES, verification=check
-    )
-    return run(state, events)
+    return replay(state, run_id, version, True, verification=check)
 
 
 def test_compilations_get_the_next_version_and_the_newest_is_current() -> None:

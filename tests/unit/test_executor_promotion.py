@@ -4,7 +4,7 @@ back when one is found wrong. No database."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from functools import cache
 from pathlib import Path
 
@@ -19,9 +19,8 @@ from services.compiler import executor_events as ev
 from services.compiler import health as h
 from services.compiler import views
 from services.compiler.compile import compile
+from tests.executor_events import RULES, T0, replay
 
-T0 = datetime(2025, 6, 1, tzinfo=UTC)
-RULES = h.Rules()
 TRACE = msgspec.json.decode(
     (Path(__file__).parent.parent / "data" / "traces" / "news_top3.json").read_bytes(), type=Trace
 )
@@ -55,17 +54,8 @@ def replayed(
         reasons = [FAIL] if status == "wrong" else ["PASS: it is"]
         check = Verification(status=status, why="new_version", reasons=reasons)
     ok = ok and status != "wrong"
-    events = h.decide_replay(
-        state,
-        run_id=run_id,
-        version=version,
-        ok=ok,
-        at=T0,
-        rules=RULES,
-        reason=None if ok else "verification: failed",
-        verification=check,
-    )
-    return run(state, events)
+    reason = None if ok else "verification: failed"
+    return replay(state, run_id, version, ok, reason=reason, verification=check)
 
 
 def statuses(state: h.Health) -> list[tuple[int, str, bool]]:

@@ -3,7 +3,6 @@ replay events, the tallies folded from them, and the published rates (no databas
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
@@ -18,9 +17,8 @@ from services.compiler import executor_events as ev
 from services.compiler import health as h
 from services.compiler import trust, views
 from services.compiler.compile import compile
+from tests.executor_events import T0, replay
 
-T0 = datetime(2025, 6, 1, tzinfo=UTC)
-RULES = h.Rules()
 TRACE = msgspec.json.decode(
     (Path(__file__).parent.parent / "data" / "traces" / "news_top3.json").read_bytes(), type=Trace
 )
@@ -64,19 +62,7 @@ def replayed(
     """A replay whose answer the check judged: one found wrong failed (the runner's rule)."""
     ok = verification is None or verification.status != "wrong"
     reason = None if ok else f"verification: {verification.reasons[-1]}"  # type: ignore[union-attr]
-    events = h.decide_replay(
-        state,
-        run_id=run_id,
-        version=version,
-        ok=ok,
-        at=T0,
-        rules=RULES,
-        reason=reason,
-        verification=verification,
-    )
-    for event in events:
-        h.apply(state, event)
-    return events
+    return replay(state, run_id, version, ok, reason=reason, verification=verification)
 
 
 def full_run(state: h.Health, run_id: str) -> None:

@@ -4,132 +4,13 @@ does to the run, and what the replay outcome says. No NATS."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import pytest
 
-from contracts.base import utc_now
-from contracts.executors import ActiveExecutor, ExecutorHealth, ResultStep, ToolStep
-from contracts.llm import (
-    CompleteReply,
-    CompleteRequest,
-    TextBlock,
-    TextEvent,
-    ToolDefinition,
-    Usage,
-)
-from contracts.runs import RunRequest
-from contracts.tasks import TaskSpec
-from contracts.tools import ExecTool, Fingerprint, ToolMetadata, ToolResult
-from services.executor.verification import PROMPT_HEAD, sampled
-from services.runner.attempt import AttemptResult, Limits, RunAttempt
-from services.runner.ports import PortError, Ports
-from services.runner.transcript import TranscriptRecorder
-from tests.hand_built_replay import hand_built_executor
+from contracts.tools import Fingerprint
+from services.executor.verification import sampled
+from tests.scripted_replay import Services, active, attempt
 
 pytestmark = pytest.mark.anyio
-
-TASK, RUN = "weather", "run-1"
-RECORDED = Fingerprint(lang="en", notes=["Temperatures in °F."], labels={"high": ["High"]})
-
-
-def request(verify_rate: float | None = None) -> RunRequest:
-    spec = TaskSpec(
-        name=TASK,
-        prompt="Report the high for Lisbon",
-        allowed_tools=["browser_extract"],
-        verify_rate=verify_rate,
-    )
-    return RunRequest(run_id=RUN, task_id=TASK, spec=spec, requested_at=utc_now())
-
-
-def active(replays: int, candidate: bool = False) -> ActiveExecutor:
-    """Reads the high column; answers "High: {{step_0[0].high}} °F"."""
-    read = ToolStep(
-        index=0,
-        tool="browser_extract",
-        input={"selector": "tr", "fields": {"high": "td:nth-child(2)"}},
-        fingerprint=RECORDED,
-    )
-    answer = ResultStep(index=1, mode="template", template="High: {{step_0[0].high}} °F")
-    return ActiveExecutor(
-        executor=hand_built_executor(TASK, [read, answer], version=2),
-        health=ExecutorHealth(
-            task_id=TASK,
-            status="active",
-            version=2,
-            full_run_cost_usd=0.05,
-            success_count=replays,
-            candidate=candidate,
-        ),
-    )
-
-
-@dataclass
-class Services:
-    """Scripted tools (the page now: `page`), small model (`verdict`) and compiler."""
-
-    executor: ActiveExecutor
-    page: Fingerprint = RECORDED
-    verdict: str | None = "PASS: the page says 64 °F for Lisbon."  # None: the model is down
-    prompts: list[str] = field(default_factory=list)
-
-    def ports(self) -> Ports:
-        async def complete(req: CompleteRequest) -> CompleteReply:
-            prompt = str(req.messages[0].content)
-            self.prompts.append(prompt)
-            if self.verdict is None:
-                raise PortError("unavailable", "no llm service answered")
-            # Not a check: the full loop, after a fallback or as a shadow.
-            text = self.verdict if PROMPT_HEAD in prompt else "The high for Lisbon: 18 °C"
-            return CompleteReply(
-                id="m", model="claude-haiku-4-5", content=[TextBlock(text=text)],
-                stop_reason="end_turn", usage=Usage(input_tokens=100, output_tokens=10),
-                cost_usd=0.0002,
-            )  # fmt: skip
-
-        async def exec_tool(req: ExecTool) -> ToolResult:
-            meta = ToolMetadata(url="http://weather.test/", fingerprint=self.page)
-            return ToolResult(ok=True, output=[{"high": "64"}], duration_ms=1, metadata=meta)
-
-        async def list_tools(names: list[str]) -> list[ToolDefinition]:
-            return []
-
-        async def publish_text(event: TextEvent) -> None:
-            pass
-
-        async def active_executor(task_id: str) -> ActiveExecutor | None:
-            return self.executor
-
-        async def close_session(run_id: str, attempt: int) -> None:
-            pass
-
-        return Ports(
-            complete=complete,
-            exec_tool=exec_tool,
-            list_tools=list_tools,
-            publish_text=publish_text,
-            active_executor=active_executor,
-            close_session=close_session,
-        )
-
-    def checks(self) -> list[str]:
-        return [p for p in self.prompts if PROMPT_HEAD in p]
-
-
-async def attempt(services: Services, verify_rate: float | None = None) -> AttemptResult:
-    async def publish(event: object, msg_id: str) -> None:
-        pass
-
-    run = RunAttempt(
-        request(verify_rate),
-        1,
-        ports=services.ports(),
-        transcript=TranscriptRecorder(RUN, TASK),
-        limits=Limits(replay_retries=0, replay_backoff_s=0.0, verify_rate=0.0),
-        publish=publish,
-    )
-    return await run.run(0.0, None)
 
 
 async def test_a_clean_replay_of_a_seasoned_version_is_delivered_unchecked() -> None:
@@ -175,7 +56,12 @@ async def test_a_seasoned_version_restored_as_a_candidate_is_checked() -> None:
 
 async def test_a_drifted_page_is_checked_and_a_wrong_answer_is_not_delivered() -> None:
     page = Fingerprint(lang="en", notes=["Temperatures in °C."], labels={"high": ["High"]})
-    services = Services(active(replays=10), page=page, verdict="FAIL: the page is in °C.")
+    services = Services(
+        active(replays=10),
+        page=page,
+        verdict="FAIL: the page is in °C.",
+        full="The high for Lisbon: 18 °C",
+    )
     result = await attempt(services)
 
     prompt = services.checks()[0]
@@ -194,7 +80,7 @@ async def test_a_drifted_page_is_checked_and_a_wrong_answer_is_not_delivered() -
 
 async def test_a_flag_nothing_could_clear_is_delivered_as_unverified() -> None:
     page = Fingerprint(lang="en", notes=["Temperatures in °C."], labels={"high": ["High"]})
-    services = Services(active(replays=10), page=page, verdict=None)
+    services = Services(active(replays=10), page=page, verdict=None, full=None)
     result = await attempt(services)
     assert result.outcome.ok and result.source == "executor"
     check = result.replay.verification if result.replay else None

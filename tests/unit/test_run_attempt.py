@@ -17,7 +17,6 @@ from contracts.llm import (
     CompleteReply,
     CompleteRequest,
     TextBlock,
-    TextEvent,
     ToolDefinition,
     Usage,
 )
@@ -38,6 +37,7 @@ from services.runner.ports import Ports
 from services.runner.prior import PriorState, elapsed_since, prior_state
 from services.runner.transcript import TranscriptRecorder
 from tests.hand_built_replay import hand_built_executor
+from tests.scripted_replay import ports
 
 pytestmark = pytest.mark.anyio
 
@@ -92,9 +92,6 @@ class Services:
             self.calls.append("list_tools")
             return []
 
-        async def publish_text(event: TextEvent) -> None:
-            pass
-
         async def active_executor(task_id: str) -> ActiveExecutor | None:
             self.calls.append("active_executor")
             return self.active
@@ -102,14 +99,7 @@ class Services:
         async def close_session(run_id: str, attempt: int) -> None:
             self.calls.append(f"close:{attempt}")
 
-        return Ports(
-            complete=complete,
-            exec_tool=exec_tool,
-            list_tools=list_tools,
-            publish_text=publish_text,
-            active_executor=active_executor,
-            close_session=close_session,
-        )
+        return ports(complete, exec_tool, list_tools, active_executor, close_session)
 
     async def publish(self, event: RunEvent, msg_id: str) -> None:
         self.calls.append(f"publish:{event.event}")
