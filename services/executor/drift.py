@@ -41,7 +41,9 @@ TEXT_SHAPE = "text"
 
 # A number with its separators: digit runs joined by one `,` `.` or space (a thousands
 # or decimal separator in any convention: "1,234.50", "1.234,50", "1 234,50").
-_NUMBER = re.compile(r"\d+(?:[.,\u00a0\u202f\u2009 ]\d+)*")
+# A sign before a number is part of it (a temperature below zero is the same kind of
+# value), unless a letter or digit comes first ("2025-03-05" stays a date).
+_NUMBER = re.compile(r"(?:(?<!\w)[-+\u2212])?\d+(?:[.,\u00a0\u202f\u2009 ]\d+)*")
 # A run of letters, of any script; then words in a row, which are one "a": a value
 # with a number keeps its shape when the words around it change.
 _LETTERS = re.compile(r"[^\W\d_]+")

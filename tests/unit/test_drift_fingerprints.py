@@ -33,7 +33,10 @@ from services.tools.vault import Vault
         ("03/04/2025", "9/9/9"),
         ("2025-03-04", "9-9-9"),
         ("45%", "9%"),
-        ("-3", "-9"),
+        # A sign is part of the number: below zero is the same kind of value.
+        ("-3", "9"),
+        ("\u22124 °C", "9 °a"),
+        ("from -3 to 5", "a 9 a 9"),
         ("IC 512", "a 9"),
         ("Q1", "a9"),
         ("3.4 kg", "9 a"),
