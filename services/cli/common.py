@@ -14,8 +14,9 @@ import nats.js.errors
 from eventsourcing.persistence import PersistenceError
 
 from services.kernel.logs import configure_logging
-from services.kernel.secrets import redact, register_from_env
-from services.kernel.settings import Settings, SettingsError
+from services.kernel.runtime import running_embedded_url
+from services.kernel.secrets import redact, register_from_env, register_url_credentials
+from services.kernel.settings import Settings, SettingsError, nats_url_problem
 
 T = TypeVar("T")
 
@@ -137,3 +138,22 @@ def describe_failure(exc: BaseException, settings: Settings) -> str:
         text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
     text = " ".join(redact(text).split())
     return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 3] + "..."
+
+
+def nats_to_ask(given: str | None) -> str | int:
+    """The NATS a client command asks: `given` (--nats-url), else ROTE_NATS_URL, else the
+    running embedded one; or, when there is none or it is malformed, the exit code, the
+    reason said on stderr."""
+    settings = load_settings()
+    url = given or settings.nats_url or running_embedded_url(settings)
+    register_url_credentials(url)  # --nats-url: masked like ROTE_NATS_URL
+    if url is None:
+        print(
+            f"rote: nothing running (no ROTE_NATS_URL, no embedded NATS in {settings.data_dir})",
+            file=sys.stderr,
+        )
+        return 1
+    if problem := nats_url_problem(url):
+        print(f"rote: {redact(problem)}", file=sys.stderr)
+        return 2
+    return url

@@ -15,10 +15,9 @@ import msgspec
 from contracts import subjects as s
 from contracts.base import Empty
 from contracts.executors import ExecutorHealth, ExecutorList, ListExecutors, SavingsStats
-from services.cli.common import load_settings
+from services.cli.common import nats_to_ask
 from services.kernel.bus import connect
-from services.kernel.runtime import running_embedded_url
-from services.kernel.secrets import redact, register_url_credentials
+from services.kernel.secrets import redact
 
 REQUEST_TIMEOUT_S = 10.0
 HEADER = (
@@ -93,12 +92,9 @@ async def _collect(url: str) -> tuple[list[ExecutorHealth], SavingsStats]:
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = load_settings()
-    url = args.nats_url or settings.nats_url or running_embedded_url(settings)
-    if url is None:
-        print("rote: nothing running (no ROTE_NATS_URL, no embedded NATS)", file=sys.stderr)
-        return 1
-    register_url_credentials(url)
+    url = nats_to_ask(args.nats_url)
+    if isinstance(url, int):
+        return url
     try:
         listed, stats = anyio.run(_collect, url, backend="asyncio")
     except Exception as exc:

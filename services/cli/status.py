@@ -11,12 +11,10 @@ from typing import Any
 
 import anyio
 
-from services.cli.common import last_error, load_settings, positive_seconds
+from services.cli.common import last_error, nats_to_ask, positive_seconds
 from services.kernel.bus import connect
 from services.kernel.discovery import service_infos, service_stats
-from services.kernel.runtime import running_embedded_url
-from services.kernel.secrets import redact, register_url_credentials
-from services.kernel.settings import nats_url_problem
+from services.kernel.secrets import redact
 
 CONNECT_TIMEOUT_S = 5.0
 
@@ -36,18 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = load_settings()
-    url = args.nats_url or settings.nats_url or running_embedded_url(settings)
-    register_url_credentials(url)  # --nats-url: masked like ROTE_NATS_URL
-    if url is None:
-        print(
-            f"rote: nothing running (no ROTE_NATS_URL, no embedded NATS in {settings.data_dir})",
-            file=sys.stderr,
-        )
-        return 1
-    if problem := nats_url_problem(url):
-        print(f"rote: {redact(problem)}", file=sys.stderr)
-        return 2
+    url = nats_to_ask(args.nats_url)
+    if isinstance(url, int):
+        return url
     errors: list[str] = []
     try:
         infos, stats = anyio.run(_collect, url, args.wait, errors.append, backend="asyncio")
