@@ -34,8 +34,9 @@ from pathlib import Path
 import anyio
 
 from services.dev.bench.bench_cost import SERVICES, standin_env
+from services.dev.bench.cost_runs import Watcher
 from services.dev.bench.drift.tasks import QUICK_TASKS, TASKS, TASKS_BY_ID, DriftTask
-from services.dev.bench.drift_runs import DriftRecord, RawWatcher, drive
+from services.dev.bench.drift_runs import DriftRecord, drive
 from services.dev.bench.drift_summary import summarise
 from services.dev.bench.harness import Section, render_table, to_json
 from services.dev.standin.server import StandinServer
@@ -74,7 +75,7 @@ async def run(quick: bool) -> Section:
         with standin_env(standin.url):
             async with open_stack(settings, SERVICES) as stack:
                 startup_s = time.perf_counter() - began
-                watcher = RawWatcher(stack.bus)
+                watcher = Watcher(stack.bus)
                 await watcher.start()
                 limiter = anyio.CapacityLimiter(concurrency)
 

@@ -2,35 +2,25 @@
 same page state (rote, and an always-full baseline), its answers judged against the
 ground truth, and what the run event says about the replay's verification.
 
-How a run is read as *flagged*: rote's run events do not yet say whether a replay was
-verified. The fields this benchmark reads, once the runner writes them (issue 31), are
-on the completed (or failed) run event's `replay` object:
-
-    "replay": {..., "verification": {
-        "flagged": true,            # the fingerprints differed (or the replay was sampled
-                                    # for a check because they did)
-        "status": "verified" | "unverified" | "wrong" | "skipped",
-        "method": "fingerprint" | "small_model" | "shadow" | null,
-        "reasons": ["column 3's header was 'High (°F)', now 'Low (°F)'", ...],
-        "cost_usd": 0.0012}}
-
+How a run is read as *flagged*: from the run event's `replay.verification`
+(contracts.runs.Verification; services/runner/README.md, "Trusting a replayed answer").
 `status` is the verdict: `verified` (a check found the answer supported), `unverified`
 (flagged and not cleared: delivered with that label), `wrong` (a check judged the answer
 wrong: the run runs the full loop, as after a break, and its `replay.ok` is false with a
 reason starting "verification"), `skipped` (not checked: not flagged, not sampled). A
 replay counts as flagged when `flagged` is true or its status is `unverified` or `wrong`,
 so a clean replay the fingerprints flagged and a check then cleared is still a false
-alarm; a wrong answer a flagged run still delivers counts as delivered. Until the fields
-exist every replay reads as unflagged (status "none").
+alarm; a wrong answer a flagged run still delivers counts as delivered. A run event with
+no verification (no replay, or one that broke before its answer) reads as status "none".
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import msgspec
 
 from contracts import subjects as s
 from contracts.base import utc_now
@@ -78,20 +68,6 @@ def verification_of(event: dict[str, Any] | None) -> Verification:
     ):
         return Verification(status="wrong", reasons=(str(replay["reason"]),))
     return Verification()
-
-
-class RawWatcher(Watcher):
-    """A Watcher that also keeps each finished run's event as sent: fields this version
-    of the contracts does not know yet (a replay's verification) are read from it."""
-
-    def __init__(self, bus: Bus) -> None:
-        super().__init__(bus)
-        self.raw: dict[str, dict[str, Any]] = {}
-
-    async def _on_run(self, msg: Any) -> None:
-        data = json.loads(msg.data)
-        self.raw[str(data.get("run_id"))] = data
-        await super()._on_run(msg)
 
 
 @dataclass
@@ -151,7 +127,7 @@ class DriftRecord:
 
 
 async def _measure(
-    watcher: RawWatcher, task: DriftTask, specs: tuple[TaskSpec, TaskSpec], own: bool
+    watcher: Watcher, task: DriftTask, specs: tuple[TaskSpec, TaskSpec], own: bool
 ) -> tuple[RunEvent, RunEvent, str]:
     rote, always_full = specs
     if own:
@@ -210,7 +186,7 @@ def _record(
     )
 
 
-async def drive(watcher: RawWatcher, task: DriftTask, quick: bool) -> list[DriftRecord]:
+async def drive(watcher: Watcher, task: DriftTask, quick: bool) -> list[DriftRecord]:
     """Run one task through its schedule, rote and always-full on each page state."""
     records: list[DriftRecord] = []
     versions: dict[int, list[str]] = {}  # version -> the drifts of the page it was compiled on
@@ -231,7 +207,7 @@ async def drive(watcher: RawWatcher, task: DriftTask, quick: bool) -> list[Drift
                 task,
                 planned,
                 measured,
-                watcher.raw.pop(done.run_id, None),
+                msgspec.to_builtins(done),
                 versions.get(replayed) if replayed is not None else None,
             )
             if record.verification.status == "wrong":
