@@ -39,6 +39,10 @@ class RunRequest(Event, kw_only=True):
     spec: TaskSpec
     requested_at: UtcDatetime
     origin: RunOrigin = "manual"
+    # What the day's budget (ROTE_DAILY_BUDGET_USD) had left when the scheduler sent the
+    # run out; None: no budget, or a run sent without one (runs.start). Below a full
+    # run's cost, the runner leaves out the verification it only samples.
+    budget_left_usd: float | None = None
 
 
 class StartRun(Command, kw_only=True):

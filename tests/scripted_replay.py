@@ -53,7 +53,11 @@ def ports(
     )
 
 
-def request(verify_rate: float | None = None, shadow_rate: float | None = None) -> RunRequest:
+def request(
+    verify_rate: float | None = None,
+    shadow_rate: float | None = None,
+    budget_left_usd: float | None = None,
+) -> RunRequest:
     spec = TaskSpec(
         name=TASK,
         prompt="Report the high for Lisbon",
@@ -61,7 +65,13 @@ def request(verify_rate: float | None = None, shadow_rate: float | None = None) 
         verify_rate=verify_rate,
         shadow_rate=shadow_rate,
     )
-    return RunRequest(run_id=RUN, task_id=TASK, spec=spec, requested_at=utc_now())
+    return RunRequest(
+        run_id=RUN,
+        task_id=TASK,
+        spec=spec,
+        requested_at=utc_now(),
+        budget_left_usd=budget_left_usd,
+    )
 
 
 def active(replays: int = 10, click: bool = False, candidate: bool = False) -> ActiveExecutor:
@@ -152,15 +162,19 @@ class Services:
 
 
 async def attempt(
-    services: Services, verify_rate: float | None = None, shadow_rate: float | None = None
+    services: Services,
+    verify_rate: float | None = None,
+    shadow_rate: float | None = None,
+    budget_left_usd: float | None = None,
 ) -> AttemptResult:
-    """One attempt; a rate the task does not set is 0 (no check or shadow by sample)."""
+    """One attempt; a rate the task does not set is 0 (no check or shadow by sample).
+    `budget_left_usd`: what the day's budget had left when the run went out."""
 
     async def publish(event: RunEvent, msg_id: str) -> None:
         services.published.append(event)
 
     run = RunAttempt(
-        request(verify_rate, shadow_rate),
+        request(verify_rate, shadow_rate, budget_left_usd),
         1,
         ports=services.ports(),
         transcript=TranscriptRecorder(RUN, TASK),

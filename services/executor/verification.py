@@ -47,6 +47,19 @@ def sampled(run_id: str, rate: float) -> bool:
     return int.from_bytes(digest[:8], "big") / 2**64 < rate
 
 
+def budget_short(left_usd: float | None, full_run_usd: float) -> str | None:
+    """Why verification that is only sampled is left out of a run: the day's budget had
+    less left than a full run costs (what a shadow costs, and what a wrong answer's
+    fallback would). None: it may be spent. Checks the risk calls for (a flag, a new
+    version, a candidate) are made whatever is left: they cost a small-model call."""
+    if left_usd is None or left_usd >= full_run_usd:
+        return None
+    return (
+        f"daily budget nearly spent: ${left_usd:.4f} was left when the run went out,"
+        f" a full run costs ${full_run_usd:.4f}"
+    )
+
+
 def why_check(
     flagged: bool, version_replays: int, run_id: str, rate: float, *, candidate: bool = False
 ) -> Why | None:

@@ -31,7 +31,7 @@ from contracts.base import utc_now
 from contracts.executors import Executor, ResultStep
 from contracts.runs import ReplayOutcome, RunEvent, RunRequest, RunSource, Verification
 from services.executor.fingerprint import task_fingerprint
-from services.executor.verification import DEFAULT_VERIFY_RATE
+from services.executor.verification import DEFAULT_VERIFY_RATE, budget_short
 from services.kernel.logs import get_logger
 from services.kernel.secrets import redact_struct
 from services.runner.accounting import Ledger
@@ -109,6 +109,8 @@ class AttemptState:
     fell_back: bool = False
     replay: ReplayOutcome | None = None
     full_run_cost_usd: float = 0.0
+    # Why sampled verification is left out of this run (verification.budget_short).
+    budget_short: str | None = None
     replayer: Replayer | None = None  # set while path A runs
     # The run ledger's cost when path B's full loop began (None: it never began).
     loop_from_usd: float | None = None
@@ -320,6 +322,9 @@ class RunAttempt:
             return
         state.version = executor.version
         state.full_run_cost_usd = active.health.full_run_cost_usd
+        # What one more full run would cost: the task's recent ones, else the recorded one.
+        full_run_usd = active.health.full_run_cost_usd or executor.stats.source_run_cost_usd
+        state.budget_short = budget_short(request.budget_left_usd, full_run_usd)
         log.info("replay_started", version=executor.version, steps=len(executor.steps))
         state.replayer = Replayer(
             executor,
@@ -335,6 +340,7 @@ class RunAttempt:
             checks=CheckPlan(
                 version_replays=active.health.success_count + active.health.failure_count,
                 candidate=active.health.candidate,
+                budget_short=state.budget_short,
                 rate=(
                     request.spec.verify_rate
                     if request.spec.verify_rate is not None
@@ -381,6 +387,14 @@ class RunAttempt:
             return
         rate = spec.shadow_rate if spec.shadow_rate is not None else self.limits.shadow_rate
         if not shadow_due(executor, replay.verification, self.request.run_id, rate):
+            return
+        if state.budget_short is not None:
+            # A shadow is a full run: not one the day's budget has room for.
+            check = replay.verification or Verification()
+            reasons = [*check.reasons, f"no shadow run: {state.budget_short}"]
+            state.replay = msgspec.structs.replace(
+                replay, verification=msgspec.structs.replace(check, reasons=reasons)
+            )
             return
         # A fresh browser session: the replay's page state must not steer the full run.
         await close_session(self.scope.ports, self.request.run_id, self.scope.attempt)

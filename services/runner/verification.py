@@ -5,7 +5,8 @@ replays are checked and how the small model is asked).
 The replayer hands every step it runs to `ReplayChecks.saw`: a read's fingerprint now is
 compared with the one recorded at compile time (services/executor/drift.py), and the read
 is kept as evidence. After the answer, `verify` asks the small model when the replay was
-flagged, its version is new or a candidate, or it fell in the sample. A FAIL means the answer is not
+flagged, its version is new or a candidate, or it fell in the sample (unless the day's
+budget is nearly spent: then the sample is left out). A FAIL means the answer is not
 delivered (the replayer fails the replay, and the run takes the full loop); a check that
 could not be made leaves a flagged answer `unverified`, delivered with that label.
 """
@@ -46,6 +47,8 @@ class CheckPlan:
     version_replays: int = 0
     rate: float = DEFAULT_VERIFY_RATE
     candidate: bool = False
+    # Why a sampled check is left out (verification.budget_short); None: it is made.
+    budget_short: str | None = None
 
 
 # Asks the small model `prompt`; returns its reply's text, raises CheckUnavailable.
@@ -97,6 +100,10 @@ class ReplayChecks:
         )
         if why is None:
             return Verification(status="skipped", flagged=False)
+        if why == "sampled" and plan.budget_short is not None:
+            return Verification(
+                status="skipped", why=why, reasons=[f"not checked: {plan.budget_short}"]
+            )
         before = spent()
         prompt = verification_prompt(self.task_prompt, answer, self.reads, changes)
         try:

@@ -358,11 +358,20 @@ class Tasks(Application[UUID]):
         *,
         queued: bool = False,
         due_under: DueUnder | None = None,
+        budget_left_usd: float | None = None,
     ) -> bool:
         """Whether the run went out (Task.dispatch_run says when it may not)."""
         return self._command(
             task_id,
-            lambda t: t.dispatch_run(run_id, origin, at, slot, queued=queued, due_under=due_under),
+            lambda t: t.dispatch_run(
+                run_id,
+                origin,
+                at,
+                slot,
+                queued=queued,
+                due_under=due_under,
+                budget_left_usd=budget_left_usd,
+            ),
         )[1]
 
     def skip(self, task_id: str, skip: RunSkip) -> bool:

@@ -465,6 +465,12 @@ class Scheduler:
             self.conditions.spent(candidate.task_id)
             log.warning("run_skipped", reason=reason, origin=candidate.origin)
 
+    def _budget_left(self, now: datetime) -> float | None:
+        budget = self.config.daily_budget_usd
+        if budget is None:
+            return None
+        return round(max(budget - self.app.catalog.spent_on(now), 0.0), 8)
+
     async def _dispatch(self, candidate: Candidate, now: datetime) -> str | None:
         run_id = candidate.run_id or new_run_id(now)
         origin: RunOrigin = candidate.origin
@@ -481,6 +487,7 @@ class Scheduler:
                 candidate.slot,
                 queued=candidate.run_id is not None,
                 due_under=candidate.due_under,
+                budget_left_usd=self._budget_left(now),
             )
             self.conditions.spent(candidate.task_id)
             if sent:

@@ -97,7 +97,12 @@ def _run_messages(e: ev.TaskEvent, task_id: str) -> list[Message]:
             return [_requested(task_id, e.run_id, e.at, e.origin)]
         case ev.RunDispatched():
             request = RunRequest(
-                run_id=e.run_id, task_id=task_id, spec=e.spec, requested_at=e.at, origin=e.origin
+                run_id=e.run_id,
+                task_id=task_id,
+                spec=e.spec,
+                requested_at=e.at,
+                origin=e.origin,
+                budget_left_usd=e.budget_left_usd,
             )
             return [
                 _requested(task_id, e.run_id, e.at, e.origin, _shown(e.spec)),

@@ -70,11 +70,16 @@ class Task(Folded[TaskState, ev.Defined, ev.TaskEvent]):
 
     class RunDispatched(_WithSpec, Stored):
         event_type = ev.RunDispatched
+        class_version = 3
 
         @staticmethod
         def upcast_v1_v2(state: dict[str, Any]) -> None:
             _spec_as_text(state)
             state.setdefault("slot", None)  # recorded before slots were
+
+        @staticmethod
+        def upcast_v2_v3(state: dict[str, Any]) -> None:
+            state.setdefault("budget_left_usd", None)  # recorded before runs were told
 
     class RunStarted(Stored):
         event_type = ev.RunStarted
@@ -173,14 +178,23 @@ class Task(Folded[TaskState, ev.Defined, ev.TaskEvent]):
         *,
         queued: bool = False,
         due_under: DueUnder | None = None,
+        budget_left_usd: float | None = None,
     ) -> bool:
         """Send a run out; `slot`: the schedule slot it uses up (see TriggerState);
-        `queued`: the run is the one request_run queued. False (nothing recorded) when
-        one is already in flight, or the run may no longer go: the caller chose it from
-        an earlier look at the task, and a pause, a delete or a new trigger may have
-        come in between."""
+        `queued`: the run is the one request_run queued; `budget_left_usd`: what the
+        daily budget has left (the run is told). False (nothing recorded) when one is
+        already in flight, or the run may no longer go: the caller chose it from an
+        earlier look at the task, and a pause, a delete or a new trigger may have come
+        in between."""
         decided = rules.decide_dispatch(
-            self.state, run_id, origin, at, slot, queued=queued, due_under=due_under
+            self.state,
+            run_id,
+            origin,
+            at,
+            slot,
+            queued=queued,
+            due_under=due_under,
+            budget_left_usd=budget_left_usd,
         )
         return bool(self.record(decided))
 

@@ -69,6 +69,8 @@ class RunDispatched(Event):
     # The schedule slot the run uses up (see triggers.TriggerState); None for a run
     # someone asked for.
     slot: datetime | None
+    # What the daily budget had left when it went out (None: no budget).
+    budget_left_usd: float | None
 
 
 class RunStarted(Event):

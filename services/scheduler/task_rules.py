@@ -390,12 +390,22 @@ def decide_dispatch(
     *,
     queued: bool = False,
     due_under: DueUnder | None = None,
+    budget_left_usd: float | None = None,
 ) -> list[TaskEvent]:
     """Send a run out (see Task.dispatch_run); nothing when one is in flight or the run
     may no longer go."""
     if state.in_flight is not None or not _still_due(state, run_id, queued, due_under):
         return []
-    return [RunDispatched(run_id=run_id, origin=origin, spec=state.spec, at=at, slot=slot)]
+    return [
+        RunDispatched(
+            run_id=run_id,
+            origin=origin,
+            spec=state.spec,
+            at=at,
+            slot=slot,
+            budget_left_usd=budget_left_usd,
+        )
+    ]
 
 
 def decide_start(state: TaskState, run_id: str, at: datetime, attempt: int) -> list[TaskEvent]:

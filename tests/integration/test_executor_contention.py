@@ -75,12 +75,14 @@ def test_concurrent_writers_on_one_task_are_all_recorded(tmp_path: Path, event_s
         state = stores[0].health("t")
         assert state is not None
         assert [v.version for v in state.versions] == list(range(1, expected_compiled + 1))
-        # The newest is current, a candidate (no replay verified it); one older version
-        # (which one depends on how the writes interleaved) stands by to roll back to;
-        # every other version was superseded.
+        # The newest is current, a candidate (no replay verified it). At most one older
+        # version stands by to roll back to: which one depends on how the writes
+        # interleaved, and failures recorded against v1 after the last compilation may
+        # have retired it too (3 in a row). Every other version was superseded.
         active = [v.version for v in state.versions if v.status == "active"]
-        assert len(active) == 2 and active[-1] == expected_compiled
+        assert active[-1] == expected_compiled and len(active) in (1, 2)
         assert state.versions[-1].candidate
+        assert all(v.status_reason for v in state.versions if v.status == "superseded")
     finally:
         for store in stores:
             store.close()

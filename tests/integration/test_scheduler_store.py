@@ -145,15 +145,18 @@ def test_the_ledger_carries_fell_back_and_tokens_but_no_result(open_app: type[Ta
     assert runs["stray"].tokens == used and runs["stray"].fell_back is False
 
 
-def stored_before(app: Tasks, topic: str, *absent: str) -> Any:
+def stored_before(app: Tasks, topic: str, *absent: str, version: int = 1) -> Any:
     """The one stored event of `topic`, as an earlier version stored it: without the
-    fields `absent` and without a class_version (read back through the upcasters)."""
+    fields `absent`, at class_version `version` (read back through the upcasters)."""
     (record,) = [
         n for n in app.recorder.select_notifications(start=1, limit=100) if n.topic == topic
     ]
     state = app.mapper.transcoder.decode(record.state)
-    for name in (*absent, "class_version"):
+    for name in absent:
         del state[name]
+    del state["class_version"]
+    if version > 1:
+        state["class_version"] = version
     return app.mapper.to_domain_event(
         dataclasses.replace(record, state=app.mapper.transcoder.encode(state))
     )
@@ -183,6 +186,20 @@ def test_a_run_finished_recorded_before_fell_back_and_tokens_reads_back(
         {},
         False,
     )
+
+
+def test_a_run_dispatched_before_runs_were_told_the_budget_reads_back(
+    open_app: type[Tasks],
+) -> None:
+    app = open_app()
+    app.create(CreateTask(name="old", prompt="p"), at(0))
+    app.dispatch("old", "r1", "manual", at(1), budget_left_usd=0.25)
+    task = app.get("old")
+    dispatched = stored_before(app, get_topic(Task.RunDispatched), "budget_left_usd", version=2)
+    assert dispatched.event.budget_left_usd is None
+    rebuilt = app.repository.get(task.id, version=dispatched.originator_version - 1)
+    dispatched.mutate(rebuilt)
+    assert rebuilt.state.in_flight is not None and rebuilt.state.in_flight.run_id == "r1"
 
 
 def test_a_failed_run_recorded_before_infrastructure_still_counts_toward_max_failures(

@@ -171,8 +171,9 @@ def site() -> Iterator[str]:
 
 @pytest.fixture
 async def browser(tmp_path: Path) -> AsyncIterator[Browser]:
-    # Short element waits: the failures below are about what is waited for.
-    async with open_browser(tmp_path, element_timeout_s=1.0) as browser:
+    # The default element wait: a click that should work must not fail because a busy
+    # machine took a second to make the element actionable.
+    async with open_browser(tmp_path) as browser:
         yield browser
 
 

@@ -131,3 +131,34 @@ def test_the_comparison_is_read_strictly() -> None:
     assert not read_comparison("SAME: or DIFFERENT, hard to tell.", "").ok
     # A verdict word in the answers is their content, not a second verdict.
     assert read_comparison("SAME: both say DIFFERENT colours.", "DIFFERENT colours").ok
+
+
+async def test_no_shadow_runs_when_the_days_budget_has_less_left_than_a_full_run() -> None:
+    # A full run of the task costs $0.05 (its health says): $0.04 left is not enough.
+    services = Services(active())
+    result = await attempt(services, shadow_rate=1.0, budget_left_usd=0.04)
+    assert result.source == "executor" and result.outcome.result == "High: 64 °F"
+    assert services.loops() == [] and services.closed == 0
+    check = result.replay.verification if result.replay else None
+    assert check is not None and (check.status, check.method) == ("skipped", None)
+    assert check.reasons == [
+        "no shadow run: daily budget nearly spent: $0.0400 was left when the run went out,"
+        " a full run costs $0.0500"
+    ]
+    # With room for one, the sample is shadowed as ever.
+    services = Services(active())
+    result = await attempt(services, shadow_rate=1.0, budget_left_usd=0.06)
+    assert len(services.loops()) == 1
+
+
+async def test_a_flag_is_still_checked_by_the_small_model_when_the_budget_is_short() -> None:
+    # The check the risk calls for costs one small-model call: it is made; the shadow
+    # that would clear an unclear one is not.
+    page = Fingerprint(lang="en", notes=["Temperatures in °C."], labels={"high": ["High"]})
+    services = Services(active(), page=page, verdict=None)
+    result = await attempt(services, shadow_rate=0.0, budget_left_usd=0.01)
+    assert services.loops() == []
+    check = result.replay.verification if result.replay else None
+    assert check is not None and (check.status, check.flagged) == ("unverified", True)
+    assert check.reasons[-2].startswith("the check could not be made")
+    assert check.reasons[-1].startswith("no shadow run: daily budget nearly spent")

@@ -111,3 +111,20 @@ async def test_a_sample_of_clean_replays_is_checked_by_the_tasks_rate() -> None:
     assert 0.03 < share < 0.07
     assert sampled("run-9", 0.05) == sampled("run-9", 0.05)
     assert not sampled("run-9", 0.0)
+
+
+async def test_the_sample_is_left_out_when_the_days_budget_is_nearly_spent() -> None:
+    # Less left than a full run of the task ($0.05) costs: no sampled check.
+    services = Services(active(replays=10))
+    result = await attempt(services, verify_rate=1.0, budget_left_usd=0.02)
+    assert services.checks() == []
+    assert result.source == "executor" and result.outcome.result == "High: 64 °F"
+    check = result.replay.verification if result.replay else None
+    assert check is not None and (check.status, check.why) == ("skipped", "sampled")
+    assert check.reasons[0].startswith("not checked: daily budget nearly spent: $0.0200")
+    # A new version's first replays are checked whatever is left.
+    services = Services(active(replays=0))
+    result = await attempt(services, budget_left_usd=0.0)
+    assert len(services.checks()) == 1
+    check = result.replay.verification if result.replay else None
+    assert check is not None and (check.status, check.why) == ("verified", "new_version")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from contracts.runs import Verification
+from contracts.runs import RunRequest, Verification
 from services.executor.verification import DEFAULT_VERIFY_RATE, FIRST_REPLAYS_CHECKED
 from services.kernel.settings import Settings
 from services.runner.shadow import DEFAULT_SHADOW_RATE
@@ -28,6 +28,9 @@ def test_the_numbers_quoted_are_the_codes() -> None:
     assert Settings.from_env({}).verify_rate == DEFAULT_VERIFY_RATE
     assert f"`ROTE_SHADOW_RATE` (default {DEFAULT_SHADOW_RATE:g})" in text
     assert Settings.from_env({}).shadow_rate == DEFAULT_SHADOW_RATE
+    assert (
+        "`RunRequest.budget_left_usd`" in text and "budget_left_usd" in RunRequest.__struct_fields__
+    )
 
 
 def test_every_field_of_the_verification_is_described() -> None:

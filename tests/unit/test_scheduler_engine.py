@@ -14,7 +14,7 @@ import anyio
 import msgspec
 import pytest
 
-from contracts.runs import ListRuns, ModelTokens, RunEvent
+from contracts.runs import ListRuns, ModelTokens, RunEvent, RunRequest
 from contracts.tasks import (
     Below,
     ConditionTrigger,
@@ -571,6 +571,26 @@ async def test_an_outcome_from_outside_the_scheduler_counts_toward_the_budget(
     assert [t for t, _ in (await engine.tick()).skipped] == ["x"]
     runs = (await engine.runs(ListRuns())).runs
     assert [(r.run_id, r.cost_usd) for r in runs] == [("inline-run-1", 0.5)]
+
+
+async def test_a_run_is_told_what_the_daily_budget_has_left(app: Tasks, clock: ManualClock) -> None:
+    # The runner leaves out sampled verification when that is less than a full run.
+    engine = scheduler(app, clock, daily_budget_usd=1.0)
+    await engine.create(spec("x", trigger=ManualTrigger()))
+    await engine.on_run_event(outcome("adhoc", "inline-run-1", clock.now(), cost=0.3))
+    await engine.run(RunTask(task_id="x"))
+    await engine.tick()
+    unlimited = scheduler(app, clock)
+    await unlimited.create(spec("y", trigger=ManualTrigger()))
+    await unlimited.run(RunTask(task_id="y"))
+    await unlimited.tick()
+    requests = [
+        m.event
+        for e in stored(app, Task.RunDispatched)
+        for m in messages_for(e, e.event.spec.name)
+        if isinstance(m.event, RunRequest)
+    ]
+    assert [(r.task_id, r.budget_left_usd) for r in requests] == [("x", 0.7), ("y", None)]
 
 
 async def test_the_runs_of_a_task_id_nothing_ever_used_are_not_found(
