@@ -16,7 +16,7 @@ from contracts.base import (
     UtcDatetime,
 )
 from contracts.runs import Verification
-from contracts.tools import Fingerprint
+from contracts.tools import Fingerprint, Target
 
 # --- expectations checked on replay ----------------------------------------------------
 # services.executor.expectations.check() is the one implementation of these checks.
@@ -89,6 +89,11 @@ class ToolStep(msgspec.Struct, kw_only=True, tag="tool", tag_field="type"):
     # What the values this step reads meant when it was recorded (a read's
     # ToolMetadata.fingerprint): a replay whose page differs is checked before trusted.
     fingerprint: Fingerprint | None = None
+    # The element an action was done on when recorded (ToolMetadata.target): a healed
+    # action must be done on one with the same role and name.
+    target: Target | None = None
+    # A few of the values the read held when recorded, cut short: what a heal looks for.
+    sample: list[Any] = []
 
 
 class LlmStep(msgspec.Struct, kw_only=True, tag="llm", tag_field="type"):
@@ -162,6 +167,8 @@ class Executor(msgspec.Struct, kw_only=True):
     # the task is edited, the executor is not replayed (None: compiled before this
     # was recorded, replayed as it is).
     task_fingerprint: str | None = None
+    # A version made by healing steps of this one in place (no full run compiled it).
+    healed_from: int | None = None
 
 
 class Skip(msgspec.Struct, kw_only=True):

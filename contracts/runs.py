@@ -9,6 +9,7 @@ import msgspec
 from contracts.base import Command, Event, Reply, SubjectToken, UtcDatetime
 from contracts.llm import Message
 from contracts.tasks import TaskSpec
+from contracts.tools import Fingerprint, Target
 
 RunSource = Literal["full_llm", "executor"]
 RunStatus = Literal["requested", "running", "completed", "failed"]
@@ -73,8 +74,8 @@ class ModelTokens(msgspec.Struct, kw_only=True):
 
 VerificationStatus = Literal["verified", "unverified", "wrong", "skipped"]
 # "shadow": the run fell in the shadow sample (ROTE_SHADOW_RATE), nothing else had the
-# answer checked.
-VerificationWhy = Literal["flagged", "new_version", "sampled", "shadow"]
+# answer checked; "healed": steps were repaired in place (every such answer is checked).
+VerificationWhy = Literal["flagged", "new_version", "sampled", "shadow", "healed"]
 # "shadow": a full run in a fresh session answered the task too, and was compared.
 VerificationMethod = Literal["small_model", "shadow"]
 
@@ -100,6 +101,23 @@ class Verification(msgspec.Struct, kw_only=True):
     cost_usd: float = 0.0
 
 
+class HealedStep(msgspec.Struct, kw_only=True):
+    """A replayed step whose element was gone, repaired in place by the small model
+    (services/runner/healing.py): the same tool with new locators. `input`: the keys of
+    the step's input the heal replaced, with their new values; `was`: those keys as
+    recorded. `fingerprint` / `target`: what the healed call read or acted on, which the
+    healed version records in place of the old."""
+
+    step: int
+    tool: str
+    input: dict[str, Any]
+    was: dict[str, Any] = {}
+    reason: str  # why the step as recorded failed
+    fingerprint: Fingerprint | None = None
+    target: Target | None = None
+    cost_usd: float = 0.0  # what repairing it cost (part of the replay's cost)
+
+
 class ReplayOutcome(msgspec.Struct, kw_only=True):
     """What happened when a run tried to replay an executor."""
 
@@ -117,6 +135,9 @@ class ReplayOutcome(msgspec.Struct, kw_only=True):
     # that had fallen back goes on with the full run and replays nothing); None: this one.
     attempt: int | None = None
     verification: Verification | None = None  # None: the replay broke before its answer
+    # The steps repaired in place: the run answered with them, and the compiler records
+    # a version with them (a candidate) after a replay that went on to verify.
+    healed_steps: list[HealedStep] = []
 
 
 class RunEvent(Event, kw_only=True):

@@ -84,6 +84,44 @@ class Fingerprint(msgspec.Struct, kw_only=True, omit_defaults=True):
 MAX_FINGERPRINT_ITEMS = 50
 
 
+class Target(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """The element an action was done on, as a person would name it: its ARIA role
+    ("button", "link", "textbox"...), its accessible name (label, text, aria-label), its
+    tag. An executor keeps it, so a healed action is done on the same control or not at
+    all (services/executor/healing.py)."""
+
+    role: str = ""
+    name: str = ""
+    tag: str = ""
+
+
+class Candidate(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One element, or group of alike elements, a page offers (browser_candidates).
+    `selector`: a CSS selector that matches exactly this element (purpose "act") or every
+    item of the group (purpose "read"); `count`: how many it matches."""
+
+    selector: str
+    role: str = ""
+    name: str = ""
+    tag: str = ""
+    text: str = ""  # its visible text, cut short
+    count: int = 1
+    # read: the parts of the first item: a CSS selector relative to the item -> its text
+    parts: dict[str, str] = {}
+    # read: the visible texts of the first few items
+    samples: list[str] = []
+
+
+class Candidates(msgspec.Struct, kw_only=True):
+    """browser_candidates' output: what the current page offers to act on or read, in
+    page order, bounded (`truncated`: there was more)."""
+
+    url: str = ""
+    title: str = ""
+    candidates: list[Candidate] = []
+    truncated: bool = False
+
+
 class ToolMetadata(msgspec.Struct, kw_only=True):
     """Facts about a call the compiler turns into replay expectations."""
 
@@ -94,6 +132,7 @@ class ToolMetadata(msgspec.Struct, kw_only=True):
     exit_code: int | None = None
     blob: str | None = None  # "sha256:<hex>" of a stored artefact (screenshot, large output)
     fingerprint: Fingerprint | None = None  # browser_extract: what the values meant
+    target: Target | None = None  # browser_click / browser_type: the element acted on
 
 
 class ToolResult(Reply, kw_only=True):
@@ -258,6 +297,16 @@ class BrowserFillFormInput(ToolInput):
     ]
     submit: Annotated[bool, msgspec.Meta(description="submit the form afterwards")] = True
     confirm: Confirm = False
+
+
+class BrowserCandidatesInput(ToolInput):
+    """What the page offers, for repairing a replayed step whose element is gone
+    (services/runner/healing.py): "act", the visible controls (links, buttons, fields),
+    each with a selector of its own; "read", the groups of alike elements (list items,
+    table rows, cards) with one selector for the group and its items' parts."""
+
+    purpose: Literal["act", "read"]
+    limit: Annotated[int, msgspec.Meta(gt=0, le=200)] = 60
 
 
 class BrowserScrollInput(ToolInput):
