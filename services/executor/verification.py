@@ -36,7 +36,7 @@ COMPARISON_HEAD = "Comparison of two answers to one task."
 MAX_ITEMS_CHARS = 6000
 MAX_TEXT_CHARS = 8000
 
-Why = Literal["flagged", "new_version", "sampled"]
+Why = Literal["flagged", "new_version", "sampled", "healed"]
 
 
 def sampled(run_id: str, rate: float) -> bool:
@@ -61,13 +61,22 @@ def budget_short(left_usd: float | None, full_run_usd: float) -> str | None:
 
 
 def why_check(
-    flagged: bool, version_replays: int, run_id: str, rate: float, *, candidate: bool = False
+    flagged: bool,
+    version_replays: int,
+    run_id: str,
+    rate: float,
+    *,
+    candidate: bool = False,
+    healed: bool = False,
 ) -> Why | None:
     """Why this replay's answer is checked, or None: it is delivered unchecked. A
     `candidate` is on trial whatever its count (one restored after the version compiled
-    to replace it failed may be seasoned): a verified check is what promotes it."""
+    to replace it failed may be seasoned): a verified check is what promotes it. A
+    replay with a step `healed` in place answered through steps nobody recorded."""
     if flagged:
         return "flagged"
+    if healed:
+        return "healed"
     if candidate or version_replays < FIRST_REPLAYS_CHECKED:
         return "new_version"
     if sampled(run_id, rate):

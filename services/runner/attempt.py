@@ -368,6 +368,7 @@ class RunAttempt:
             # actions did not leave this time: its failure says nothing of the executor.
             infrastructure=result.infrastructure or bool(effects and effects.answered),
             verification=result.verification,
+            healed_steps=result.healed,
         )
         if result.ok:
             state.source = "executor"

@@ -14,16 +14,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import msgspec
 
 from contracts.errors import status_for
 from contracts.executors import ConditionStep, Executor, LlmStep, ResultStep, ToolStep
 from contracts.llm import CompleteRequest, Message
-from contracts.runs import Verification
+from contracts.runs import HealedStep, Verification
 from contracts.tools import SESSION_LOST, ExecTool, ToolMetadata
 from services.executor import quality, references
 from services.executor.expectations import check_all, condition_holds
 from services.executor.toolkinds import acts, safe_to_retry
 from services.executor.verification import FIRST_REPLAYS_CHECKED
+from services.kernel.logs import get_logger
 from services.runner.accounting import Ledger
 from services.runner.agent_loop import (
     MAX_TOOL_TIMEOUT_S,
@@ -33,8 +35,11 @@ from services.runner.agent_loop import (
     request_messages,
     time_left,
 )
+from services.runner.healing import Healer, NotHealed
 from services.runner.ports import PortError, RunScope
 from services.runner.verification import CheckPlan, CheckUnavailable, ReplayChecks
+
+log = get_logger("rote.runner.replay")
 
 # Room for a small-model step's reply; current models spend their thinking out of it.
 LLM_STEP_MAX_TOKENS = 2048
@@ -65,6 +70,8 @@ class ReplayResult:
     out_of_time: bool = False
     # Whether the answer was checked, and the verdict (None: no answer was written).
     verification: Verification | None = None
+    # The steps healed in place (healing.py), on success or not.
+    healed: list[HealedStep] = field(default_factory=list)
 
 
 class StepFailed(Exception):
@@ -73,13 +80,21 @@ class StepFailed(Exception):
     which says nothing about the executor, so its health must not count it."""
 
     def __init__(
-        self, step: int, reason: str, *, retryable: bool = True, infrastructure: bool = False
+        self,
+        step: int,
+        reason: str,
+        *,
+        retryable: bool = True,
+        infrastructure: bool = False,
+        expectation: bool = False,
     ) -> None:
         super().__init__(f"step {step}: {reason}")
         self.step = step
         self.reason = reason
         self.retryable = retryable
         self.infrastructure = infrastructure
+        # The call went through and what it returned missed the step's expectations.
+        self.expectation = expectation
 
 
 class OutOfTime(StepFailed):
@@ -167,6 +182,9 @@ class Replayer:
         plan = checks or CheckPlan(version_replays=FIRST_REPLAYS_CHECKED, rate=0.0)
         self.checks = ReplayChecks(scope.spec.prompt, scope.run_id, plan)
         self.verification: Verification | None = None
+        self.healer = Healer(
+            scope.spec.prompt, self._heal_tool, self._heal_ask, lambda: self.ledger.cost_usd
+        )
 
     async def run(self) -> ReplayResult:
         started = self.started = time.monotonic()
@@ -212,8 +230,7 @@ class Replayer:
                             raise StepFailed(step.index, reason)
                         stopped = True
                     continue
-                output = await self._with_retries(step.index, lambda s=step: self._step(s))
-                self.outputs[step.index] = output
+                self.outputs[step.index] = await self._tool_or_llm_step(step)
         except StepFailed as failed:
             return ReplayResult(
                 ok=False,
@@ -224,6 +241,7 @@ class Replayer:
                 infrastructure=failed.infrastructure,
                 out_of_time=isinstance(failed, OutOfTime),
                 verification=self.verification,
+                healed=self.healer.healed,
             )
         return ReplayResult(
             ok=True,
@@ -231,7 +249,62 @@ class Replayer:
             ledger=self.ledger,
             duration_ms=int((time.monotonic() - started) * 1000),
             verification=self.verification,
+            healed=self.healer.healed,
         )
+
+    async def _tool_or_llm_step(self, step: ToolStep | LlmStep) -> Any:
+        """Run the step (with its retries); a tool step whose element is gone is healed
+        in place when it can be (healing.py), else its failure stands."""
+        try:
+            return await self._with_retries(step.index, lambda s=step: self._step(s))
+        except OutOfTime:
+            raise
+        except StepFailed as failed:
+            if (
+                not isinstance(step, ToolStep)
+                or failed.infrastructure
+                or not self.healer.may_heal(step, failed.reason, expectation=failed.expectation)
+            ):
+                raise
+            return await self._heal(step, failed)
+
+    async def _heal(self, step: ToolStep, failed: StepFailed) -> Any:
+        tool_input = references.render_input(
+            step.tool, step.input, self.outputs, require_values=True
+        )
+        try:
+            output, metadata, healed_input = await self.healer.heal(
+                step, tool_input, failed.reason, self._expectations
+            )
+        except OutOfTime:
+            raise
+        except (NotHealed, StepFailed) as exc:
+            why = exc.reason if isinstance(exc, StepFailed) else str(exc)
+            self.transcript.replay_step(step.index, {"not_healed": why})
+            raise StepFailed(
+                step.index, f"{failed.reason}; not healed: {why}", retryable=False
+            ) from None
+        healed = self.healer.healed[-1]
+        self.transcript.replay_step(step.index, {"healed": healed.input, "was": healed.was})
+        log.info("replay_step_healed", step=step.index, tool=step.tool, input=healed.input)
+        # The page it reads now is not the recorded one by design: the check of the
+        # answer (always made after a heal) judges it, not the fingerprints.
+        self.checks.saw(
+            msgspec.structs.replace(step, fingerprint=None), healed_input, output, metadata
+        )
+        self.checks.healed = True
+        return output
+
+    def _expectations(self, step: ToolStep, output: Any, metadata: ToolMetadata) -> str | None:
+        return check_all(step.expect, output, metadata, self.outputs)
+
+    async def _heal_tool(
+        self, index: int, tool: str, tool_input: dict[str, Any], key: str | None
+    ) -> tuple[Any, ToolMetadata]:
+        return await self._tool(index, tool, tool_input, heal=key)
+
+    async def _heal_ask(self, index: int, prompt: str) -> str:
+        return await self._small_model(index, prompt, purpose="heal")
 
     async def _verify(self, index: int, answer: str) -> None:
         """Check the answer when it is due (verification.py); one judged wrong fails
@@ -275,11 +348,13 @@ class Replayer:
             )
             output, metadata = await self._tool(step.index, step.tool, tool_input)
             self.checks.saw(step, tool_input, output, metadata)
-            reason = check_all(step.expect, output, metadata, self.outputs)
+            reason = self._expectations(step, output, metadata)
             if reason is not None:
                 # An action that ran but missed its expectation is not tried again: that
                 # would act twice (a second order); the fallback run takes it from there.
-                raise StepFailed(step.index, reason, retryable=not acts(step.tool))
+                raise StepFailed(
+                    step.index, reason, retryable=not acts(step.tool), expectation=True
+                )
             return output
         text = await self._small_model(
             step.index, references.render_text(step.prompt, self.outputs)
@@ -332,8 +407,10 @@ class Replayer:
         return left
 
     async def _tool(
-        self, index: int, tool: str, tool_input: dict[str, Any]
+        self, index: int, tool: str, tool_input: dict[str, Any], *, heal: str | None = None
     ) -> tuple[Any, ToolMetadata]:
+        """One tool call of step `index`; `heal`: the call is a heal's (an action's
+        journal key is then its own: the step's recorded call may have been journaled)."""
         left = self._time_left(index)
         request = ExecTool(
             run_id=self.run_id,
@@ -354,7 +431,7 @@ class Replayer:
         try:
             if self.effects is not None and acts(tool):
                 # Done by an earlier delivery: its recorded result, not a second time.
-                key = f"x{self.executor.version}-{index}"
+                key = f"x{self.executor.version}-{index}" + (f"-{heal}" if heal else "")
                 result = await self.effects.run_step(key, request, self.ports.exec_tool)
             else:
                 result = await self.ports.exec_tool(request)

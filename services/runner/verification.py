@@ -64,6 +64,8 @@ class ReplayChecks:
         self.plan = plan
         self.changes: list[str] = []
         self.reads: list[Read] = []
+        # A step was healed in place (healing.py): the answer is checked whatever else.
+        self.healed = False
 
     def saw(
         self, step: ToolStep, tool_input: dict[str, Any], output: Any, meta: ToolMetadata | None
@@ -96,7 +98,12 @@ class ReplayChecks:
         changes = self.changes[:MAX_REASONS]
         plan = self.plan
         why = why_check(
-            flagged, plan.version_replays, self.run_id, plan.rate, candidate=plan.candidate
+            flagged,
+            plan.version_replays,
+            self.run_id,
+            plan.rate,
+            candidate=plan.candidate,
+            healed=self.healed,
         )
         if why is None:
             return Verification(status="skipped", flagged=False)
@@ -109,10 +116,10 @@ class ReplayChecks:
         try:
             said = await ask(prompt)
         except CheckUnavailable as exc:
-            # Nothing cleared the flag: the answer goes out marked. A sampled clean
-            # replay stays what it was, unchecked.
+            # Nothing cleared the flag (or the heal): the answer goes out marked. A
+            # sampled clean replay stays what it was, unchecked.
             return Verification(
-                status="unverified" if flagged else "skipped",
+                status="unverified" if flagged or self.healed else "skipped",
                 flagged=flagged,
                 why=why,
                 reasons=[*changes, f"the check could not be made: {exc}"],
