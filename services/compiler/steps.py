@@ -54,6 +54,8 @@ def tool_step(asm: Assembly, plan: Planned, content: Content) -> None:
             ),
             trace_step=step.index,
             fingerprint=step.metadata.fingerprint,
+            target=step.metadata.target,
+            sample=sample(step.tool, step.output),
         )
     )
     if (
@@ -70,6 +72,26 @@ def tool_step(asm: Assembly, plan: Planned, content: Content) -> None:
                 message=f"step {index} extracted nothing; the page may have changed",
             )
         )
+
+
+# What a step keeps of the values it read, for healing it (services/executor/healing.py).
+SAMPLE_ITEMS = 3
+SAMPLE_CHARS = 80
+
+
+def sample(tool: str, output: Any) -> list[Any]:
+    """The first few items an extract read, their texts cut short: what a heal compares
+    the page's candidates with. Nothing for any other tool."""
+    if tool != "browser_extract" or not isinstance(output, list):
+        return []
+
+    def cut(value: Any) -> Any:
+        return value[:SAMPLE_CHARS] if isinstance(value, str) else value
+
+    return [
+        {k: cut(v) for k, v in item.items()} if isinstance(item, dict) else cut(item)
+        for item in output[:SAMPLE_ITEMS]
+    ]
 
 
 def render(asm: Assembly, template: Template) -> str:

@@ -28,7 +28,7 @@ from contracts.executors import (
     ValueLike,
 )
 from contracts.tasks import ConditionTrigger, Contains
-from contracts.tools import ToolMetadata
+from contracts.tools import Target, ToolMetadata
 from contracts.traces import Trace, TraceStep
 from services.compiler.compile import compile
 from services.compiler.step_checks import Content, title_to_expect
@@ -916,3 +916,19 @@ def test_a_trace_whose_stored_output_could_not_be_read_is_not_compiled() -> None
         "the output of step 1 was stored apart and could not be read back; "
         "the data flow cannot be traced without it"
     )
+
+
+def test_a_step_keeps_what_a_heal_needs_the_values_read_and_the_control_used() -> None:
+    trace = load("news_top3")
+    long = "x" * 200
+    trace.steps[1].output = [long, *trace.steps[1].output]
+    target = Target(role="button", name="Load more", tag="button")
+    trace.steps[0].metadata.target = target
+    executor = compile(trace.task, trace)
+    assert isinstance(executor, Executor)
+    nav, extract = executor.steps[0], executor.steps[1]
+    assert isinstance(nav, ToolStep) and isinstance(extract, ToolStep)
+    assert nav.target == target and nav.sample == []
+    # The first few items, each cut short.
+    assert extract.sample == ["x" * 80, *trace.steps[1].output[1:3]]
+    assert extract.target is None
