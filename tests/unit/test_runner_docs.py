@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from contracts.runs import RunRequest, Verification
+from contracts.runs import HealedStep, RunRequest, Verification
+from services.executor.healing import HEALABLE_KEYS, MAX_HEALS_PER_RUN, PAGE_CHANGED_CODES
 from services.executor.verification import DEFAULT_VERIFY_RATE, FIRST_REPLAYS_CHECKED
 from services.kernel.settings import Settings
 from services.runner.shadow import DEFAULT_SHADOW_RATE
@@ -39,3 +40,13 @@ def test_every_field_of_the_verification_is_described() -> None:
     assert set(Verification.__struct_fields__) <= named
     for status in ("verified", "wrong", "unverified", "skipped"):
         assert status in text
+
+
+def test_the_healing_section_says_what_the_code_does() -> None:
+    text = " ".join(section("Healing a broken step").split())
+    assert f"At most {MAX_HEALS_PER_RUN} steps heal in a run" in text
+    for code in PAGE_CHANGED_CODES:
+        assert f"`{code}`" in text
+    for tool in HEALABLE_KEYS:
+        assert f"`{tool}`" in text
+    assert set(HealedStep.__struct_fields__) <= set(re.findall(r"`(\w+)`", text))
