@@ -97,6 +97,18 @@ in the order it comes) (careful_again.py).
    "<full_answer>"): "SAME: ..." when the two are one answer after whitespace, case and a
    final full stop, else "DIFFERENT: ..." (verifying.py, verdicts.py).
 
+19. A heal prompt for a replayed step whose element is gone, as rote's runner writes it
+   (services/executor/healing.py `heal_prompt`: "Repair of a replayed step.", the task,
+   the <step> as recorded, the <page>'s numbered candidates). An action picks the
+   candidate of the recorded role named like the recorded control (case, punctuation and
+   spacing aside), else, like a small model, the one of that role sharing most words with
+   its name (rote's guard refuses it), else none; a read picks the group each recorded
+   field maps into by value shape (each to its own part, the part named likest the field),
+   preferring the one sharing words with the recorded sample, then the best-named, then
+   the count nearest the sample's; a plain read, the group of texts shaped like the
+   sample's. Answers {"candidate": <id>} (with "fields" for a read with fields) or
+   {"candidate": null} (healing.py).
+
 Session lost (items 1-8, 12-15): a tool result "session_lost: ..." (the runner's, when the tools
 process holding the page died) starts the script over, as a real model would: navigate to
 <URL> again and go on as if fresh, forgetting the steps before it (at most 3 times).
@@ -126,7 +138,7 @@ vocabulary.py parses the prompt into a task, scripts.py scripts the browsing tas
 careful.py the careful tasks (12-15) and meaning.py the page notes they read,
 replay_prompts.py answers rote's replay prompts (9-11, 16; careful_again.py for the
 careful tasks), verifying.py and verdicts.py the verification and comparison prompts
-(17, 18), reading.py reads tool outputs.
+(17, 18), healing.py the heal prompt (19), reading.py reads tool outputs.
 This module adds the markers and the session losses and decides.
 """
 

@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 from services.dev.standin.careful import CarefulTask, Extreme, Lookup, Property, Ranked
+from services.dev.standin.healing import Heal, heal_prompt_of
 from services.dev.standin.replay_prompts import (
     AnswerAgain,
     PickAgain,
@@ -31,6 +32,7 @@ from services.dev.standin.verifying import (
     comparison_prompt_of,
     verification_prompt_of,
 )
+from services.executor.healing import HEAL_HEAD
 from services.executor.verification import COMPARISON_HEAD, PROMPT_HEAD
 
 VOCABULARY: list[str] = [
@@ -57,6 +59,8 @@ VOCABULARY: list[str] = [
     "</changes> <read ...>...</read> Reply with PASS or FAIL ...",
     "Comparison of two answers to one task. ... <replayed_answer>...</replayed_answer> "
     "<full_answer>...</full_answer> Reply with SAME or DIFFERENT ...",
+    "Repair of a replayed step. ... <task>...</task> <step ...>...</step> <page ...>"
+    "<candidate id=...>...</candidate>...</page> Answer with one JSON object ...",
 ]
 
 _URL = r"(?P<url>[a-z][a-z0-9+.-]*://[^\s,]+)"
@@ -174,7 +178,7 @@ def _answer_again(prompt: str) -> AnswerAgain | None:
         return None
     # The compiler elides URLs; the answer never depends on them.
     task = parse_task(context["task"].replace("<url>", "http://elided.invalid"))
-    replays = PickCheapest | AnswerAgain | QualityCheck | PickAgain | Verify | Compare
+    replays = PickCheapest | AnswerAgain | QualityCheck | PickAgain | Verify | Compare | Heal
     if task is None or isinstance(task, replays):
         return None
     example = re.search(r"<example>\n?(?P<example>.*?)\n?</example>", prompt, re.DOTALL)
@@ -212,6 +216,7 @@ Task = (
     | PickAgain
     | Verify
     | Compare
+    | Heal
 )
 
 
@@ -247,7 +252,11 @@ def _careful_task(task: str) -> CarefulTask | None:
 
 def parse_task(prompt: str) -> Task | None:
     text = _clean(prompt)
-    # First of all: a verification prompt quotes the task and pages whose text may read
+    # First of all: a heal prompt quotes the task, and the page's texts, and the task may
+    # itself be a verification or a replay prompt's words.
+    if HEAL_HEAD in prompt and (heal := heal_prompt_of(prompt)):
+        return heal
+    # Then a verification prompt quotes the task and pages whose text may read
     # like any other prompt.
     if PROMPT_HEAD in prompt and (verify := verification_prompt_of(prompt, _careful_task)):
         return verify
