@@ -266,7 +266,7 @@ def _read_repair(answer: dict[str, Any], step: ToolStep, candidate: Candidate) -
     return Repair(input={"selector": candidate.selector, "fields": fields}, candidate=candidate)
 
 
-def _plain(text: str) -> str:
+def plain_name(text: str) -> str:
     """A control's name as compared: case, punctuation and spacing set aside."""
     return " ".join(_NOT_WORD.sub(" ", text.casefold()).split())
 
@@ -293,7 +293,7 @@ def same_control(step: ToolStep, candidate: Candidate) -> str | None:
         return f"the candidate is a {candidate.role or 'element'}, the recorded control a {role}"
     if not role and candidate.role not in ("link", "button"):
         return f"the candidate is a {candidate.role or 'element'}, not a link or button"
-    if not _plain(name) or _plain(candidate.name) != _plain(name):
+    if not plain_name(name) or plain_name(candidate.name) != plain_name(name):
         return f"the candidate is named {candidate.name!r}, the recorded control {name!r}"
     return None
 

@@ -34,7 +34,7 @@ from typing import Any
 
 from services.dev.standin.conversation import Answer, Decision, Step
 from services.executor.drift import TEXT_SHAPE, value_shape
-from services.executor.healing import HEAL_HEAD
+from services.executor.healing import HEAL_HEAD, plain_name
 
 # --- reading the prompt -------------------------------------------------------------------
 
@@ -218,7 +218,6 @@ def heal_prompt_of(prompt: str) -> Heal | None:
 
 # --- words --------------------------------------------------------------------------------
 
-_NOT_WORD = re.compile(r"[^\w]+")
 _WORD = re.compile(r"[^\W_]+")
 _PSEUDO = re.compile(r"::?[\w-]+(?:\([^)]*\))?")
 # Words too common to say two texts are about the same things.
@@ -226,11 +225,6 @@ _COMMON = frozenset({
     "the", "and", "for", "with", "from", "that", "this", "are", "was", "were", "has", "have",
     "its", "our", "your", "you", "not", "but", "all", "new", "more", "read", "can", "will",
 })  # fmt: skip
-
-
-def plain(text: str) -> str:
-    """A control's name as compared: case, punctuation and spacing set aside."""
-    return " ".join(_NOT_WORD.sub(" ", text.casefold()).split())
 
 
 def _stem(word: str) -> str:
@@ -280,20 +274,20 @@ def pick_control(heal: Heal) -> int | None:
     words with its name; None when none shares a word."""
     name, role = heal.name, heal.role
     text = heal.recorded_input.get("text")
-    if not plain(name):
-        if heal.tool != "browser_click" or not isinstance(text, str) or not plain(text):
+    if not plain_name(name):
+        if heal.tool != "browser_click" or not isinstance(text, str) or not plain_name(text):
             return None  # nothing says which control it was
         name, role = text, ""
     roles = (role,) if role else ("link", "button")
     same_kind = [c for c in heal.candidates if c.role in roles]
-    exact = [c for c in same_kind if plain(c.name) == plain(name)]
+    exact = [c for c in same_kind if plain_name(c.name) == plain_name(name)]
     if exact:
         # One element before a group of them: an action is done on one control.
         return min(exact, key=lambda c: (c.count != 1, c.number)).number
-    wanted = set(plain(name).split())
+    wanted = set(plain_name(name).split())
 
     def shared(c: Offered) -> int:
-        return len(wanted & set(plain(c.name).split()))
+        return len(wanted & set(plain_name(c.name).split()))
 
     best = max(same_kind, key=lambda c: (shared(c), -c.number), default=None)
     return best.number if best is not None and shared(best) > 0 else None
