@@ -34,7 +34,9 @@ class ToolList(Reply, kw_only=True):
 
 
 class ExecTool(Command, kw_only=True):
-    """rote.api.tools.exec. A tool absent from `allowed_tools` is refused before it runs."""
+    """rote.api.tools.exec. A tool absent from `allowed_tools` is refused before it runs,
+    except browser_candidates when `allowed_tools` names a browser tool (it only reads
+    the run's own page: services/tools/policy.py)."""
 
     run_id: SubjectToken
     task_id: SubjectToken | None = None

@@ -22,8 +22,9 @@ from services.executor.references import Path
 
 Kind = Literal["structure", "url", "label", "data", "local", "generic"]
 
-# Tools that only read: a call whose result nothing uses can be dropped.
-READ_TOOLS = frozenset({"browser_extract", "browser_read_page", "file_read"})
+# Tools that only read: a call whose result nothing uses can be dropped. browser_candidates
+# reads the page's controls and lists (what a heal picks new selectors from): no action.
+READ_TOOLS = frozenset({"browser_extract", "browser_read_page", "browser_candidates", "file_read"})
 
 # Tools whose output is content the run decides from, beside the reads: a command's
 # output (an ops check's `df -h`) is what its answer is about. Kept even when nothing
@@ -50,6 +51,7 @@ _KINDS: dict[str, dict[str, Kind]] = {
     "browser_fill_form": {"fields": "data"},
     "browser_scroll": {},
     "browser_screenshot": {},
+    "browser_candidates": {},
     "shell_exec": {"command": "local"},
     "file_read": {"path": "local"},
     "file_write": {"path": "local", "content": "data"},

@@ -14,6 +14,7 @@ from playwright.async_api import Frame, Locator, Page
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 from contracts import tools as t
+from services.tools.accessible import target_of
 from services.tools.browser_errors import first_line, is_selector_syntax
 from services.tools.limits import BrowserLimits, Budget
 from services.tools.navigation import navigation_settled, settle
@@ -195,6 +196,8 @@ async def click(
     timeout = budget.ms(limits.element_timeout_s)
     try:
         locator = await preferring_visible(matches)
+        # Before the click: after it, the element may be gone with its page.
+        target = await target_of(locator, timeout)
         moved = await act(
             session, page, locator, lambda: locator.click(timeout=timeout), budget, limits
         )
@@ -206,4 +209,6 @@ async def click(
         raise
     page = await current_page(session)
     await settle(page, budget, limits)
-    return await page_state(session, page, navigated=moved or session.navigations != before)
+    state = await page_state(session, page, navigated=moved or session.navigations != before)
+    state.metadata.target = target
+    return state

@@ -1,7 +1,7 @@
 """The browser tools by name, each acting on a run's Session. Each returns an Outcome or
 raises a ToolFailure the model sees (a selector that matched nothing, a navigation
 error). They live by what they do: navigation.py, reading.py, acting.py (click),
-forms.py (type, fill_form), screen.py (scroll, screenshot)."""
+forms.py (type, fill_form), screen.py (scroll, screenshot), candidates.py."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from services.tools.acting import click
+from services.tools.candidates import candidates
 from services.tools.forms import fill_form, type_text
 from services.tools.limits import BrowserLimits, Budget
 from services.tools.navigation import navigate
@@ -29,4 +30,5 @@ BROWSER_TOOLS: dict[str, BrowserTool] = {
     "browser_fill_form": fill_form,
     "browser_scroll": scroll,
     "browser_screenshot": screenshot,
+    "browser_candidates": candidates,
 }

@@ -13,6 +13,7 @@ from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 from contracts import tools as t
 from services.kernel.text import cut_text
+from services.tools.accessible import target_of
 from services.tools.acting import act, missing_or_stuck, preferring_visible
 from services.tools.browser_errors import first_line, is_selector_syntax
 from services.tools.limits import BrowserLimits, Budget
@@ -36,6 +37,8 @@ async def type_text(
     moved = False
     try:
         locator = await preferring_visible(matches)
+        # Before typing: a field's value is never part of it, and Enter may leave the page.
+        target = await target_of(locator, budget.ms(limits.element_timeout_s))
         await _check_secret_frame(session, args.selector, locator, budget, limits)
         await locator.fill(args.text, timeout=budget.ms(limits.element_timeout_s))
         # Before Enter: a submitted form's field is gone with its page.
@@ -61,6 +64,7 @@ async def type_text(
     if args.submit:
         await settle(page, budget, limits)
     state = await page_state(session, page, navigated=moved or session.navigations != before)
+    state.metadata.target = target
     return _reporting(state, [args.selector] if secret else [])
 
 

@@ -28,6 +28,9 @@ class BrowserLimits:
     # A full-page screenshot is cut to this height and width: an endless feed would
     # otherwise be a picture of hundreds of megapixels, in Chromium's memory and ours.
     max_screenshot_px: int = 16_384
+    # browser_candidates' output: whole candidates are dropped past it (never a selector
+    # cut in half), well under a reply's output limit.
+    max_candidates_bytes: int = 128 * 1024
     screenshot_dir: Path = Path("blobs")
 
 

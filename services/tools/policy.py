@@ -1,5 +1,7 @@
 """Deny-by-default policy: which tools a call may use, which commands may run, which
-paths may be touched. Every rule refuses with a ServiceError before anything runs.
+paths may be touched. Every rule refuses with a ServiceError before anything runs. A
+call may use the tools its allowed_tools names, and browser_candidates when it names
+any browser tool (IMPLIED_BY_BROWSER).
 
 Command patterns (ROTE_TOOLS_ALLOW_COMMANDS) are matched word by word: a pattern is
 split like a command (shlex), and each of its words must match exactly one word of
@@ -31,18 +33,31 @@ from fnmatch import fnmatchcase
 from functools import cache
 from pathlib import Path
 
+from contracts.tools import is_browser_tool
 from services.kernel.errors import ServiceError
 from services.kernel.text import cut_text
 
+# Tools a call may use without naming them, when it names any browser tool: they only
+# read what the run's own page already shows (browser_candidates: its controls and its
+# lists, no other page, nothing acted on), so allowing the run's page allows them. A
+# replay repairs a step with browser_candidates (services/runner) whatever tools the
+# task named when it was defined.
+IMPLIED_BY_BROWSER = frozenset({"browser_candidates"})
+
 
 def check_allowed(tool: str, allowed_tools: Iterable[str]) -> None:
-    """A tool the call's allowed_tools does not name is refused, live or replayed."""
-    if tool not in set(allowed_tools):
-        raise ServiceError(
-            "tool_not_allowed",
-            f"tool {tool!r} is not in this call's allowed_tools",
-            field="tool",
-        )
+    """A tool the call's allowed_tools does not name is refused, live or replayed,
+    except a tool of IMPLIED_BY_BROWSER for a call that names a browser tool."""
+    allowed = set(allowed_tools)
+    if tool in allowed:
+        return
+    if tool in IMPLIED_BY_BROWSER and any(is_browser_tool(name) for name in allowed):
+        return
+    raise ServiceError(
+        "tool_not_allowed",
+        f"tool {tool!r} is not in this call's allowed_tools",
+        field="tool",
+    )
 
 
 def split_command(command: str) -> list[str]:

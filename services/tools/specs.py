@@ -112,6 +112,19 @@ SPECS: dict[str, ToolSpec] = {
             t.BrowserScreenshotInput,
         ),
         ToolSpec(
+            "browser_candidates",
+            "browser",
+            "List what the current page offers, compactly, in page order (main frame only). "
+            "purpose 'act': its visible controls (links, buttons, fields), each with a CSS "
+            "`selector` matching it alone, its `role`, accessible `name`, `tag` and `text`. "
+            "purpose 'read': its groups of alike elements (list items, table rows, cards), "
+            "each with one `selector` matching every item, their `count`, the first items' "
+            "texts (`samples`) and the first item's `parts` (a selector within the item -> "
+            "its text), and single short values. At most `limit`; `truncated`: there was "
+            "more. Hidden elements are left out. Returns {url, title, candidates, truncated}.",
+            t.BrowserCandidatesInput,
+        ),
+        ToolSpec(
             "shell_exec",
             "local",
             "Run a command line (split like a POSIX shell, run without one: no pipes, "

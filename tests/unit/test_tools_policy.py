@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from contracts.tools import ExecTool
 from services.kernel.errors import ServiceError
 from services.kernel.settings import SettingsError
 from services.tools.policy import PathRoots, check_allowed, check_command, split_command
@@ -24,6 +25,27 @@ def test_a_tool_outside_allowed_tools_is_refused() -> None:
     err = _refusal(check_allowed, "shell_exec", ["browser_navigate"])
     assert (err.code, err.field, err.status) == ("tool_not_allowed", "tool", 403)
     assert _refusal(check_allowed, "browser_navigate", []).code == "tool_not_allowed"
+
+
+def _call(tool: str, allowed_tools: list[str]) -> ExecTool:
+    return ExecTool(
+        run_id="run-1", allowed_tools=allowed_tools, tool=tool, input={"purpose": "act"}
+    )
+
+
+def test_browser_candidates_comes_with_any_browser_tool() -> None:
+    """It reads only what the run's own page shows: a run allowed a browser tool may
+    call it unnamed (a replay repairing a step does); a run without one may not."""
+    box = ToolBox(ToolsConfig(data_dir=Path("/nonexistent")), browsers=None)
+    for allowed in (["browser_navigate", "browser_extract"], ["browser_click"]):
+        assert box.prepare(_call("browser_candidates", allowed)).kind == "browser"
+    for allowed in (["shell_exec"], ["file_read", "noop"], []):
+        with pytest.raises(ServiceError) as caught:
+            box.prepare(_call("browser_candidates", allowed))
+        assert (caught.value.code, caught.value.field) == ("tool_not_allowed", "tool")
+    # Only it: any other browser tool must be named.
+    err = _refusal(check_allowed, "browser_click", ["browser_navigate", "browser_candidates"])
+    assert err.code == "tool_not_allowed"
 
 
 def test_no_patterns_means_no_commands() -> None:

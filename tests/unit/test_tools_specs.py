@@ -29,6 +29,7 @@ TOOL_IO_NAMES = [
     "browser_fill_form",
     "browser_scroll",
     "browser_screenshot",
+    "browser_candidates",
     "shell_exec",
     "file_read",
     "noop",
@@ -69,6 +70,15 @@ def test_required_and_optional_fields() -> None:
     assert input_schema("browser_click")["required"] == []
     assert input_schema("browser_scroll")["properties"]["direction"]["enum"] == ["down", "up"]
     assert set(input_schema("file_write")["required"]) == {"path", "content"}
+    candidates = input_schema("browser_candidates")
+    assert candidates["required"] == ["purpose"]
+    assert candidates["properties"]["purpose"]["enum"] == ["act", "read"]
+    assert candidates["properties"]["limit"] == {
+        "type": "integer",
+        "exclusiveMinimum": 0,
+        "maximum": 200,
+        "default": 60,
+    }
 
 
 def _invalid(tool: str, raw: dict[str, Any]) -> ServiceError:
