@@ -176,7 +176,8 @@ def _read_instruction(fields: list[str]) -> list[str]:
         return [
             'Answer with one JSON object and nothing else: {"candidate": <id>} for the group',
             "whose items hold the same values as the recorded sample (same kind, same",
-            'meaning), or {"candidate": null} when no candidate does.',
+            'meaning); {"candidate": <id>, "part": "<part>"} when the values are one part of',
+            'each of its items; or {"candidate": null} when no candidate holds them.',
         ]
     mapping = ", ".join(f'"{name}": "<part>"' for name in fields)
     return [
@@ -251,7 +252,12 @@ def read_heal(text: str, step: ToolStep, page: Candidates) -> Repair | str:
 def _read_repair(answer: dict[str, Any], step: ToolStep, candidate: Candidate) -> Repair | str:
     wanted = _field_names(step)
     if not wanted:
-        return Repair(input={"selector": candidate.selector}, candidate=candidate)
+        part = answer.get("part")
+        if part is None:
+            return Repair(input={"selector": candidate.selector}, candidate=candidate)
+        if not isinstance(part, str) or part not in candidate.parts:
+            return f"the small model picked part {part!r}, no part of the candidate"
+        return Repair(input={"selector": within(candidate.selector, part)}, candidate=candidate)
     given = answer.get("fields")
     if not isinstance(given, dict):
         return "the small model mapped none of the step's fields"
@@ -264,6 +270,14 @@ def _read_repair(answer: dict[str, Any], step: ToolStep, candidate: Candidate) -
             return f"the small model mapped field {name!r} to {part!r}, no part of the candidate"
         fields[name] = part + suffix
     return Repair(input={"selector": candidate.selector, "fields": fields}, candidate=candidate)
+
+
+def within(group: str, part: str) -> str:
+    """One selector for a part of every item of a group: a part written from the item
+    (":scope > h3 > a") hangs from the group's selector, any other descends from it."""
+    if part.startswith(":scope"):
+        return group + part.removeprefix(":scope")
+    return f"{group} {part}"
 
 
 def plain_name(text: str) -> str:

@@ -289,6 +289,7 @@ class Replayer:
         log.info("replay_step_healed", step=step.index, tool=step.tool, input=healed.input)
         # The page it reads now is not the recorded one by design: the check of the
         # answer (always made after a heal) judges it, not the fingerprints.
+        self.checks.forget(step.index)
         self.checks.saw(
             msgspec.structs.replace(step, fingerprint=None), healed_input, output, metadata
         )

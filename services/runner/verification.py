@@ -62,7 +62,8 @@ class ReplayChecks:
         self.task_prompt = task_prompt
         self.run_id = run_id
         self.plan = plan
-        self.changes: list[str] = []
+        # What differed, per step index, in words.
+        self._changes: list[tuple[int, str]] = []
         self.reads: list[Read] = []
         # A step was healed in place (healing.py): the answer is checked whatever else.
         self.healed = False
@@ -73,7 +74,7 @@ class ReplayChecks:
         """A tool step ran: compare what its read meant, and keep the read as evidence."""
         now = meta.fingerprint if meta is not None else None
         if step.fingerprint is not None and now is not None:
-            self.changes += [f"step {step.index}: {r}" for r in compare(step.fingerprint, now)]
+            self._changes += [(step.index, r) for r in compare(step.fingerprint, now)]
         if is_content(step.tool):
             selector = tool_input.get("selector")
             self.reads.append(
@@ -87,9 +88,19 @@ class ReplayChecks:
                 )
             )
 
+    def forget(self, index: int) -> None:
+        """Step `index`'s reads so far were of a step that then healed: what they saw
+        is not what the answer came from."""
+        self._changes = [(i, r) for i, r in self._changes if i != index]
+        self.reads = [read for read in self.reads if read.step != index]
+
+    @property
+    def changes(self) -> list[str]:
+        return [f"step {index}: {reason}" for index, reason in self._changes]
+
     @property
     def flagged(self) -> bool:
-        return bool(self.changes)
+        return bool(self._changes)
 
     async def verify(self, answer: str, ask: Ask, spent: Callable[[], float]) -> Verification:
         """The verdict on `answer`; `spent()` is what the replay has cost so far, so the

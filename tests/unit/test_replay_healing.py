@@ -4,6 +4,7 @@ the small model's pick. What heals, what is refused, what falls back. No NATS.""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -351,3 +352,14 @@ async def test_past_the_bound_a_broken_step_falls_back() -> None:
     assert replay is not None and replay.step == MAX_HEALS_PER_RUN
     assert len(replay.healed_steps) == MAX_HEALS_PER_RUN
     assert len(services.heals()) == MAX_HEALS_PER_RUN
+
+
+def test_a_plain_read_may_heal_onto_one_part_of_a_groups_items() -> None:
+    read = step(tool="browser_extract", input={"selector": "h2"})
+    page = Candidates(
+        candidates=[Candidate(selector="div.card", count=5, parts={"h3 a": "T", ":scope > b": "9"})]
+    )
+    for part, selector in (("h3 a", "div.card h3 a"), (":scope > b", "div.card > b")):
+        repair = read_heal(json.dumps({"candidate": 1, "part": part}), read, page)
+        assert not isinstance(repair, str) and repair.input == {"selector": selector}
+    assert "no part of the candidate" in str(read_heal('{"candidate": 1, "part": "i"}', read, page))

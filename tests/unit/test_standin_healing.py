@@ -328,3 +328,26 @@ def test_the_stand_in_server_answers_a_heal_prompt() -> None:
     (block,) = [b for b in reply.content if b.type == "text"]
     repair = read_heal(block.text, STORIES, REDESIGNED)
     assert isinstance(repair, Repair) and repair.input["selector"] == "article.post"
+
+
+def test_headlines_now_inside_cards_are_read_from_the_cards_part() -> None:
+    headlines = ToolStep(
+        index=1,
+        tool="browser_extract",
+        input={"selector": "h2.headline"},
+        fingerprint=Fingerprint(shapes={"": ["text"]}),
+        sample=["Harbour council votes on budget", "Library opens summer reading"],
+    )
+    cards = Candidate(
+        selector="article.story",
+        tag="article",
+        count=8,
+        parts={":scope > h3 > a": "Library opens a new reading room", "p": "Full story follows."},
+        samples=["Library opens a new reading room Full story follows."],
+    )
+    page = Candidates(url="http://news.test/", candidates=[NAV, cards])
+    reply, _ = _reply(headlines, page)
+    assert reply == {"candidate": 2, "part": ":scope > h3 > a"}
+    repair = read_heal(json.dumps(reply), headlines, page)
+    assert isinstance(repair, Repair)
+    assert repair.input == {"selector": "article.story > h3 > a"}

@@ -423,6 +423,22 @@ def _plain_fit(heal: Heal, c: Offered, recorded_words: set[str]) -> bool:
     return True
 
 
+def _longer(heal: Heal, c: Offered) -> bool:
+    recorded = [len(text) for text in _strings(heal.sample)]
+    shown = [len(text) for text in c.samples]
+    return bool(recorded and shown) and max(shown) > 1.5 * max(recorded)
+
+
+def _plain_part(heal: Heal, c: Offered, recorded_words: set[str]) -> str | None:
+    """The part of a group's items that holds what the plain read held (judged on the
+    first item's part, all the prompt shows), or None."""
+    for part, text in c.parts.items():
+        one = Offered(number=c.number, count=c.count, samples=[text])
+        if _plain_fit(heal, one, recorded_words):
+            return part
+    return None
+
+
 def _tag_words(c: Offered) -> set[str]:
     """What the prompt shows of a group's own selector: its tag only (a candidate is
     shown by number, never by selector). A list kept as a list is a faint cue."""
@@ -445,9 +461,15 @@ def pick_group(heal: Heal) -> dict[str, Any]:
             named = sum(likeness(f, mapping[f.name], c.parts[mapping[f.name]]) for f in fields)
             reply: dict[str, Any] = {"candidate": c.number, "fields": mapping}
         else:
-            if not _plain_fit(heal, c, recorded_words):
+            # The values may be one part of each item now (a headline inside a card):
+            # a whole item much longer than the values were holds more than them.
+            part = _plain_part(heal, c, recorded_words)
+            if part is not None and (_longer(heal, c) or not _plain_fit(heal, c, recorded_words)):
+                named, reply = 0, {"candidate": c.number, "part": part}
+            elif _plain_fit(heal, c, recorded_words):
+                named, reply = 0, {"candidate": c.number}
+            else:
                 continue
-            named, reply = 0, {"candidate": c.number}
         rank = (
             len(recorded_words & words(_seen(c))),
             named + len(recorded_css & _tag_words(c)),
