@@ -213,6 +213,7 @@ class ExecutorHealth(Reply, kw_only=True):
     unflagged_checked: int = 0  # checks of replays with no alarm: new versions, samples
     unflagged_wrong: int = 0  # of those, found wrong: drift the fingerprints missed
     unverified: int = 0  # flagged answers delivered because no check could be made
+    healed: int = 0  # replays that repaired steps in place (each one's answer checked)
     full_runs: int = 0  # full LLM runs completed (a failed replay's fallback included)
     # Runs answered by a replay: successful replays / (those + full_runs); None: no runs.
     hit_rate: float | None = None
@@ -246,10 +247,15 @@ class VersionView(Reply, kw_only=True):
     unflagged_checked: int = 0  # checks of replays with no alarm: new version, samples
     unflagged_wrong: int = 0  # of those, found wrong: drift the fingerprints missed
     unverified: int = 0  # flagged answers delivered because no check could be made
+    healed: int = 0  # its replays that repaired steps in place
     hit_rate: float | None = None  # success_count / its replays; None: never replayed
     false_success_rate: float | None = None  # unflagged_wrong / unflagged_checked
     false_success_upper: float | None = None  # its 95% Wilson score upper bound
     candidate: bool = False  # serving runs, not yet verified (as in ExecutorHealth)
+    # Made by healing version healed_from in place, not compiled from a full run's trace;
+    # compiled_reason says why it exists ("healed step 2 (browser_extract): ...").
+    healed_from: int | None = None
+    compiled_reason: str | None = None
 
 
 class ActiveExecutor(Reply, kw_only=True):
@@ -295,6 +301,11 @@ class ExecutorEvent(Event, kw_only=True):
     # the event's cost_usd includes it); None: recorded before replays were checked.
     verification: Verification | None = None
     candidate: bool = False  # compiled: the version starts as a candidate
+    # compiled: the version this one healed in place (its reason says how); None: one
+    # compiled from a full run's trace.
+    healed_from: int | None = None
+    # compiled: the steps healed in place; replay_*: the steps the replay repaired.
+    healed_steps: list[int] = []
 
 
 # --- commands and queries --------------------------------------------------------------
@@ -379,6 +390,7 @@ class SavingsStats(Reply, kw_only=True):
     unflagged_checked: int = 0  # checks of replays with no alarm: new versions, samples
     unflagged_wrong: int = 0  # of those, found wrong: drift the fingerprints missed
     unverified: int = 0  # flagged answers delivered because no check could be made
+    healed: int = 0  # replays that repaired steps in place
     full_runs: int = 0  # full LLM runs completed
     hit_rate: float | None = None  # successful replays / (those + full_runs)
     false_success_rate: float | None = None  # unflagged_wrong / unflagged_checked

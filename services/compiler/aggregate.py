@@ -95,8 +95,9 @@ class ExecutorAggregate(Folded[h.Health, ev.Created, ev.HealthEvent]):
             aggregate.fold(self.event)
 
     # Snapshots: v1 held the task id and the Health as `health`; v2 holds `state`; v3's
-    # state counts every full run (full_runs); v4's versions say which is a candidate.
-    class_version = 4
+    # state counts every full run (full_runs); v4's versions say which is a candidate;
+    # v5's which were healed in place (healed_from, compiled_reason; trust.healed).
+    class_version = 5
 
     @staticmethod
     def upcast_v1_v2(state: dict[str, Any]) -> None:
@@ -114,6 +115,12 @@ class ExecutorAggregate(Folded[h.Health, ev.Created, ev.HealthEvent]):
     def upcast_v3_v4(state: dict[str, Any]) -> None:
         # Nothing to do: before v4 no version was a candidate, which is what a version
         # read without the flag says (VersionState.candidate's default).
+        return
+
+    @staticmethod
+    def upcast_v4_v5(state: dict[str, Any]) -> None:
+        # Nothing to do: before v5 no version was healed, nor any replay, which is what
+        # a state read without the fields says (their defaults).
         return
 
     @classmethod

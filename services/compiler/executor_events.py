@@ -44,6 +44,11 @@ class Compiled(_Ev, tag="compiled"):
     # but is trusted only once a replay verifies (promotion.py). False in events
     # recorded before candidates, which superseded the version before them at once.
     candidate: bool = False
+    # Made by healing steps of version `healed_from` in place (healed.py), the steps
+    # `healed_steps`, for the reason in words; None and [] for a compiled trace.
+    healed_from: int | None = None
+    healed_steps: list[int] = []
+    reason: str | None = None
 
 
 class Skipped(_Ev, tag="skipped"):
@@ -87,6 +92,9 @@ class ReplaySucceeded(_Ev, tag="replay_succeeded"):
     cost_saved_usd: float = 0.0  # as the run event reported it; may be negative
     # The check of its answer; None in events recorded before replays were checked.
     verification: ReplayCheck | None = None
+    # The steps the runner repaired in place on the way (their new locators are a new
+    # version's, healed.py); [] when none was, and in events recorded before heals.
+    healed_steps: list[int] = []
 
 
 class ReplayFailed(_Ev, tag="replay_failed"):
@@ -98,6 +106,7 @@ class ReplayFailed(_Ev, tag="replay_failed"):
     tokens: int = 0
     cost_usd: float = 0.0
     verification: ReplayCheck | None = None  # as in ReplaySucceeded (wrong: why it failed)
+    healed_steps: list[int] = []  # as in ReplaySucceeded (a heal found wrong lists them)
 
 
 class Superseded(_Ev, tag="superseded"):

@@ -16,6 +16,8 @@ Rules:
   (the new one waits, active, for the pin to go) and still records its failures; a
   compilation for an edited task (another task fingerprint) is no candidate, and
   unpins and supersedes the old version, since no run of the edited task replays it;
+- a verified replay that repaired steps in place also records a version, the replayed
+  one healed (healed.py): a compilation like any other, so a candidate beside it;
 - 3 consecutive replay failures supersede a version (a success resets the count), a
   pinned one too (its pin goes with it); pinning starts the count afresh (an operator
   vouches for the version; failure_count still holds every failure); a replay that
@@ -88,6 +90,9 @@ class VersionState(msgspec.Struct, kw_only=True):
     trust: Tally = msgspec.field(default_factory=Tally)
     # Serving runs, but not yet verified (promotion.py).
     candidate: bool = False
+    # Made by healing version healed_from in place (healed.py), and why, in words.
+    healed_from: int | None = None
+    compiled_reason: str | None = None
 
 
 class Health(msgspec.Struct, kw_only=True):
@@ -154,6 +159,8 @@ def apply(health: Health, event: ev.HealthEvent) -> None:
                     executor=event.executor,
                     source_cost_usd=event.source_cost_usd,
                     candidate=event.candidate,
+                    healed_from=event.healed_from,
+                    compiled_reason=event.reason,
                 )
             )
             _remember(health, f"trace:{event.source_run_id}")
@@ -164,10 +171,10 @@ def apply(health: Health, event: ev.HealthEvent) -> None:
             health.replays += 1
             health.total_cost_saved_usd += event.cost_saved_usd
             _remember(health, replay_key(event.run_id, event.attempt))
-            trust.count(health.trust, event.verification)
+            trust.count(health.trust, event.verification, event.healed_steps)
             found = health.version(event.version)
             if found is not None:
-                trust.count(found.trust, event.verification)
+                trust.count(found.trust, event.verification, event.healed_steps)
                 found.success_count += 1
                 found.consecutive_failures = 0
                 found.last_used_at = event.at
@@ -176,10 +183,10 @@ def apply(health: Health, event: ev.HealthEvent) -> None:
             health.replays += 1
             health.replay_failures += 1
             _remember(health, replay_key(event.run_id, event.attempt))
-            trust.count(health.trust, event.verification)
+            trust.count(health.trust, event.verification, event.healed_steps)
             found = health.version(event.version)
             if found is not None:
-                trust.count(found.trust, event.verification)
+                trust.count(found.trust, event.verification, event.healed_steps)
                 found.failure_count += 1
                 found.consecutive_failures += 1
                 found.last_used_at = event.at
@@ -324,9 +331,17 @@ def _settle(health: Health, at: datetime, keep: set[int], reason: str) -> list[e
 
 
 def decide_trace(
-    health: Health, executor: Executor | None, skip_reason: str | None, run_id: str, at: datetime
+    health: Health,
+    executor: Executor | None,
+    skip_reason: str | None,
+    run_id: str,
+    at: datetime,
+    *,
+    reason: str | None = None,
+    healed_steps: tuple[int, ...] = (),
 ) -> list[ev.HealthEvent]:
-    """A captured trace compiled (executor) or skipped (skip_reason)."""
+    """A captured trace compiled (executor) or skipped (skip_reason); or a version healed
+    in place by run `run_id` (healed.py: `reason`, and the steps it healed)."""
     if f"trace:{run_id}" in health.seen or any(v.source_run_id == run_id for v in health.versions):
         return []
     if executor is None:
@@ -344,6 +359,9 @@ def decide_trace(
             source_run_id=run_id,
             source_cost_usd=executor.stats.source_run_cost_usd,
             candidate=candidate,
+            healed_from=executor.healed_from,
+            healed_steps=list(healed_steps),
+            reason=reason,
         )
     ]
     if now is not None and changed and health.pinned == now.version:
@@ -382,9 +400,11 @@ def decide_replay(
     cost_usd: float = 0.0,
     cost_saved_usd: float = 0.0,
     verification: Verification | None = None,
+    healed_steps: tuple[int, ...] = (),
 ) -> list[ev.HealthEvent]:
     """`cost_saved_usd` is the run event's, recorded as is (see the module's rules);
-    `verification` the check of the replay's answer, kept as its evidence."""
+    `verification` the check of the replay's answer, kept as its evidence;
+    `healed_steps` the steps repaired in place (healed.py records their version)."""
     if _replay_seen(health, run_id, attempt):
         return []
     state = health.version(version)
@@ -402,9 +422,11 @@ def decide_replay(
                 cost_usd=cost_usd,
                 cost_saved_usd=cost_saved_usd,
                 verification=check,
+                healed_steps=list(healed_steps),
             )
         ]
-        return succeeded + promotion.on_verified(health, state, check, run_id, at)
+        healed = bool(healed_steps)
+        return succeeded + promotion.on_verified(health, state, check, run_id, at, healed)
     events: list[ev.HealthEvent] = [
         ev.ReplayFailed(
             at=at,
@@ -416,6 +438,7 @@ def decide_replay(
             tokens=tokens,
             cost_usd=cost_usd,
             verification=check,
+            healed_steps=list(healed_steps),
         )
     ]
     refuted = promotion.failed_verification(state, check)
@@ -500,14 +523,7 @@ def decide_invalidate(
 def _invalidatable(health: Health, version: int) -> VersionState:
     """The named version, if it is active (current, on standby behind a candidate, or
     waiting behind a pin)."""
-    state = health.version(version)
-    if state is None:
-        known = ", ".join(str(v.version) for v in health.versions)
-        raise HealthError(
-            "not_found",
-            f"task {health.task_id} has no version {version} ({known})",
-            field="version",
-        )
+    state = _named(health, version)
     if state.status != "active":
         now = current(health)
         why = f": {state.status_reason}" if state.status_reason else ""
@@ -518,6 +534,15 @@ def _invalidatable(health: Health, version: int) -> VersionState:
             field="version",
             details={"current_version": now.version if now else None},
         )
+    return state
+
+
+def _named(health: Health, version: int) -> VersionState:
+    state = health.version(version)
+    if state is None:
+        known = ", ".join(str(v.version) for v in health.versions)
+        message = f"task {health.task_id} has no version {version} ({known})"
+        raise HealthError("not_found", message, field="version")
     return state
 
 
@@ -541,14 +566,7 @@ def decide_pin(
         newest = _newest_active(health, exclude=None)
         keep = {newest} if newest is not None else set()
         return events + _settle(health, at, keep, f"unpinned; v{newest} is current")
-    state = health.version(version)
-    if state is None:
-        known = ", ".join(str(v.version) for v in health.versions)
-        raise HealthError(
-            "not_found",
-            f"task {health.task_id} has no version {version} ({known})",
-            field="version",
-        )
+    state = _named(health, version)
     if state.status == "invalidated":
         raise HealthError(
             "conflict", f"v{version} was invalidated: {state.status_reason}", field="version"

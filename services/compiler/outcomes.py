@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from contracts.runs import ModelTokens, RunEvent, Verification
+from contracts.runs import HealedStep, ModelTokens, RunEvent, Verification
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,8 @@ class ReplayReport:
     cost_saved_usd: float  # the run event's, the one figure health records
     # The check of the replay's answer (None: it broke before one, or an older runner).
     verification: Verification | None = None
+    # The steps the runner repaired in place (healed.py records a version with them).
+    heals: tuple[HealedStep, ...] = ()
 
 
 def total_tokens(tokens: dict[str, ModelTokens]) -> int:
@@ -48,4 +50,5 @@ def replay_report(run: RunEvent) -> ReplayReport | None:
         cost_usd=replay.cost_usd,
         cost_saved_usd=run.cost_saved_usd if replay.ok else 0.0,
         verification=replay.verification,
+        heals=tuple(replay.healed_steps),
     )

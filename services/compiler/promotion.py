@@ -23,7 +23,8 @@ and the runner checks each of its replays, but the version before it stays activ
   verifies on the page as it is now; if that check finds it wrong too, it goes the same
   way, and no version is left (the next run is a full one);
 - replays neither verified nor wrong (skipped, unverified, or recorded before replays
-  were checked) leave a candidate a candidate;
+  were checked) leave a candidate a candidate, and so does a verified replay that healed
+  steps in place: the healed version it records is the candidate then (healed.py);
 - pinning vouches for a version: a pinned candidate is a candidate no more.
 """
 
@@ -68,11 +69,18 @@ def on_compile(
 
 
 def on_verified(
-    health: Health, state: VersionState, check: ev.ReplayCheck | None, run_id: str, at: datetime
+    health: Health,
+    state: VersionState,
+    check: ev.ReplayCheck | None,
+    run_id: str,
+    at: datetime,
+    healed: bool = False,
 ) -> list[ev.HealthEvent]:
     """After a successful replay of `state`: promoted, if it is an active candidate and
-    the check verified the answer, and the versions before it retired (a pin stays)."""
-    if not (state.candidate and state.status == "active"):
+    the check verified the answer, and the versions before it retired (a pin stays).
+    Not after a `healed` replay: steps repaired in place answered, not the candidate's
+    own, so the answer vouches for the healed version (healed.py), itself a candidate."""
+    if healed or not (state.candidate and state.status == "active"):
         return []
     if check is None or check.status != "verified":
         return []

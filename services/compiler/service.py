@@ -154,11 +154,15 @@ class Compiler:
                         cost_usd=report.cost_usd,
                         cost_saved_usd=report.cost_saved_usd,
                         verification=report.verification,
+                        heals=report.heals,
                     )
                 )
                 if events:
                     self.relay.wake()
                     log.info("replay_recorded", ok=report.ok, version=report.version)
+                for item in events:
+                    if isinstance(item, ev.Compiled):
+                        log.info("executor_healed", version=item.version, reason=item.reason)
             cost = full_run_cost(run)
             if cost is not None:
                 _, events = await anyio.to_thread.run_sync(

@@ -4,11 +4,13 @@ prompts; a pick or a value answers like last time)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
+
 from contracts.executors import (
-    ConditionStep,
     ExecutorStats,
     ExecutorStep,
     InList,
@@ -34,44 +36,56 @@ def stats(
     for the fresh data when sizing prompts; a pick or value answers like last time)."""
     by_trace = {step.index: step for step in trace.steps}
     outputs: dict[int, Any] = {}
-    deterministic = templated = llm = 0
     cost = 0.0
     for step in steps:
         match step:
             case ToolStep():
                 recorded = by_trace.get(step.trace_step) if step.trace_step is not None else None
                 outputs[step.index] = recorded.output if recorded is not None else None
-                if step.templated:
-                    templated += 1
-                else:
-                    deterministic += 1
-            case ConditionStep():
-                deterministic += 1
             case LlmStep():
-                llm += 1
                 reply = _expected_reply(step, outputs)
                 outputs[step.index] = reply
                 cost += _estimate(step.prompt, reply, outputs, task, prices)
             case ResultStep(mode="llm"):
-                llm += 1
                 cost += _estimate(step.prompt or "", trace.answer, outputs, task, prices)
-            case ResultStep():
-                if step.variables:
-                    templated += 1
-                else:
-                    deterministic += 1
     if task.quality_check:
         # Every replay also has the small model judge its answer against the original.
         prompt = quality_prompt(task.prompt, trace.answer, trace.answer)
         cost += estimate_call(prompt, QUALITY_VERDICT, task.small_model, prices)[1]
     return ExecutorStats(
-        total_steps=len(steps),
-        deterministic_steps=deterministic,
-        templated_steps=templated,
-        llm_steps=llm,
+        **_counts(steps),
         estimated_replay_cost_usd=round(cost, 9),
         source_run_cost_usd=trace.cost_usd,
     )
+
+
+def recount(steps: list[ExecutorStep], stats: ExecutorStats) -> ExecutorStats:
+    """`stats` for `steps` healed in place (services/compiler/healed.py): the counts
+    recomputed; the cost estimate kept, since a heal changes locators only, no prompt or
+    recorded output it is sized on, and so is the full run the version stands for."""
+    return msgspec.structs.replace(stats, **_counts(steps))
+
+
+def _counts(steps: list[ExecutorStep]) -> dict[str, int]:
+    kinds = Counter(_kind(step) for step in steps)
+    return {
+        "total_steps": len(steps),
+        "deterministic_steps": kinds["deterministic"],
+        "templated_steps": kinds["templated"],
+        "llm_steps": kinds["llm"],
+    }
+
+
+def _kind(step: ExecutorStep) -> str:
+    """deterministic, templated or llm (see ExecutorStats)."""
+    match step:
+        case ToolStep():
+            return "templated" if step.templated else "deterministic"
+        case LlmStep() | ResultStep(mode="llm"):
+            return "llm"
+        case ResultStep():
+            return "templated" if step.variables else "deterministic"
+    return "deterministic"  # a condition step
 
 
 def _expected_reply(step: LlmStep, outputs: Mapping[int, Any]) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from eventsourcing.application import Application
@@ -20,8 +20,9 @@ from eventsourcing.persistence import JSONTranscoder
 
 from contracts.base import utc_now
 from contracts.executors import Executor
-from contracts.runs import Verification
+from contracts.runs import HealedStep, Verification
 from services.compiler import executor_events as ev
+from services.compiler import healed
 from services.compiler import health as h
 from services.compiler.aggregate import (
     CREATED_TOPICS,
@@ -30,9 +31,12 @@ from services.compiler.aggregate import (
     health_event,
 )
 from services.kernel.commands import CommandRunner
+from services.kernel.logs import get_logger
 from services.kernel.transcoding import StructAsText
 
 DEFAULT_SNAPSHOT_EVERY = 50
+
+log = get_logger("rote.compiler")
 
 
 class ExecutorStore(Application[uuid.UUID]):
@@ -131,13 +135,17 @@ class ExecutorStore(Application[uuid.UUID]):
         cost_usd: float = 0.0,
         cost_saved_usd: float = 0.0,
         verification: Verification | None = None,
+        heals: Sequence[HealedStep] = (),
     ) -> tuple[h.Health, list[ev.HealthEvent]]:
-        """A replay's outcome; `cost_saved_usd` is the run event's, recorded as is, and
-        `verification` the check of its answer."""
+        """A replay's outcome; `cost_saved_usd` is the run event's, recorded as is,
+        `verification` the check of its answer, `heals` the steps it repaired in place:
+        with them, a verified replay records a healed version too (healed.py), in the
+        same write, so a redelivered outcome records neither twice."""
         now = self.clock()
+        notes: list[str] = []
 
         def decide(state: h.Health) -> list[ev.HealthEvent]:
-            return h.decide_replay(
+            replayed = h.decide_replay(
                 state,
                 run_id=run_id,
                 version=version,
@@ -151,9 +159,17 @@ class ExecutorStore(Application[uuid.UUID]):
                 cost_usd=cost_usd,
                 cost_saved_usd=cost_saved_usd if ok else 0.0,
                 verification=verification,
+                healed_steps=tuple(heal.step for heal in heals),
             )
+            healing = healed.decide(state, replayed, heals, now)
+            notes[:] = [healing.note] if healing.note else []  # this attempt's, if retried
+            return replayed + healing.events
 
-        return self.execute(task_id, decide)  # an unknown task or version records nothing
+        # An unknown task or version records nothing.
+        recorded = self.execute(task_id, decide)
+        for note in notes:
+            log.info("healed_version_not_recorded", task_id=task_id, version=version, why=note)
+        return recorded
 
     def record_full_run(
         self, task_id: str, *, run_id: str, cost_usd: float

@@ -12,7 +12,8 @@ versions are checked first and are the likeliest to be wrong, so the estimate le
 high rather than low.
 
 Replay events recorded before replays were checked carry no verification and count
-nothing here.
+nothing here. Beside the checks, the tally counts the replays that healed steps in place
+(services/compiler/healed.py), whose answers are always checked.
 """
 
 from __future__ import annotations
@@ -37,10 +38,13 @@ class Tally(msgspec.Struct, kw_only=True):
     unflagged_checked: int = 0  # checks of replays with no alarm: new versions, samples
     unflagged_wrong: int = 0  # of those, found wrong: drift the fingerprints missed
     unverified: int = 0  # flagged answers delivered because no check could be made
+    # Replays that repaired steps in place (healed.py): each one's answer is checked.
+    healed: int = 0
 
 
-def count(tally: Tally, check: ReplayCheck | None) -> None:
-    """Fold one replay's check into the tally (in place)."""
+def count(tally: Tally, check: ReplayCheck | None, healed_steps: list[int] | None = None) -> None:
+    """Fold one replay's check, and whether it healed steps, into the tally (in place)."""
+    tally.healed += bool(healed_steps)
     if check is None:
         return
     judged = check.status in ("verified", "wrong")

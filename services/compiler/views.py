@@ -121,6 +121,8 @@ def version_views(health: h.Health) -> list[VersionView]:
             last_used_at=v.last_used_at,
             cost_saved_usd=round(v.cost_saved_usd, 9),
             candidate=v.candidate and v.status == "active",  # one gone is no candidate
+            healed_from=v.healed_from,
+            compiled_reason=v.compiled_reason,
             **_trust(v.trust, v.success_count, v.success_count + v.failure_count),
         )
         for v in health.versions

@@ -35,7 +35,7 @@ from contracts.executors import (
     ExecutorList,
     SavingsStats,
 )
-from contracts.runs import ModelTokens, ReplayOutcome, RunEvent, Verification
+from contracts.runs import HealedStep, ModelTokens, ReplayOutcome, RunEvent, Verification
 from contracts.traces import Trace, TraceCaptured
 from services.compiler.service import RELAY_LEASE, serve
 from services.kernel.bus import Bus, routed
@@ -452,6 +452,92 @@ async def test_a_candidate_is_promoted_once_verified_and_rolled_back_when_wrong(
             (2, "superseded", False),
             (3, "active", False),
         ]
+
+
+async def test_a_verified_healed_replay_records_a_healed_candidate(
+    settings: Settings, bus: Bus
+) -> None:
+    """A replay of v1 found its extract's element gone, healed the step in place, and
+    answered. Unchecked, it records no version; verified, it records v2 (v1 healed), a
+    candidate beside v1, once however often the run event comes. v2's next verified
+    replay promotes it; get, history and the bus say where it came from."""
+    heal = HealedStep(
+        step=1,
+        tool="browser_extract",
+        input={"selector": "h3.title"},
+        was={"selector": "h2.headline"},
+        reason="browser_extract: element_not_found: no element matches 'h2.headline'",
+        cost_usd=0.0004,
+    )
+    skipped = Verification(status="skipped", why="healed")
+    verified = Verification(status="verified", why="healed", reasons=["PASS: they are"])
+    good = Verification(status="verified", why="new_version", reasons=["PASS: they are"])
+    async with compiler(settings, bus):
+        await publish_trace(bus, trace("news_top3", "news", "run-1"))
+        await health_when(bus, "news", lambda h: h.version == 1)
+        unchecked = replay(1, True, verification=skipped, healed_steps=[heal])
+        await publish_run(bus, "news", "heal-0", "completed", replay=unchecked)
+        got = await health_when(bus, "news", lambda h: h.success_count == 1)
+        assert (got.version, got.versions, got.healed) == (1, 1, 1)
+
+        checked = replay(1, True, verification=verified, healed_steps=[heal])
+        for msg_id in ("heal-1:completed", "heal-1:again"):  # the second a redelivery
+            await publish_run(
+                bus,
+                "news",
+                "heal-1",
+                "completed",
+                replay=checked,
+                cost_saved_usd=0.04,
+                msg_id=msg_id,
+            )
+        got = await health_when(bus, "news", lambda h: h.version == 2)
+        assert (got.candidate, got.versions, got.source_run_id) == (True, 2, "heal-1")
+        await until(lambda: consumer_settled(bus, s.STREAM_RUNS, s.CONSUMER_COMPILER_RUNS))
+        got = await health(bus, "news")
+        assert (got.versions, got.healed, got.replays) == (2, 2, 2)
+        assert got.total_cost_saved_usd == pytest.approx(0.04)  # it answered: it saved
+        active = await call(bus, s.EXECUTORS_ACTIVE, {"task_id": "news"}, ActiveExecutor)
+        assert active.executor is not None and active.executor.version == 2
+        assert active.executor.healed_from == 1 and active.health.candidate
+        assert active.executor.steps[1].input == {"selector": "h3.title"}  # type: ignore[union-attr]
+
+        await publish_run(
+            bus, "news", "rep-2", "completed", replay=replay(2, True, verification=good)
+        )
+        got = await health_when(bus, "news", lambda h: not h.candidate)
+        assert (got.version, got.status) == (2, "active")
+
+        locators = "selector 'h2.headline' -> 'h3.title'"
+        reason = f"healed step 1 (browser_extract): {locators} after: {heal.reason}"
+        history = await call(bus, s.EXECUTORS_HISTORY, {"task_id": "news"}, ExecutorHistory)
+        assert [(e.event, e.version, e.healed_from, e.healed_steps) for e in history.events] == [
+            ("compiled", 1, None, []),
+            ("replay_succeeded", 1, None, [1]),
+            ("replay_succeeded", 1, None, [1]),
+            ("compiled", 2, 1, [1]),
+            ("replay_succeeded", 2, None, []),
+            ("promoted", 2, None, []),
+            ("superseded", 1, None, []),
+        ]
+        assert history.events[3].reason == reason and history.events[3].run_id == "heal-1"
+        assert [v.healed_from for v in history.versions] == [None, 1]
+        assert [
+            (v.version, v.status, v.healed_from, v.compiled_reason, v.healed)
+            for v in history.summaries
+        ] == [
+            (1, "superseded", None, None, 2),
+            (2, "active", 1, reason, 0),
+        ]
+
+        async def published() -> list[ExecutorEvent] | None:
+            found = await executor_events(bus, "news", "compiled")
+            return found if len(found) == 2 else None
+
+        compiled = (await until(published))[1]
+        assert (compiled.healed_from, compiled.healed_steps, compiled.reason) == (1, [1], reason)
+        stats = await call(bus, s.EXECUTORS_STATS, {}, SavingsStats)
+        assert stats.healed == 2
 
 
 async def test_a_recorded_full_run_refreshes_the_runners_cached_lookup(

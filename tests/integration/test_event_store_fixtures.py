@@ -17,7 +17,7 @@ import msgspec
 import pytest
 
 from contracts.executors import Executor
-from contracts.runs import RunEvent, Verification
+from contracts.runs import HealedStep, RunEvent, Verification
 from contracts.tasks import RunTask, TaskRef, UpdateTask
 from contracts.traces import Trace
 from services.compiler import service as compiler_service
@@ -144,15 +144,21 @@ def compiler_readback(store: ExecutorStore) -> dict[str, Any]:
 # Fields the contracts have gained since the stores were written, with the default an
 # old value reads as: the only difference an event, view or executor may show (run
 # events' resumed_actions, task specs' verify_rate and shadow_rate, executor steps'
-# fingerprint, replay events' verification, executor events' and views' candidate: no
-# old version is one).
+# fingerprint, target and sample, replay events' verification, executor events' and
+# views' candidate: no old version is one; executors', executor events' and views'
+# healed_from, healed_steps and compiled_reason: nor was any healed).
 ADDED_SINCE = {
     "resumed_actions": 0,
     "verify_rate": None,
     "shadow_rate": None,
     "fingerprint": None,
+    "target": None,
+    "sample": [],
     "verification": None,
     "candidate": False,
+    "healed_from": None,
+    "healed_steps": [],
+    "compiled_reason": None,
 }
 # What the executor views have gained since: the tallies of replay checks and the rates.
 ADDED_TO_VIEWS = (
@@ -304,6 +310,14 @@ def test_new_executor_events_fold_in_with_the_old_ones(old_stores: Settings) -> 
         store.record_replay(
             "hot", run_id="hx3", version=1, ok=True, cost_saved_usd=0.02, verification=sampled
         )
+        # An old version healed in place: the healed one waits behind hot's pin.
+        heal = HealedStep(
+            step=1, tool="browser_extract", input={"selector": "h3.title"}, reason="gone"
+        )
+        healed = Verification(status="verified", why="healed")
+        store.record_replay(
+            "hot", run_id="hx4", version=1, ok=True, verification=healed, heals=[heal]
+        )
         store.record_trace("poll", "r6", _executor())
         store.pin("poll", version=5, by="carol")
         store.record_full_run("report", run_id="r9", cost_usd=0.08)
@@ -325,15 +339,30 @@ def test_new_executor_events_fold_in_with_the_old_ones(old_stores: Settings) -> 
     assert [e["event"] for e in poll["history"][-2:]] == ["compiled", "pinned"]
     assert (poll["summary"]["version"], poll["summary"]["pinned_version"]) == (5, 5)
     hot = after["executors"]["hot"]["summary"]
-    assert (hot["success_count"], hot["failure_count"]) == (2, 1)
-    # The new replay's check counts; the old replays, recorded unchecked, do not.
-    assert (hot["checked"], hot["unflagged_checked"], hot["false_success_rate"]) == (1, 1, 0.0)
-    assert after["executors"]["hot"]["history"][-1]["verification"]["reasons"] == ["PASS: it is"]
+    assert (hot["success_count"], hot["failure_count"], hot["healed"]) == (3, 1, 1)
+    # The new replays' checks count; the old replays, recorded unchecked, do not.
+    assert (hot["checked"], hot["unflagged_checked"], hot["false_success_rate"]) == (2, 2, 0.0)
+    hot_history = after["executors"]["hot"]["history"]
+    assert hot_history[-4]["verification"]["reasons"] == ["PASS: it is"]
+    assert [(e["event"], e["version"]) for e in hot_history[-3:]] == [
+        ("replay_succeeded", 1),
+        ("compiled", 3),
+        ("superseded", 2),
+    ]
+    hot_versions = after["executors"]["hot"]["version_views"]
+    assert [(v["status"], v.get("healed_from")) for v in hot_versions] == [
+        ("active", None),
+        ("superseded", None),
+        ("active", 1),
+    ]
     published = [
         r["outgoing"][0] for r in after["relayed"][len(before["relayed"]) :] if r["outgoing"]
     ]
     assert published == [
         "rote.evt.executor.hot.replay_succeeded",
+        "rote.evt.executor.hot.replay_succeeded",
+        "rote.evt.executor.hot.compiled",
+        "rote.evt.executor.hot.superseded",
         "rote.evt.executor.poll.compiled",
         "rote.evt.executor.poll.pinned",
         "rote.evt.executor.report.full_run_recorded",

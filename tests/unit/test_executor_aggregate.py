@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from contracts.executors import Executor, ToolStep
-from contracts.runs import Verification, VerificationStatus
+from contracts.runs import HealedStep, Verification, VerificationStatus
 from contracts.traces import Trace
 from services.compiler import executor_events as ev
 from services.compiler import health as h
@@ -339,6 +339,42 @@ def test_a_replays_check_is_stored_and_read_back(store: ExecutorStore, settings:
         assert other.health("t") == state == h.fold("t", other.history("t"))
         wire = views.to_wire("t", other.history("t")[1])
         assert wire.verification == check
+    finally:
+        other.close()
+
+
+def test_a_healed_version_is_stored_once_and_read_back(
+    store: ExecutorStore, settings: Settings, clock: Clock
+) -> None:
+    store.record_trace("t", "r1", executor())
+    heal = HealedStep(
+        step=1,
+        tool="browser_extract",
+        input={"selector": "h3.title"},
+        reason="browser_extract: element_not_found: h2.headline",
+    )
+    check = Verification(status="verified", why="healed", reasons=["PASS: it is"])
+    for _ in range(2):  # the run event delivered again: recorded once
+        store.record_replay("t", run_id="x1", version=1, ok=True, verification=check, heals=[heal])
+    for i in range(3):  # past a snapshot (every 4 events)
+        succeed(store, f"s{i}", version=2)
+    state = store.health("t")
+    assert state is not None and state.events == 6
+    assert [(v.version, v.healed_from, v.candidate) for v in state.versions] == [
+        (1, None, False),
+        (2, 1, True),
+    ]
+    assert state.versions[1].compiled_reason == (
+        "healed step 1 (browser_extract): selector 'h2.headline' -> 'h3.title'"
+        f" after: {heal.reason}"
+    )
+    assert state.trust.healed == state.versions[0].trust.healed == 1
+    other = ExecutorStore(application_env(settings, "compiler"), snapshot_every=4, clock=clock)
+    try:
+        assert other.health("t") == state == h.fold("t", other.history("t"))
+        executor_v2, _ = other.lookup_active("t")
+        assert executor_v2 is not None and executor_v2.healed_from == 1
+        assert executor_v2.steps[1].input == {"selector": "h3.title"}  # type: ignore[union-attr]
     finally:
         other.close()
 
