@@ -151,6 +151,7 @@ ADDED_SINCE = {
     "resumed_actions": 0,
     "verify_rate": None,
     "shadow_rate": None,
+    "budget_left_usd": None,
     "fingerprint": None,
     "target": None,
     "sample": [],

@@ -21,7 +21,7 @@ from typing import Literal
 
 from services.dev.demo.pages import PageServer
 
-Layout = Literal["v1", "v2"]
+Layout = Literal["v1", "v2", "v3"]
 
 _SUBJECTS = [
     "City council", "Local bakery", "River cleanup", "Night market", "School robotics team",
@@ -156,6 +156,14 @@ class DemoSite(PageServer):
                 for s in items
             )
             body = f"<h1>Top stories</h1><ul class='stories'>{rows}</ul>"
+        elif self.layout == "v3":
+            # A live ticker: each headline behind the time it came in, in one text. No
+            # element holds the headline alone, so no locator can read it as it was.
+            rows = "".join(
+                f"<li>{8 + n:02d}:{(7 * n) % 60:02d} {html.escape(s.title)}</li>"
+                for n, s in enumerate(items)
+            )
+            body = f"<h1>Top stories</h1><ol class='ticker'>{rows}</ol>"
         else:
             rows = "".join(
                 f"<article class='story'><h3 class='title'><a href='/news/{s.number}'>"
@@ -218,6 +226,8 @@ class DemoSite(PageServer):
             self.layout = "v1"
         elif wanted == "v2":
             self.layout = "v2"
+        elif wanted == "v3":
+            self.layout = "v3"
         if query.get("edition", "").isdigit():
             self.edition = int(query["edition"])
         return 200, f"layout={self.layout} edition={self.edition}".encode()
