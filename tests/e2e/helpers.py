@@ -50,3 +50,12 @@ async def work_queue_settled(bus: Bus, timeout: float = 15.0) -> None:
             if info.num_pending == 0 and info.num_ack_pending == 0:
                 return
             await anyio.sleep(0.05)
+
+
+# What the demo does, run by run (services/dev/demo/scenario.py): a full run, two
+# replays, a redesign healed in place (run 4 makes v2), its replay, a redesign no heal
+# can bridge (run 6 falls back and compiles v3), its replay.
+DEMO_SOURCES = [
+    "full_llm", "executor", "executor", "executor", "executor", "full_llm", "executor",
+]  # fmt: skip
+DEMO_VERSIONS = [None, 1, 1, 1, 2, None, 3]

@@ -25,6 +25,7 @@ from services.dev.demo.scenario import TASK_ID
 from services.dev.standin.server import StandinServer
 from services.kernel.bus import Bus
 from services.kernel.streams import ensure_streams
+from tests.e2e.helpers import DEMO_SOURCES, DEMO_VERSIONS
 from tests.leftovers import MARK_VARIABLE, wait_gone
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -62,16 +63,12 @@ def test_demo_walks_the_whole_life_of_a_task() -> None:
     summary = json.loads(out[out.index("\n{") + 1 :])
     runs = summary["runs"]
 
-    assert [r["source"] for r in runs] == [
-        "full_llm",
-        "executor",
-        "executor",
-        "full_llm",
-        "executor",
-    ]
-    assert [r["executor_version"] for r in runs] == [None, 1, 1, None, 2]
-    assert [r["fell_back"] for r in runs] == [False, False, False, True, False]
-    assert summary["versions"] == [1, 2]
+    # The first change heals in place (run 4 makes v2); the second falls back (run 6).
+    assert [r["source"] for r in runs] == DEMO_SOURCES
+    assert [r["executor_version"] for r in runs] == DEMO_VERSIONS
+    assert [r["fell_back"] for r in runs] == [False] * 5 + [True, False]
+    assert [r["healed"] for r in runs] == [0, 0, 0, 1, 0, 0, 0]
+    assert summary["versions"] == [1, 2, 3]
     assert summary["full_runs_caused_by_site_change"] == 1
     for r in runs:
         assert r["status"] == "completed"
@@ -90,10 +87,12 @@ def test_demo_walks_the_whole_life_of_a_task() -> None:
     table = [
         line
         for line in out[: out.index("\n{")].splitlines()
-        if ROW.match(line) or "compiled v" in line or "site changes" in line
+        if ROW.match(line) or "compiled v" in line or "-- the site changes" in line
     ]
+    table += [line for line in out.splitlines() if line.strip().startswith("healed v")]
+    table.sort(key=out.index)
     assert [line.split()[0] for line in table] == [
-        "1", "compiled", "2", "3", "--", "4", "compiled", "5",
+        "1", "compiled", "2", "3", "--", "4", "healed", "5", "--", "6", "compiled", "7",
     ]  # fmt: skip
     printed = [shown for line in table if (shown := ROW.match(line))]
     for shown, r in zip(printed, runs, strict=True):
@@ -106,12 +105,13 @@ def test_demo_walks_the_whole_life_of_a_task() -> None:
         assert float(secs) == pytest.approx(r["duration_ms"] / 1000, abs=0.01)
         assert ("fell back" in note) == r["fell_back"]
         assert ("answer checked: verified" in note) == (r["checked"] == "verified")
+        assert ("healed in place" in note) == (r["healed"] > 0)
 
     total = sum(r["cost_usd"] for r in runs)
     assert summary["total_cost_usd"] == pytest.approx(total)
     # "All as full LLM runs" costs each run at the full run of the layout it saw: the
     # redesigned page makes a different conversation (and cost) from the first one.
-    assert [r["layout"] for r in runs] == ["v1", "v1", "v1", "v2", "v2"]
+    assert [r["layout"] for r in runs] == ["v1", "v1", "v1", "v2", "v2", "v3", "v3"]
     for r in runs:
         if r["source"] == "full_llm":
             # A fallback's cost holds the replay that broke first; its full run does not.
@@ -120,20 +120,22 @@ def test_demo_walks_the_whole_life_of_a_task() -> None:
             )
         else:
             assert r["full_run_cost_usd"] is None
-    by_layout = {"v1": runs[0]["full_run_cost_usd"], "v2": runs[3]["full_run_cost_usd"]}
+    by_layout = {"v1": runs[0]["full_run_cost_usd"], "v3": runs[5]["full_run_cost_usd"]}
     assert summary["full_run_cost_usd_by_layout"] == pytest.approx(by_layout)
-    all_full = sum(by_layout[r["layout"]] for r in runs)  # v1 three times, v2 twice
+    # No full run saw v2 (healed): its runs are costed at the mean measured full run.
+    costed = {**by_layout, "v2": (by_layout["v1"] + by_layout["v3"]) / 2}
+    all_full = sum(costed[r["layout"]] for r in runs)
     assert summary["all_full_cost_usd"] == pytest.approx(all_full)
     share = (all_full - total) / all_full * 100
     assert (
-        f"total cost ${total:.6f} vs ${all_full:.6f} for the same 5 runs all as full LLM runs "
+        f"total cost ${total:.6f} vs ${all_full:.6f} for the same 7 runs all as full LLM runs "
         f"(each at its layout's full run: v1 ${by_layout['v1']:.6f}, "
-        f"v2 ${by_layout['v2']:.6f}): {share:.1f}% saved"
+        f"v3 ${by_layout['v3']:.6f}): {share:.1f}% saved"
     ) in out
-    assert "the site change cost 1 full run(s)" in out
+    assert "the site changes cost 1 full run(s)" in out
     # The executor ledger's savings are the replays' savings as their run events said.
     saved = sum(r["saved_usd"] for r in runs)
-    assert "executor now v2 (active, replayed 1 time(s))" in out
+    assert "executor now v3 (active, replayed 1 time(s))" in out
     assert f"replays of every version saved ${saved:.6f}" in out
     assert "not Claude" in out  # the stand-in says what it is
 
@@ -180,13 +182,7 @@ def test_live_demo_talks_to_the_server_the_environment_names_with_its_key() -> N
     assert done.returncode == 0, done.stderr[-3000:]
     assert "model: Claude (live)" in done.stdout and "not Claude" not in done.stdout
     summary = json.loads(done.stdout[done.stdout.index("\n{") + 1 :])
-    assert [r["source"] for r in summary["runs"]] == [
-        "full_llm",
-        "executor",
-        "executor",
-        "full_llm",
-        "executor",
-    ]
+    assert [r["source"] for r in summary["runs"]] == DEMO_SOURCES
     # Every model call reached that server and passed its key check.
     assert answered["messages"] > 0 and answered["messages"] == answered.get("messages:200")
     assert key not in done.stdout + done.stderr

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.helpers import DEMO_SOURCES, DEMO_VERSIONS
+
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -153,15 +155,9 @@ def test_demo_and_bench_run_from_an_installed_wheel(tmp_path: Path) -> None:
     assert demo.returncode == 0, demo.stdout[-2000:] + demo.stderr[-3000:]
     summary = json.loads(demo.stdout[demo.stdout.index("\n{") + 1 :])
     runs = summary["runs"]
-    assert [r["source"] for r in runs] == [
-        "full_llm",
-        "executor",
-        "executor",
-        "full_llm",
-        "executor",
-    ]
-    assert [r["executor_version"] for r in runs] == [None, 1, 1, None, 2]
-    assert summary["versions"] == [1, 2]
+    assert [r["source"] for r in runs] == DEMO_SOURCES
+    assert [r["executor_version"] for r in runs] == DEMO_VERSIONS
+    assert summary["versions"] == [1, 2, 3]
     assert all(r["status"] == "completed" for r in runs)
     assert all(r["result"].startswith("Top 3 headlines:\n1. ") for r in runs)
     assert 0 < summary["total_cost_usd"] < summary["all_full_cost_usd"]

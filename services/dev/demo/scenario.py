@@ -1,9 +1,11 @@
 """`rote demo`: one task's whole life, on the embedded stack.
 
 Run 1 is a full LLM run and compiles executor v1; runs 2 and 3 replay it; the site then
-changes its layout; run 4's replay breaks, the run falls back to the full loop and its
-trace compiles v2; run 5 replays v2. Offline, the model is the scripted stand-in
-served over the Anthropic Messages API; with --live it is Claude.
+changes its layout; run 4's replay breaks and heals the broken step in place with the
+small model, which makes v2 (a candidate); run 5 replays v2 and verifies it. The site
+changes again, in a way no locator can bridge: run 6's replay cannot heal, the run falls
+back to the full loop and its trace compiles v3; run 7 replays v3. Offline, the model is
+the scripted stand-in served over the Anthropic Messages API; with --live it is Claude.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from contracts.executors import ExecutorEvent, ExecutorHealth, ExecutorRef
 from contracts.llm import ModelsReply
 from contracts.runs import ReplayOutcome, RunEvent
 from contracts.tasks import CreateTask, RunAccepted, RunTask, TaskView
-from services.dev.demo.site import DemoSite
+from services.dev.demo.site import DemoSite, Layout
 from services.executor.cost import full_run_cost
 from services.kernel.bus import Bus
 from services.kernel.codec import decode
@@ -30,8 +32,16 @@ from services.kernel.settings import Settings
 from services.kernel.text import cut_text
 
 TASK_ID = "demo-news"
-RUNS = 5
+RUNS = 7
 LAYOUT_CHANGE_BEFORE_RUN = 4
+# The site's changes: the run they come before, the layout, what the demo says of it.
+CHANGES: dict[int, tuple[Layout, str]] = {
+    LAYOUT_CHANGE_BEFORE_RUN: (
+        "v2",
+        "the site changes its layout (v1 -> v2); old selectors stop matching",
+    ),
+    6: ("v3", "the site changes again (v2 -> v3): each headline now shares its line with a time"),
+}
 SERVICES = ["system", "llm", "tools", "compiler", "tracer", "runner", "scheduler"]
 
 
@@ -61,6 +71,8 @@ class RunRow:
     failed_replay_cost_usd: float = 0.0
     # A replay whose answer was checked: the verdict (verified, wrong, unverified).
     checked: str | None = None
+    # Steps the replay healed in place.
+    healed: int = 0
 
 
 @dataclass
@@ -184,6 +196,7 @@ def _row(number: int, layout: str, event: RunEvent, large: str, small: str) -> R
         full_run_cost_usd=full_run_cost(event),
         failed_replay_cost_usd=replay.cost_usd if replay is not None and not replay.ok else 0.0,
         checked=_checked(replay),
+        healed=len(replay.healed_steps) if replay is not None and replay.ok else 0,
     )
 
 
@@ -210,6 +223,8 @@ def format_row(row: RunRow) -> str:
     note = "  (replay broke, fell back)" if row.fell_back else ""
     if row.checked == "wrong":
         note = "  (replay's answer judged wrong, fell back)"
+    elif row.checked and row.healed:
+        note = f"  (healed in place; answer checked: {row.checked})"
     elif row.checked:
         note = f"  (answer checked: {row.checked})"
     if row.status != "completed":
@@ -238,7 +253,7 @@ async def run_demo(
             task_id=TASK_ID,
             name="Demo town headlines",
             prompt=f"Open {site.url}/news and report the top 3 headlines",
-            # Five runs that read the same way every time: no sampled shadow full run.
+            # Runs that read the same way every time: no sampled shadow full run.
             shadow_rate=0.0,
         )
         large = aliases.get(spec.model, spec.model)
@@ -249,9 +264,9 @@ async def run_demo(
         out("")
         out(HEADER)
         for number in range(1, RUNS + 1):
-            if number == LAYOUT_CHANGE_BEFORE_RUN:
-                site.layout = "v2"
-                out("    -- the site changes its layout (v1 -> v2); old selectors stop matching")
+            if number in CHANGES:
+                site.layout, said = CHANGES[number]
+                out(f"    -- {said}")
             site.edition = number - 1  # fresh headlines every run: a replay must read the page
             accepted = await bus.request(s.TASKS_RUN, RunTask(task_id=TASK_ID), RunAccepted)
             event = await _finished(bus, accepted.run_id, run_timeout_s)
@@ -279,6 +294,17 @@ async def _after_run(
         out(f"         {why}")
         if not report.versions:
             raise DemoStopped(f"{why}; the runs after it need the executor it compiles")
+    elif event.replay is not None and event.replay.ok and event.replay.healed_steps:
+        healed = await _compiled(bus, event.run_id, 60)
+        if healed is None or healed.version is None:
+            out("         the heal was not recorded as a version")
+            return
+        report.versions.append(healed.version)
+        steps = ", ".join(f"{h.step} ({h.tool})" for h in event.replay.healed_steps)
+        out(
+            f"         healed v{healed.version} from v{healed.healed_from}: step {steps} reads"
+            " anew; a candidate until a replay of its own verifies"
+        )
     elif event.source == "full_llm":
         compiled = await _compiled(bus, event.run_id, 60)
         if compiled is None or compiled.version is None:
@@ -310,7 +336,7 @@ def _summary(report: DemoReport, health: ExecutorHealth, out: Printer) -> None:
     )
     # success_count is the current version's; the savings are the task's, every version's.
     out(
-        f"the site change cost {report.full_runs_after_change} full run(s); executor now "
+        f"the site changes cost {report.full_runs_after_change} full run(s); executor now "
         f"v{health.version} ({health.status}, replayed {health.success_count} time(s)); "
         f"replays of every version saved ${health.total_cost_saved_usd:.6f}"
     )
