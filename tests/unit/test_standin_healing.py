@@ -351,3 +351,24 @@ def test_headlines_now_inside_cards_are_read_from_the_cards_part() -> None:
     repair = read_heal(json.dumps(reply), headlines, page)
     assert isinstance(repair, Repair)
     assert repair.input == {"selector": "article.story > h3 > a"}
+
+
+def test_a_teaser_every_card_shows_is_left_out_of_the_headline() -> None:
+    headlines = ToolStep(
+        index=1,
+        tool="browser_extract",
+        input={"selector": ".headline"},
+        sample=["Coastal path signs twin-town deal", "Volunteer firefighters hires new director"],
+    )
+    cards = Candidate(
+        selector="article.card",
+        tag="article",
+        count=8,
+        parts={"a": "Rowing club unveils new logo", "p.teaser": "More inside."},
+        samples=[
+            "Rowing club unveils new logo More inside.",
+            "Volunteer firefighters unveils new logo More inside.",
+        ],
+    )
+    reply, _ = _reply(headlines, Candidates(url="http://news.test/", candidates=[NAV, cards]))
+    assert reply == {"candidate": 2, "part": "a"}

@@ -423,20 +423,44 @@ def _plain_fit(heal: Heal, c: Offered, recorded_words: set[str]) -> bool:
     return True
 
 
-def _longer(heal: Heal, c: Offered) -> bool:
+def _decorated(heal: Heal, c: Offered) -> bool:
+    """Whether every item shows a part's text that none of the recorded values held (a
+    "More inside.", a "Read more"): the whole item is more than the values."""
+    recorded = " ".join(_strings(heal.sample)).casefold()
+    for text in c.parts.values():
+        shown = " ".join(text.split()).casefold()
+        if shown and shown not in recorded and all(shown in s.casefold() for s in c.samples):
+            return True
+    return False
+
+
+def _nearer(heal: Heal, part_text: str, c: Offered) -> bool:
+    """Whether the part's text is nearer the recorded values' length than the whole
+    item's: a headline and its "More inside." are more than the headline."""
     recorded = [len(text) for text in _strings(heal.sample)]
-    shown = [len(text) for text in c.samples]
-    return bool(recorded and shown) and max(shown) > 1.5 * max(recorded)
+    if not recorded or not c.samples:
+        return True
+    mean = sum(recorded) / len(recorded)
+    return abs(len(part_text) - mean) <= abs(len(c.samples[0]) - mean)
 
 
 def _plain_part(heal: Heal, c: Offered, recorded_words: set[str]) -> str | None:
-    """The part of a group's items that holds what the plain read held (judged on the
-    first item's part, all the prompt shows), or None."""
+    """The part of a group's items that holds what the plain read held, or None: its
+    text (the first item's, all the prompt shows of it) of a recorded shape, and the
+    group's items sharing words with the recorded values. Of several, the one whose
+    text shares the most words, then the first."""
+    if not recorded_words & words(_seen(c)):
+        return None
+    best: tuple[int, str] | None = None
     for part, text in c.parts.items():
         one = Offered(number=c.number, count=c.count, samples=[text])
-        if _plain_fit(heal, one, recorded_words):
-            return part
-    return None
+        # Shapes from the part, words from the whole group.
+        if not _plain_fit(heal, one, recorded_words | words([text])):
+            continue
+        shared = len(recorded_words & words([text]))
+        if best is None or shared > best[0]:
+            best = (shared, part)
+    return best[1] if best is not None else None
 
 
 def _tag_words(c: Offered) -> set[str]:
@@ -462,9 +486,14 @@ def pick_group(heal: Heal) -> dict[str, Any]:
             reply: dict[str, Any] = {"candidate": c.number, "fields": mapping}
         else:
             # The values may be one part of each item now (a headline inside a card):
-            # a whole item much longer than the values were holds more than them.
+            # the part, when every item also shows text the values never held (a
+            # teaser) or the part is as long as the values were.
             part = _plain_part(heal, c, recorded_words)
-            if part is not None and (_longer(heal, c) or not _plain_fit(heal, c, recorded_words)):
+            if part is not None and (
+                _decorated(heal, c)
+                or _nearer(heal, c.parts[part], c)
+                or not _plain_fit(heal, c, recorded_words)
+            ):
                 named, reply = 0, {"candidate": c.number, "part": part}
             elif _plain_fit(heal, c, recorded_words):
                 named, reply = 0, {"candidate": c.number}
