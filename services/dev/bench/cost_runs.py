@@ -59,6 +59,7 @@ class RunRecord:
     oracle_agrees: bool = False  # the baseline's answer is what the offline oracle expects
     rote_oracle_agrees: bool = False  # and the rote run's
     wall_ms: int = 0  # this scheduled run, both runs and the compile wait
+    healed: int = 0  # steps the rote run's replay healed in place (it answered with them)
 
     @property
     def replayed(self) -> bool:
@@ -324,4 +325,5 @@ def _record(
         oracle_agrees=base.result == oracle,
         rote_oracle_agrees=done.result == oracle,
         wall_ms=wall_ms,
+        healed=len(replay.healed_steps) if replay and replay.ok else 0,
     )
