@@ -118,16 +118,24 @@ class Services:
     closed: int = 0
     published: list[RunEvent] = field(default_factory=list)
 
+    def answer(self, prompt: str) -> str | None:
+        """The scripted models' reply to `prompt` (None: the model is down)."""
+        if PROMPT_HEAD in prompt:
+            return self.verdict
+        if COMPARISON_HEAD in prompt:
+            return self.compared
+        return self.full  # the full loop, after a fallback or as a shadow
+
+    def tool(self, req: ExecTool) -> ToolResult:
+        """The scripted tools' result of a call."""
+        meta = ToolMetadata(url="http://weather.test/", fingerprint=self.page)
+        return ToolResult(ok=True, output=[{"high": "64"}], duration_ms=1, metadata=meta)
+
     def ports(self) -> Ports:
         async def complete(req: CompleteRequest) -> CompleteReply:
             prompt = str(req.messages[0].content)
             self.prompts.append(prompt)
-            if PROMPT_HEAD in prompt:
-                text = self.verdict
-            elif COMPARISON_HEAD in prompt:
-                text = self.compared
-            else:  # the full loop, after a fallback or as a shadow
-                text = self.full
+            text = self.answer(prompt)
             if text is None:
                 raise PortError("unavailable", "no llm service answered")
             return CompleteReply(
@@ -137,8 +145,7 @@ class Services:
             )  # fmt: skip
 
         async def exec_tool(req: ExecTool) -> ToolResult:
-            meta = ToolMetadata(url="http://weather.test/", fingerprint=self.page)
-            return ToolResult(ok=True, output=[{"high": "64"}], duration_ms=1, metadata=meta)
+            return self.tool(req)
 
         async def list_tools(names: list[str]) -> list[ToolDefinition]:
             self.offered.append(list(names))

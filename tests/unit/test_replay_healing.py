@@ -12,7 +12,6 @@ import msgspec
 import pytest
 
 from contracts.executors import ActiveExecutor, ExecutorHealth, ResultStep, ToolStep
-from contracts.llm import CompleteReply, CompleteRequest, TextBlock, ToolDefinition, Usage
 from contracts.runs import HealedStep
 from contracts.tools import (
     Candidate,
@@ -31,10 +30,9 @@ from services.executor.healing import (
     read_heal,
     same_control,
 )
-from services.executor.verification import PROMPT_HEAD
 from services.runner.ports import PortError, Ports
 from tests.hand_built_replay import hand_built_executor
-from tests.scripted_replay import COST, TASK, Services, attempt, ports
+from tests.scripted_replay import COST, TASK, Services, attempt
 
 pytestmark = pytest.mark.anyio
 
@@ -102,49 +100,24 @@ class Changed(Services):
     values: list[Any] = field(default_factory=lambda: [{"high": "64"}])
     calls: list[ExecTool] = field(default_factory=list)
 
-    def ports(self) -> Ports:
-        async def complete(req: CompleteRequest) -> CompleteReply:
-            prompt = str(req.messages[0].content)
-            self.prompts.append(prompt)
-            if HEAL_HEAD in prompt:
-                text: str | None = self.act_pick if "browser_click" in prompt else self.pick
-            elif PROMPT_HEAD in prompt:
-                text = self.verdict
-            else:
-                text = self.full
-            if text is None:
-                raise PortError("unavailable", "no llm service answered")
-            return CompleteReply(
-                id="m", model="claude-haiku-4-5", content=[TextBlock(text=text)],
-                stop_reason="end_turn", usage=Usage(input_tokens=100, output_tokens=10),
-                cost_usd=COST,
-            )  # fmt: skip
+    def answer(self, prompt: str) -> str | None:
+        if HEAL_HEAD in prompt:
+            return self.act_pick if "browser_click" in prompt else self.pick
+        return super().answer(prompt)
 
-        async def exec_tool(req: ExecTool) -> ToolResult:
-            self.calls.append(req)
-            meta = ToolMetadata(url="http://weather.test/")
-            if req.tool == "browser_candidates":
-                page = ACT if req.input["purpose"] == "act" else READ
-                return ToolResult(ok=True, output=_plain(page), duration_ms=1, metadata=meta)
-            selector = req.input.get("selector")
-            if selector in ("tr", "#show"):
-                return failed(req.tool, "element_not_found")
-            if req.tool == "browser_click":
-                meta.target = Target(role="button", name="Show forecast!", tag="button")
-                return ToolResult(ok=True, duration_ms=1, metadata=meta)
-            meta.fingerprint = Fingerprint(shapes={"high": ["9"]})
-            return ToolResult(ok=True, output=self.values, duration_ms=1, metadata=meta)
-
-        async def list_tools(names: list[str]) -> list[ToolDefinition]:
-            return []
-
-        async def active_executor(task_id: str) -> ActiveExecutor | None:
-            return self.executor
-
-        async def close_session(run_id: str, attempt: int) -> None:
-            self.closed += 1
-
-        return ports(complete, exec_tool, list_tools, active_executor, close_session)
+    def tool(self, req: ExecTool) -> ToolResult:
+        self.calls.append(req)
+        meta = ToolMetadata(url="http://weather.test/")
+        if req.tool == "browser_candidates":
+            page = ACT if req.input["purpose"] == "act" else READ
+            return ToolResult(ok=True, output=_plain(page), duration_ms=1, metadata=meta)
+        if req.input.get("selector") in ("tr", "#show"):
+            return failed(req.tool, "element_not_found")
+        if req.tool == "browser_click":
+            meta.target = Target(role="button", name="Show forecast!", tag="button")
+            return ToolResult(ok=True, duration_ms=1, metadata=meta)
+        meta.fingerprint = Fingerprint(shapes={"high": ["9"]})
+        return ToolResult(ok=True, output=self.values, duration_ms=1, metadata=meta)
 
     def heals(self) -> list[str]:
         return [p for p in self.prompts if HEAL_HEAD in p]
