@@ -1,5 +1,6 @@
 """`rote executors`: every task's executor at a glance, with how far its replayed answers
-can be trusted (rote.api.executors.list and .stats): replays, hit rate, answers checked
+can be trusted (rote.api.executors.list and .stats): replays, hit rate, replays that
+healed a step in place, answers checked
 and found wrong, drift alarms and how many proved real, the estimated false-success rate
 with its 95% upper bound, and what the replays saved."""
 
@@ -21,8 +22,8 @@ from services.kernel.secrets import redact
 
 REQUEST_TIMEOUT_S = 10.0
 HEADER = (
-    f"{'task':<24} {'exec':>6} {'replays':>7} {'hit':>5} {'checked':>7} {'wrong':>5} "
-    f"{'alarms':>9} {'false success':>15} {'saved $':>10}"
+    f"{'task':<24} {'exec':>6} {'replays':>7} {'hit':>5} {'healed':>6} {'checked':>7} "
+    f"{'wrong':>5} {'alarms':>9} {'false success':>15} {'saved $':>10}"
 )
 
 
@@ -51,7 +52,7 @@ def row(health: ExecutorHealth) -> str:
         false_success = f"{_pct(health.false_success_rate)} (<={_pct(health.false_success_upper)})"
     return (
         f"{health.task_id[:24]:<24} {version:>6} {health.replays:>7} {_pct(health.hit_rate):>5} "
-        f"{health.checked:>7} {health.wrong:>5} "
+        f"{health.healed:>6} {health.checked:>7} {health.wrong:>5} "
         f"{f'{health.drift_alarms}/{health.drift_confirmed}':>9} {false_success:>15} "
         f"{health.total_cost_saved_usd:>10.6f}"
     )

@@ -368,7 +368,7 @@ async def test_a_replays_check_shows_in_the_rates_and_the_history(
         assert done.returncode == 0, done.stderr
         header, news, total = done.stdout.splitlines()
         assert header.split()[:4] == ["task", "exec", "replays", "hit"]
-        assert news.split()[:8] == ["news", "v1", "3", "50%", "3", "1", "1/1", "0%"]
+        assert news.split()[:9] == ["news", "v1", "3", "50%", "0", "3", "1", "1/1", "0%"]
         assert total.startswith("1 executors, 3 replays (50% of runs); 3 answers checked, 1")
         assert "1 drift alarms, 1 real; false-success rate 0% (95% bound 66%)" in total
 
