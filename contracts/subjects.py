@@ -10,6 +10,7 @@ Shapes:
     rote.evt.tool.<run_id>.<started|finished>       tool calls
     rote.evt.llm.<run_id>.<text|usage>              model output and usage
     rote.evt.trace.<task_id>.<run_id>.captured      captured traces
+    rote.evt.bus.reconnected                        a process's NATS connection came back
     rote.work.runs                                  the run work queue
 """
 
@@ -128,6 +129,12 @@ def llm_event(run_id: str, event: Literal["text", "usage"]) -> str:
 
 
 TRACE_EVENTS_ALL: Final = f"{PREFIX}.evt.trace.>"
+
+
+# Core NATS only (no stream): every rote process says so when its connection came back,
+# naming what it serves, so that a request to it that died with its old server is sent
+# again (services/kernel/bus.py).
+BUS_RECONNECTED: Final = f"{PREFIX}.evt.bus.reconnected"
 
 
 def trace_captured(task_id: str, run_id: str) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from contracts.base import Reply
+from contracts.base import Event, Reply
 
 
 class SystemInfo(Reply, kw_only=True):
@@ -13,3 +13,13 @@ class SystemInfo(Reply, kw_only=True):
     event_store: str  # "sqlite", "postgresql" or "memory"; never the URL (it may hold a password)
     services_known: list[str]
     services_running: list[str]
+
+
+class BusReconnected(Event, kw_only=True):
+    """A process's NATS connection came back (rote.evt.bus.reconnected, core NATS): a
+    request sent to it while it was away may have died with its old server, so a caller
+    waiting on one that may be answered again sends it again (services/kernel/bus.py).
+    `subjects`: what the process is subscribed to, requests' subjects among them."""
+
+    sender: str  # one per connection: a process ignores its own
+    subjects: list[str]

@@ -1,9 +1,18 @@
 """The NATS connection every service shares: typed request/reply, and JetStream event
-publishing with Nats-Msg-Id de-duplication."""
+publishing with Nats-Msg-Id de-duplication.
+
+A request in flight is lost when the server of either end dies: the caller's (its
+connection comes back, and `request` knows), or the one the service it asked is
+connected to (the caller's own connection never blinked, and would wait out its whole
+timeout, 300 s for a model call). So every process, its connection back, says so on
+rote.evt.bus.reconnected, naming what it is subscribed to; a caller waiting on a request
+to one of those subjects treats that as its own reconnect (see `request`).
+"""
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -13,12 +22,14 @@ import msgspec
 import nats
 import nats.errors
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import PubAck
 from nats.micro.request import ERROR_CODE_HEADER, ERROR_HEADER
 
 from contracts.errors import ErrorInfo, ErrorReply
-from contracts.subjects import HEADER_MSG_ID
+from contracts.subjects import BUS_RECONNECTED, HEADER_MSG_ID
+from contracts.system import BusReconnected
 from services.kernel.codec import decode, encode
 from services.kernel.errors import RemoteError
 from services.kernel.logs import get_logger
@@ -52,6 +63,17 @@ def check_fits(nc: Client, payload: bytes, headers: dict[str, str]) -> None:
         raise nats.errors.MaxPayloadError
 
 
+def subject_matches(pattern: str, subject: str) -> bool:
+    """Whether a subscription to `pattern` (NATS wildcards * and >) gets `subject`."""
+    want, have = pattern.split("."), subject.split(".")
+    for i, token in enumerate(want):
+        if token == ">":
+            return len(have) > i
+        if i >= len(have) or token not in ("*", have[i]):
+            return False
+    return len(want) == len(have)
+
+
 class ConnectionLost(Exception):
     """The connection closed for good without rote closing it (a fatal protocol error:
     nats-py does not reconnect from those)."""
@@ -72,6 +94,12 @@ class Bus:
         self.reconnects = 0
         self.reconnected_at: float | None = None  # time.monotonic() of the last one
         self._until_reconnect: set[anyio.CancelScope] = set()
+        # Another process's connection came back (rote.evt.bus.reconnected): when
+        # last, and the waits for replies to interrupt when one serving their subject
+        # does (scope -> the request's subject, and when it was sent).
+        self.sender = uuid.uuid4().hex
+        self.peer_reconnected_at: float | None = None
+        self._awaiting: dict[anyio.CancelScope, tuple[str, float]] = {}
 
     def reconnected(self) -> None:
         """The connection is back: a reply sent to it meanwhile may have been lost."""
@@ -80,6 +108,52 @@ class Bus:
         for scope in self._until_reconnect:
             scope.cancel()
         self._until_reconnect.clear()
+
+    def peer_reconnected(self, notice: BusReconnected) -> None:
+        """Another process's connection is back: a request to it sent meanwhile may
+        have died with its old server (this connection saw nothing of it)."""
+        if notice.sender == self.sender:
+            return
+        now = self.peer_reconnected_at = time.monotonic()
+        # Both ends lost the same server: what this connection sent since it came back
+        # went to the servers left (the service's new one, or none and then no
+        # responders), not to the one that died.
+        back = self.reconnected_at
+        both = back is not None and now - back < RECONNECT_GRACE_S
+        for scope, (subject, sent_at) in list(self._awaiting.items()):
+            if both and back is not None and sent_at >= back:
+                continue
+            if any(subject_matches(pattern, subject) for pattern in notice.subjects):
+                scope.cancel()
+                self._awaiting.pop(scope, None)
+
+    async def announce_reconnect(self) -> None:
+        """Say that this connection is back, and what it serves (see the module)."""
+        subjects = sorted(
+            {
+                sub.subject
+                for sub in list(self.nc._subs.values())
+                if not sub.subject.startswith("_INBOX.") and sub.subject != BUS_RECONNECTED
+            }
+        )
+        if not subjects:
+            return  # it serves nothing (an operator's command): nobody waits on it
+        notice = BusReconnected(sender=self.sender, subjects=subjects)
+        try:
+            await self.nc.publish(BUS_RECONNECTED, encode(notice))
+        except Exception as exc:  # away again: its next reconnect says it
+            log.info("reconnect_unannounced", error=redact(str(exc)))
+
+    @contextmanager
+    def _until_reply_maybe_lost(self, subject: str) -> Iterator[anyio.CancelScope]:
+        """A wait for a reply to a request to `subject`, cancelled when this connection
+        comes back or a process subscribed to `subject` says its connection did."""
+        with self.until_reconnect() as scope:
+            self._awaiting[scope] = (subject, time.monotonic())
+            try:
+                yield scope
+            finally:
+                self._awaiting.pop(scope, None)
 
     @contextmanager
     def until_reconnect(self) -> Iterator[anyio.CancelScope]:
@@ -112,7 +186,9 @@ class Bus:
         answer a repeated request from their record of the first (the llm service, by
         call_id): when the connection comes back while waiting, the reply may have been
         sent while it was away and lost, so the request is sent again, up to `resend`
-        times. `timeout` bounds all of it."""
+        times; and so it is when a process subscribed to `subject` says its connection
+        came back (the request may have died with that process's old server).
+        `timeout` bounds all of it."""
         data = payload if isinstance(payload, bytes) else encode(payload)
         if resend <= 0 and not retry_undelivered:
             return await self._request(subject, data, reply_type, timeout)
@@ -132,7 +208,7 @@ class Bus:
             try:
                 if resent >= resend:  # no re-send left: wait it out
                     return await self._request(subject, data, reply_type, remaining)
-                with self.until_reconnect():
+                with self._until_reply_maybe_lost(subject):
                     return await self._request(subject, data, reply_type, remaining)
             except RemoteError as exc:
                 if exc.code == "timeout":
@@ -145,20 +221,23 @@ class Bus:
                 await anyio.sleep(min(pause, remaining))
                 pause = min(pause * 2, MAX_RETRY_PAUSE_S)
                 continue
-            # Only a reconnect ends the watched wait with neither a reply nor an error.
+            # Only a reconnect (this connection's, or a responder's) ends the watched
+            # wait with neither a reply nor an error.
             resent += 1
             log.warning("request_resent", subject=subject, resent=resent)
         raise timed_out
 
     def coming_back(self) -> bool:
-        """Whether this connection is away or came back only just now, so that a
-        service missing from it may well be back shortly."""
+        """Whether this connection (or another process's) is away or came back only just
+        now, so that a service missing from it may well be back shortly."""
         if self.closing or self.nc.is_closed:
             return False
         if not self.nc.is_connected:
             return True
-        return self.reconnected_at is not None and (
-            time.monotonic() - self.reconnected_at < RECONNECT_GRACE_S
+        now = time.monotonic()
+        return any(
+            at is not None and now - at < RECONNECT_GRACE_S
+            for at in (self.reconnected_at, self.peer_reconnected_at)
         )
 
     async def _request(self, subject: str, data: bytes, reply_type: type[T], timeout: float) -> T:
@@ -304,6 +383,7 @@ async def connect(
         log.info("nats_reconnected", url=redact(url))
         if bus is not None:
             bus.reconnected()
+            await bus.announce_reconnect()
 
     async def on_closed() -> None:
         if bus is None or bus.closing:
@@ -332,4 +412,14 @@ async def connect(
     servers = seed_urls(url)
     nc = await nats.connect(servers=servers, **options)
     bus = Bus(nc, url)
+
+    async def on_peer_reconnected(msg: Msg) -> None:
+        try:
+            notice = decode(msg.data, BusReconnected)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return
+        if bus is not None:
+            bus.peer_reconnected(notice)
+
+    await nc.subscribe(BUS_RECONNECTED, cb=on_peer_reconnected)
     return bus

@@ -92,6 +92,57 @@ async def test_a_request_is_sent_again_when_the_connection_came_back_while_it_wa
         server.stop()
 
 
+async def test_a_request_is_sent_again_when_the_service_it_asked_came_back(
+    tmp_path: Path,
+) -> None:
+    """In a cluster, the node a service is connected to dies with a request on its way
+    to the service: the caller, on another node, sees no disconnect. The service says
+    it is back (rote.evt.bus.reconnected), and the caller sends the request again
+    rather than wait out its whole timeout (300 s for a model call)."""
+    server = EmbeddedNats(tmp_path / "nats", port=free_port()).start()
+    try:
+        service = await connect(server.url, name="service")
+        caller = await connect(server.url, name="caller")
+        bystander = await connect(server.url, name="bystander")
+        seen: list[bytes] = []
+
+        async def answer(msg: Msg) -> None:
+            seen.append(msg.data)
+            if len(seen) > 1:  # the first request is lost: never answered
+                await msg.respond(b'"answered"')
+
+        await service.nc.subscribe(SUBJECT, cb=answer)
+        await bystander.nc.subscribe("rote.test.other", cb=answer)
+        for bus in (service, bystander):
+            await routed(bus.nc)
+        got: list[str] = []
+
+        async def ask() -> None:
+            got.append(await caller.request(SUBJECT, b'{"id": 1}', str, timeout=60, resend=3))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ask)
+            with anyio.fail_after(5):
+                while not seen:
+                    await anyio.sleep(0.01)
+            # A process serving something else coming back changes nothing.
+            await bystander.announce_reconnect()
+            await anyio.sleep(0.5)
+            assert seen == [b'{"id": 1}'] and not got
+            # What the service does once its connection is back (nats-py's reconnected
+            # callback): the caller's connection never went away.
+            await service.announce_reconnect()
+            with anyio.fail_after(10):
+                while not got:
+                    await anyio.sleep(0.05)
+        assert got == ["answered"] and seen == [b'{"id": 1}'] * 2
+        assert caller.reconnects == 0
+        for bus in (caller, service, bystander):
+            await bus.close()
+    finally:
+        server.stop()
+
+
 async def serve_tools(bus: Bus) -> None:
     """The tools service, at the bus boundary: a page titled "News"."""
     navigate = ToolDefinition(name="browser_navigate", description="open", input_schema={})
