@@ -278,6 +278,12 @@ class BrowserClickInput(ToolInput):
         Annotated[str, msgspec.Meta(min_length=1, description="visible link or button text")] | None
     ) = None
     confirm: Confirm = False
+    # A replay of a click recorded on a control named so: a control whose name only
+    # contains the text is another control (services/executor/healing.py).
+    exact: Annotated[
+        bool,
+        msgspec.Meta(description="text: only a link or button named exactly so, case aside"),
+    ] = False
 
 
 class BrowserTypeInput(ToolInput):

@@ -503,41 +503,8 @@ def _looked_up(health: Health, now: datetime, rules: Rules) -> tuple[Health, lis
     return probe, events
 
 
-def decide_invalidate(
-    health: Health, *, reason: str, by: str, at: datetime, version: int | None = None
-) -> list[ev.HealthEvent]:
-    """Invalidate `version` (None: the current one); see the module's rules."""
-    if not health.versions:
-        raise HealthError("not_found", f"task {health.task_id} has no executor")
-    target = current(health) if version is None else _invalidatable(health, version)
-    if target is None:
-        raise HealthError("conflict", f"task {health.task_id} has no active executor")
-    events: list[ev.HealthEvent] = [
-        ev.Invalidated(at=at, version=target.version, reason=reason, by=by)
-    ]
-    if health.pinned == target.version:
-        events.append(ev.Unpinned(at=at, version=target.version, reason="invalidated"))
-    return events + promotion.restore(health, target, at, f"invalidated: {reason}")
-
-
-def _invalidatable(health: Health, version: int) -> VersionState:
-    """The named version, if it is active (current, on standby behind a candidate, or
-    waiting behind a pin)."""
-    state = _named(health, version)
-    if state.status != "active":
-        now = current(health)
-        why = f": {state.status_reason}" if state.status_reason else ""
-        where = f"the current version is v{now.version}" if now else "no version is current"
-        raise HealthError(
-            "conflict",
-            f"v{version} is {state.status}{why}; {where}",
-            field="version",
-            details={"current_version": now.version if now else None},
-        )
-    return state
-
-
-def _named(health: Health, version: int) -> VersionState:
+def named_version(health: Health, version: int) -> VersionState:
+    """Version `version` of the task; not_found when it has none."""
     state = health.version(version)
     if state is None:
         known = ", ".join(str(v.version) for v in health.versions)
@@ -566,7 +533,7 @@ def decide_pin(
         newest = _newest_active(health, exclude=None)
         keep = {newest} if newest is not None else set()
         return events + _settle(health, at, keep, f"unpinned; v{newest} is current")
-    state = _named(health, version)
+    state = named_version(health, version)
     if state.status == "invalidated":
         raise HealthError(
             "conflict", f"v{version} was invalidated: {state.status_reason}", field="version"

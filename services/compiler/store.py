@@ -22,7 +22,7 @@ from contracts.base import utc_now
 from contracts.executors import Executor
 from contracts.runs import HealedStep, Verification
 from services.compiler import executor_events as ev
-from services.compiler import healed
+from services.compiler import healed, invalidation
 from services.compiler import health as h
 from services.compiler.aggregate import (
     CREATED_TOPICS,
@@ -184,11 +184,13 @@ class ExecutorStore(Application[uuid.UUID]):
     ) -> h.Health:
         """Invalidate `version` (None: the current one). Decided on the state as
         recorded, inside the write: a version compiled since the operator looked is
-        seen here, and the named one refused (health.decide_invalidate)."""
+        seen here, and the named one refused (invalidation.decide_invalidate)."""
         now = self.clock()
         return self.execute(
             task_id,
-            lambda s: h.decide_invalidate(s, reason=reason, by=by, at=now, version=version),
+            lambda s: invalidation.decide_invalidate(
+                s, reason=reason, by=by, at=now, version=version
+            ),
             create=False,
         )[0]
 

@@ -334,3 +334,17 @@ def values_alike(step: ToolStep, output: Any) -> str | None:
                 f"the healed read's {field or 'values'} look like {shown}, not like {recorded[0]}"
             )
     return None
+
+
+def named_exactly(step: ToolStep, tool_input: dict[str, Any]) -> dict[str, Any]:
+    """A replayed click by text on the control it was recorded on: when the recorded
+    control's name is the text, a control whose name merely contains it ("Sports
+    betting" for "Sports") is another one, so the click asks for the name exactly
+    (browser_click `exact`); a missing control then heals, or falls back, instead."""
+    text = tool_input.get("text")
+    target = step.target
+    if step.tool != "browser_click" or not isinstance(text, str) or target is None:
+        return tool_input
+    if not text.strip() or plain_name(target.name) != plain_name(text):
+        return tool_input
+    return {**tool_input, "exact": True}

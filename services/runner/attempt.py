@@ -28,7 +28,7 @@ import anyio
 import msgspec
 
 from contracts.base import utc_now
-from contracts.executors import Executor, ResultStep
+from contracts.executors import Executor, ExecutorHealth, ResultStep
 from contracts.runs import ReplayOutcome, RunEvent, RunRequest, RunSource, Verification
 from services.executor.fingerprint import task_fingerprint
 from services.executor.verification import DEFAULT_VERIFY_RATE, budget_short
@@ -337,16 +337,7 @@ class RunAttempt:
             tool_timeout_s=self.limits.tool_timeout_s,
             max_tool_timeout_s=self.limits.max_tool_timeout_s,
             deadline=deadline,
-            checks=CheckPlan(
-                version_replays=active.health.success_count + active.health.failure_count,
-                candidate=active.health.candidate,
-                budget_short=state.budget_short,
-                rate=(
-                    request.spec.verify_rate
-                    if request.spec.verify_rate is not None
-                    else self.limits.verify_rate
-                ),
-            ),
+            checks=self._check_plan(active.health, state.budget_short),
         )
         result: ReplayResult = await state.replayer.run()
         effects = self.scope.effects
@@ -376,6 +367,16 @@ class RunAttempt:
             await self._shadow(ledger, state, executor, deadline)
             return
         await self._fall_back(state, result, executor.version)
+
+    def _check_plan(self, health: ExecutorHealth, short: str | None) -> CheckPlan:
+        """Which replays of this version the small model checks (verification.py)."""
+        spec = self.request.spec
+        return CheckPlan(
+            version_replays=health.success_count + health.failure_count,
+            candidate=health.candidate,
+            budget_short=short,
+            rate=spec.verify_rate if spec.verify_rate is not None else self.limits.verify_rate,
+        )
 
     async def _shadow(
         self, ledger: Ledger, state: AttemptState, executor: Executor, deadline: float

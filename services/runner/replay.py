@@ -23,6 +23,7 @@ from contracts.runs import HealedStep, Verification
 from contracts.tools import SESSION_LOST, ExecTool, ToolMetadata
 from services.executor import quality, references
 from services.executor.expectations import check_all, condition_holds
+from services.executor.healing import named_exactly
 from services.executor.toolkinds import acts, safe_to_retry
 from services.executor.verification import FIRST_REPLAYS_CHECKED
 from services.kernel.logs import get_logger
@@ -344,8 +345,9 @@ class Replayer:
         if isinstance(step, ToolStep):
             # Every value filled in must be there: the compiler referred to values the
             # original run had, and a blank one today is a changed page, not an input.
-            tool_input = references.render_input(
-                step.tool, step.input, self.outputs, require_values=True
+            tool_input = named_exactly(
+                step,
+                references.render_input(step.tool, step.input, self.outputs, require_values=True),
             )
             output, metadata = await self._tool(step.index, step.tool, tool_input)
             self.checks.saw(step, tool_input, output, metadata)

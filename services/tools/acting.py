@@ -67,35 +67,41 @@ async def missing_or_stuck(locator: Locator, what: str, exc: PlaywrightError) ->
     )
 
 
-async def _by_text(page: Page, text: str, limits: BrowserLimits) -> Locator:
+async def _by_text(page: Page, text: str, limits: BrowserLimits, exact: bool) -> Locator:
     """Every match of `text` on the page; if it has none, in the first of its shown
     frames that has one (an embedded form, a widget): what a person reading the page
     would click. A locator matching nothing when no frame has it either."""
     main = page.main_frame
-    if found := await _text_in(main, text):
+    if found := await _text_in(main, text, exact):
         return found
     for frame in await shown_frames(main, limits.max_frames):
         with suppress(PlaywrightError):  # navigated or removed meanwhile
-            if found := await _text_in(frame, text):
+            if found := await _text_in(frame, text, exact):
                 return found
-    return main.get_by_text(text)
+    return _named(main, _whole(text)) if exact else main.get_by_text(text)
 
 
-async def _text_in(frame: Frame, text: str) -> Locator | None:
+def _named(frame: Frame, name: str | re.Pattern[str], exact: bool | None = None) -> Locator:
+    return frame.get_by_role("link", name=name, exact=exact).or_(
+        frame.get_by_role("button", name=name, exact=exact)
+    )
+
+
+def _whole(text: str) -> re.Pattern[str]:
+    words = r"\s+".join(re.escape(word) for word in text.split())
+    return re.compile(rf"^\s*{words}\s*$", re.IGNORECASE)
+
+
+async def _text_in(frame: Frame, text: str, exact: bool) -> Locator | None:
     """Links or buttons in `frame` whose accessible name is `text`, else is `text` in
-    another case, else contains it; else any element showing the text; None if nothing
-    shows it."""
-
-    def named(name: str | re.Pattern[str], exact: bool | None = None) -> Locator:
-        return frame.get_by_role("link", name=name, exact=exact).or_(
-            frame.get_by_role("button", name=name, exact=exact)
-        )
-
+    another case; unless `exact`, else contains it, else any element showing the text.
+    None if nothing matches."""
     # Whole, in any case: read_page shows "SIGN IN" for a button styled in capitals
     # whose name is "Sign in", and "Sign in with Google" must not win by coming first.
-    words = r"\s+".join(re.escape(word) for word in text.split())
-    whole = re.compile(rf"^\s*{words}\s*$", re.IGNORECASE)
-    for matches in (named(text, exact=True), named(whole), named(text), frame.get_by_text(text)):
+    tries = [_named(frame, text, exact=True), _named(frame, _whole(text))]
+    if not exact:
+        tries += [_named(frame, text), frame.get_by_text(text)]
+    for matches in tries:
         if await matches.count():
             return matches
     return None
@@ -191,7 +197,8 @@ async def click(
         matches, what = page.locator(args.selector), f"selector {args.selector!r}"
     else:
         assert args.text is not None
-        matches, what = await _by_text(page, args.text, limits), f"text {args.text!r}"
+        found = await _by_text(page, args.text, limits, args.exact)
+        matches, what = found, f"text {args.text!r}"
     before = session.navigations
     timeout = budget.ms(limits.element_timeout_s)
     try:

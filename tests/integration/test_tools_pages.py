@@ -524,3 +524,16 @@ async def test_a_submit_whose_server_is_slow_to_answer_is_not_a_failure_to_act(
     assert result.ok, result.error
     assert result.metadata.url is not None and "/slow" in result.metadata.url
     assert result.metadata.title == "Slow"
+
+
+async def test_an_exact_click_by_text_never_takes_a_control_that_only_contains_it(
+    browser: Browser, site: str
+) -> None:
+    await browser("browser_navigate", url=f"{site}/signin")
+    # "with google" is only part of a link's name: taken by default, never when exact.
+    code, message = error_of(
+        await browser("browser_click", text="with google", exact=True, timeout_s=3)
+    )
+    assert code == "element_not_found", message
+    result = await browser("browser_click", text="sign in", exact=True)
+    assert result.ok and result.metadata.url == f"{site}/a?plain", result

@@ -19,6 +19,7 @@ from services.compiler import executor_events as ev
 from services.compiler import healed, views
 from services.compiler import health as h
 from services.compiler.compile import compile
+from services.compiler.invalidation import decide_invalidate
 from services.compiler.stats import recount
 from tests.executor_events import RULES, T0, replay
 
@@ -313,7 +314,7 @@ def test_a_pinned_version_heals_on_each_run_and_its_healed_version_is_recorded_o
 
 def test_no_version_is_healed_that_is_gone_or_unknown() -> None:
     state = trusted_v1()
-    run(state, h.decide_invalidate(state, reason="bad", by="ops", at=T0))
+    run(state, decide_invalidate(state, reason="bad", by="ops", at=T0))
     events, note = healed_replay(state, "x1", 1)
     assert [type(e) for e in events] == [ev.ReplaySucceeded]
     assert note == "v1, the version healed, is invalidated"

@@ -18,6 +18,7 @@ from services.compiler import executor_events as ev
 from services.compiler import health as h
 from services.compiler import views
 from services.compiler.compile import compile
+from services.compiler.invalidation import decide_invalidate
 from tests.executor_events import RULES, T0, replay
 
 TRACE = msgspec.json.decode(
@@ -302,7 +303,7 @@ def test_moving_the_pin_to_a_newer_version_retires_the_old_pin() -> None:
     assert [type(e) for e in events] == [ev.Pinned, ev.Superseded]
     assert [(v.version, v.status) for v in state.versions] == [(1, "superseded"), (2, "active")]
     assert state.versions[0].status_reason == "v2 pinned"
-    run(state, h.decide_invalidate(state, reason="wrong answers", by="ops", at=T0))
+    run(state, decide_invalidate(state, reason="wrong answers", by="ops", at=T0))
     assert h.current(state) is None and h.status(state) == "invalidated"
     # Pinning an older version still lets the newest wait for the pin to go.
     state = h.new("t")
@@ -336,7 +337,7 @@ def test_pinning_brings_back_a_superseded_version_but_not_an_invalidated_one() -
     run(state, h.decide_pin(state, version=1, by="ops", at=T0))
     current = h.current(state)
     assert current is not None and current.version == 1 and current.status_reason == "pinned by ops"
-    run(state, h.decide_invalidate(state, reason="wrong answers", by="ops", at=T0))
+    run(state, decide_invalidate(state, reason="wrong answers", by="ops", at=T0))
     assert state.pinned is None and state.versions[0].status == "invalidated"
     with pytest.raises(h.HealthError) as caught:
         h.decide_pin(state, version=1, by="ops", at=T0)
@@ -417,13 +418,13 @@ def test_pinning_vouches_for_a_stale_version_and_renews_a_stale_pin() -> None:
 def test_invalidate_needs_an_active_executor() -> None:
     state = h.new("t")
     with pytest.raises(h.HealthError) as caught:
-        h.decide_invalidate(state, reason="x", by="ops", at=T0)
+        decide_invalidate(state, reason="x", by="ops", at=T0)
     assert caught.value.code == "not_found"
     compiled(state, "r1")
-    run(state, h.decide_invalidate(state, reason="x", by="ops", at=T0))
+    run(state, decide_invalidate(state, reason="x", by="ops", at=T0))
     assert h.status(state) == "invalidated"
     with pytest.raises(h.HealthError) as caught:
-        h.decide_invalidate(state, reason="again", by="ops", at=T0)
+        decide_invalidate(state, reason="again", by="ops", at=T0)
     assert caught.value.code == "conflict"
 
 
@@ -437,20 +438,20 @@ def test_an_invalidation_naming_a_replaced_version_leaves_the_current_one_alone(
     verified(state, "x1", 2)
     before = msgspec.to_builtins(state)
     with pytest.raises(h.HealthError) as caught:
-        h.decide_invalidate(state, version=1, reason="site redesign", by="alice", at=T0)
+        decide_invalidate(state, version=1, reason="site redesign", by="alice", at=T0)
     assert (caught.value.code, caught.value.field) == ("conflict", "version")
     assert "v1 is superseded" in caught.value.message
     assert "the current version is v2" in caught.value.message
     assert caught.value.details == {"current_version": 2}
     with pytest.raises(h.HealthError) as caught:
-        h.decide_invalidate(state, version=3, reason="site redesign", by="alice", at=T0)
+        decide_invalidate(state, version=3, reason="site redesign", by="alice", at=T0)
     assert (caught.value.code, caught.value.field) == ("not_found", "version")
     assert msgspec.to_builtins(state) == before  # nothing decided
-    events = run(state, h.decide_invalidate(state, version=2, reason="bad", by="bob", at=T0))
+    events = run(state, decide_invalidate(state, version=2, reason="bad", by="bob", at=T0))
     assert events == [ev.Invalidated(at=T0, version=2, reason="bad", by="bob")]
     # Already invalidated: refused the same way, and no version is current any more.
     with pytest.raises(h.HealthError) as caught:
-        h.decide_invalidate(state, version=2, reason="again", by="bob", at=T0)
+        decide_invalidate(state, version=2, reason="again", by="bob", at=T0)
     assert (caught.value.code, caught.value.field) == ("conflict", "version")
     assert "v2 is invalidated" in caught.value.message and "no version is current" in (
         caught.value.message
@@ -465,7 +466,7 @@ def test_an_invalidation_may_name_either_active_version_beside_a_pin() -> None:
     compiled(state, "r1")
     run(state, h.decide_pin(state, version=1, by="ops", at=T0))
     compiled(state, "r2")
-    events = run(state, h.decide_invalidate(state, version=2, reason="x", by="ops", at=T0))
+    events = run(state, decide_invalidate(state, version=2, reason="x", by="ops", at=T0))
     assert events == [ev.Invalidated(at=T0, version=2, reason="x", by="ops")]
     current = h.current(state)
     assert current is not None and current.version == 1 and state.pinned == 1
@@ -477,7 +478,7 @@ def test_an_invalidation_may_name_either_active_version_beside_a_pin() -> None:
     compiled(state, "r1")
     compiled(state, "r2")
     run(state, h.decide_pin(state, version=1, by="ops", at=T0))
-    events = run(state, h.decide_invalidate(state, version=1, reason="x", by="ops", at=T0))
+    events = run(state, decide_invalidate(state, version=1, reason="x", by="ops", at=T0))
     assert [type(e) for e in events] == [ev.Invalidated, ev.Unpinned]
     current = h.current(state)
     assert current is not None and current.version == 2 and state.pinned is None

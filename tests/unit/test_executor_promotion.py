@@ -19,6 +19,7 @@ from services.compiler import executor_events as ev
 from services.compiler import health as h
 from services.compiler import views
 from services.compiler.compile import compile
+from services.compiler.invalidation import decide_invalidate
 from tests.executor_events import RULES, T0, replay
 
 TRACE = msgspec.json.decode(
@@ -82,7 +83,7 @@ def test_the_first_version_of_a_task_is_no_candidate() -> None:
     assert isinstance(event, ev.Compiled) and not event.candidate
     assert statuses(state) == [(1, "active", False)]
     # Nor one compiled when no version is current (the last was superseded).
-    run(state, h.decide_invalidate(state, reason="wrong", by="ops", at=T0))
+    run(state, decide_invalidate(state, reason="wrong", by="ops", at=T0))
     (event,) = compiled(state, "r2")
     assert isinstance(event, ev.Compiled) and not event.candidate
 
@@ -237,12 +238,12 @@ def test_pinning_a_candidate_vouches_for_it() -> None:
 
 def test_an_operator_may_invalidate_the_standby_or_the_candidate() -> None:
     state = candidate_beside_v1()
-    events = run(state, h.decide_invalidate(state, version=1, reason="x", by="ops", at=T0))
+    events = run(state, decide_invalidate(state, version=1, reason="x", by="ops", at=T0))
     assert events == [ev.Invalidated(at=T0, version=1, reason="x", by="ops")]
     assert current(state) == 2 and statuses(state)[1] == (2, "active", True)
     # Invalidating the candidate brings its standby back, to be verified again.
     state = candidate_beside_v1()
-    events = run(state, h.decide_invalidate(state, reason="wrong page", by="ops", at=T0))
+    events = run(state, decide_invalidate(state, reason="wrong page", by="ops", at=T0))
     assert events[1] == ev.Restored(at=T0, version=1, reason="v2 invalidated: wrong page")
     assert current(state) == 1 and state.versions[0].candidate
 

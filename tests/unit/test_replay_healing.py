@@ -27,6 +27,7 @@ from services.executor.healing import (
     HEAL_HEAD,
     MAX_HEALS_PER_RUN,
     apply_heal,
+    named_exactly,
     read_heal,
     same_control,
 )
@@ -336,3 +337,15 @@ def test_a_plain_read_may_heal_onto_one_part_of_a_groups_items() -> None:
         repair = read_heal(json.dumps({"candidate": 1, "part": part}), read, page)
         assert not isinstance(repair, str) and repair.input == {"selector": selector}
     assert "no part of the candidate" in str(read_heal('{"candidate": 1, "part": "i"}', read, page))
+
+
+def test_a_replayed_click_by_text_asks_for_the_recorded_controls_name_exactly() -> None:
+    named = Target(role="link", name="Sports", tag="a")
+    click = step(tool="browser_click", input={"text": "sports"}, target=named)
+    assert named_exactly(click, {"text": "sports"}) == {"text": "sports", "exact": True}
+    # Recorded on a control whose name only contained the text, or with no control
+    # recorded: as before.
+    wider = step(tool="browser_click", input={"text": "Sports"}, target=Target(name="Sports news"))
+    assert named_exactly(wider, {"text": "Sports"}) == {"text": "Sports"}
+    blind = step(tool="browser_click", input={"text": "Sports"})
+    assert named_exactly(blind, {"text": "Sports"}) == {"text": "Sports"}
