@@ -59,3 +59,10 @@ DEMO_SOURCES = [
     "full_llm", "executor", "executor", "executor", "executor", "full_llm", "executor",
 ]  # fmt: skip
 DEMO_VERSIONS = [None, 1, 1, 1, 2, None, 3]
+
+
+def measured(metric: dict[str, object]) -> bool:
+    """A bench metric holds a number, or null for an untargeted one that had nothing to
+    measure (no fallback in a quick run where every layout change heals)."""
+    value = metric["value"]
+    return isinstance(value, int | float) or (value is None and metric["target"] is None)
