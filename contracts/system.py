@@ -23,3 +23,6 @@ class BusReconnected(Event, kw_only=True):
 
     sender: str  # one per connection: a process ignores its own
     subjects: list[str]
+    # The server the connection was on before (its server_id; "" if unknown): a caller
+    # that lost the same one knows its own requests since its reconnect never went there.
+    lost_server: str = ""

@@ -79,6 +79,12 @@ class ConnectionLost(Exception):
     nats-py does not reconnect from those)."""
 
 
+def _server_id(nc: Client) -> str:
+    """The id of the server the connection is on (nats-py keeps the server's INFO)."""
+    info = getattr(nc, "_server_info", None) or {}
+    return str(info.get("server_id") or "")
+
+
 class Bus:
     def __init__(self, nc: Client, url: str) -> None:
         self.nc = nc
@@ -93,6 +99,9 @@ class Bus:
         # and the waits to interrupt when it next does.
         self.reconnects = 0
         self.reconnected_at: float | None = None  # time.monotonic() of the last one
+        # The server the connection is on, and the one it was on before its last reconnect.
+        self.server_id = _server_id(nc)
+        self.lost_server = ""
         self._until_reconnect: set[anyio.CancelScope] = set()
         # Another process's connection came back (rote.evt.bus.reconnected): when
         # last, and the waits for replies to interrupt when one serving their subject
@@ -105,6 +114,7 @@ class Bus:
         """The connection is back: a reply sent to it meanwhile may have been lost."""
         self.reconnects += 1
         self.reconnected_at = time.monotonic()
+        self.lost_server, self.server_id = self.server_id, _server_id(self.nc)
         for scope in self._until_reconnect:
             scope.cancel()
         self._until_reconnect.clear()
@@ -117,9 +127,14 @@ class Bus:
         now = self.peer_reconnected_at = time.monotonic()
         # Both ends lost the same server: what this connection sent since it came back
         # went to the servers left (the service's new one, or none and then no
-        # responders), not to the one that died.
+        # responders), not to the one that died. Known by the server's id; a peer that
+        # does not say which it lost is taken to have lost this one if it came back at
+        # about the same time.
         back = self.reconnected_at
-        both = back is not None and now - back < RECONNECT_GRACE_S
+        if notice.lost_server:
+            both = back is not None and notice.lost_server == self.lost_server
+        else:
+            both = back is not None and now - back < RECONNECT_GRACE_S
         for scope, (subject, sent_at) in list(self._awaiting.items()):
             if both and back is not None and sent_at >= back:
                 continue
@@ -138,7 +153,7 @@ class Bus:
         )
         if not subjects:
             return  # it serves nothing (an operator's command): nobody waits on it
-        notice = BusReconnected(sender=self.sender, subjects=subjects)
+        notice = BusReconnected(sender=self.sender, subjects=subjects, lost_server=self.lost_server)
         try:
             await self.nc.publish(BUS_RECONNECTED, encode(notice))
         except Exception as exc:  # away again: its next reconnect says it

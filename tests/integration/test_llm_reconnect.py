@@ -18,6 +18,7 @@ from contracts.runs import RunStarted, StartRun
 from contracts.tasks import TaskSpec
 from contracts.tools import ExecTool, SessionClosed, ToolList, ToolResult
 from services.dev.standin.server import StandinServer
+from services.kernel import bus as bus_module
 from services.kernel.bus import Bus, connect, routed
 from services.kernel.codec import decode, encode
 from services.kernel.embedded_nats import EmbeddedNats, free_port
@@ -138,6 +139,64 @@ async def test_a_request_is_sent_again_when_the_service_it_asked_came_back(
         assert got == ["answered"] and seen == [b'{"id": 1}'] * 2
         assert caller.reconnects == 0
         for bus in (caller, service, bystander):
+            await bus.close()
+    finally:
+        server.stop()
+
+
+async def test_a_service_that_lost_the_same_server_late_does_not_get_the_request_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both ends lost one server: the caller, back first, sent the request again. The
+    service's notice, however late it comes (a busy machine), names the server both
+    lost: what the caller sent since its own reconnect never went there, so it is not
+    sent a third time."""
+    server = EmbeddedNats(tmp_path / "nats", port=free_port()).start()
+    try:
+        service = await connect(server.url, name="service")
+        caller = await connect(server.url, name="caller")
+        sends: list[bytes] = []
+        release = anyio.Event()
+
+        async def answer(msg: Msg) -> None:
+            # One at a time: a third send would wait behind the held second, and be
+            # counted once it is let go.
+            sends.append(msg.data)
+            if len(sends) > 1:  # the first is lost with the server; the re-send waits
+                await release.wait()
+                await msg.respond(b'"answered"')
+
+        await service.nc.subscribe(SUBJECT, cb=answer)
+        await routed(service.nc)
+        got: list[str] = []
+
+        async def ask() -> None:
+            got.append(await caller.request(SUBJECT, b'{"id": 1}', str, timeout=60, resend=3))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ask)
+            with anyio.fail_after(5):
+                while not sends:
+                    await anyio.sleep(0.01)
+            kill(server)
+            await anyio.sleep(0.5)
+            await restart(server)
+            with anyio.fail_after(45):
+                while len(sends) < 2 or not service.nc.is_connected:
+                    await anyio.sleep(0.05)
+            assert service.lost_server and service.lost_server == caller.lost_server
+            # Late: past any window of "came back at about the same time".
+            monkeypatch.setattr(bus_module, "RECONNECT_GRACE_S", 0.0)
+            await service.announce_reconnect()
+            await anyio.sleep(1.0)
+            assert not got
+            release.set()
+            with anyio.fail_after(10):
+                while not got:
+                    await anyio.sleep(0.05)
+            await anyio.sleep(0.5)  # room for a third send to show itself
+        assert got == ["answered"] and len(sends) == 2
+        for bus in (caller, service):
             await bus.close()
     finally:
         server.stop()
