@@ -21,6 +21,7 @@ from contracts.executors import ToolStep
 from contracts.runs import HealedStep
 from contracts.tools import Candidate, Candidates
 from services.executor.drift import value_shapes
+from services.executor.toolkinds import acts
 
 # Per tool, the input keys a heal may replace (its locators).
 HEALABLE_KEYS: dict[str, tuple[str, ...]] = {
@@ -83,7 +84,7 @@ def page_changed(tool: str, reason: str, *, expectation: bool) -> bool:
 
 def acts_by_key(tool: str) -> bool:
     """The healable tools that act: their heal must land on the same control."""
-    return tool in ("browser_click", "browser_type")
+    return healable_tool(tool) and acts(tool)
 
 
 # --- asking the small model --------------------------------------------------------------

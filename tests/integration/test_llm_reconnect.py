@@ -46,6 +46,13 @@ async def restart(server: EmbeddedNats) -> None:
     await anyio.to_thread.run_sync(server.wait_ready)
 
 
+async def bounce(server: EmbeddedNats) -> None:
+    """Killed, and back on the same store half a second later."""
+    kill(server)
+    await anyio.sleep(0.5)
+    await restart(server)
+
+
 async def test_a_request_is_sent_again_when_the_connection_came_back_while_it_waited(
     tmp_path: Path,
 ) -> None:
@@ -78,9 +85,7 @@ async def test_a_request_is_sent_again_when_the_connection_came_back_while_it_wa
             with anyio.fail_after(5):
                 while not seen:
                     await anyio.sleep(0.01)
-            kill(server)
-            await anyio.sleep(0.5)
-            await restart(server)
+            await bounce(server)
             # Long before the request's 60 s, which it would wait out if not sent again.
             with anyio.fail_after(45):
                 while not got:
@@ -178,9 +183,7 @@ async def test_a_service_that_lost_the_same_server_late_does_not_get_the_request
             with anyio.fail_after(5):
                 while not sends:
                     await anyio.sleep(0.01)
-            kill(server)
-            await anyio.sleep(0.5)
-            await restart(server)
+            await bounce(server)
             with anyio.fail_after(45):
                 while len(sends) < 2 or not service.nc.is_connected:
                     await anyio.sleep(0.05)
